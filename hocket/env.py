@@ -1,0 +1,60 @@
+"""Every environment flag hocket reads lives here (DESIGN.md house rules)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TRANSPORT_ENV_VARS = (
+    "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_NVLS_ENABLE", "NCCL_ALGO",
+    "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_SOCKET_IFNAME",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST", "TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP", "NVSHMEM_DISABLE_NVLS",
+    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME",
+)
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def disabled() -> bool:
+    """``HOCKET_DISABLE=1`` forces the sequential plan everywhere."""
+    return _flag("HOCKET_DISABLE")
+
+
+def autotune_env() -> bool | None:
+    """``HOCKET_AUTOTUNE``: 1 on, 0 off, unset -> None (API default decides)."""
+    raw = os.environ.get("HOCKET_AUTOTUNE")
+    if raw is None or raw.strip() == "":
+        return None
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def cache_dir() -> Path:
+    """Where profiles and autotune caches live: ``HOCKET_CACHE_DIR`` or the XDG cache dir."""
+    raw = os.environ.get("HOCKET_CACHE_DIR")
+    if raw:
+        return Path(raw).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "hocket"
+
+
+def profile_path() -> Path | None:
+    """``HOCKET_PROFILE``: an explicit calibration profile JSON to use."""
+    raw = os.environ.get("HOCKET_PROFILE")
+    return Path(raw).expanduser() if raw else None
+
+
+def agreement_check() -> bool:
+    """``HOCKET_AGREEMENT=0`` skips the first-call cross-rank descriptor check (not advised)."""
+    return os.environ.get("HOCKET_AGREEMENT", "1").strip() != "0"
+
+
+def wait_timeout_s() -> float:
+    """Bound on any wait hocket performs itself (``HOCKET_TIMEOUT_S``, default 300 s)."""
+    return float(os.environ.get("HOCKET_TIMEOUT_S", "300"))
+
+
+def transport_environment() -> dict[str, str]:
+    """The transport-affecting environment, recorded in fingerprints and results."""
+    return {k: os.environ[k] for k in TRANSPORT_ENV_VARS if k in os.environ}

@@ -1,0 +1,130 @@
+"""Plan: a frozen, JSON-serialisable description of how to run a Site (DESIGN.md section 2)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+
+PLAN_VERSION = 1
+
+STRATEGIES = ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted")
+TRANSPORTS = ("collective", "p2p", "copy_engine", "host_staged")
+ORDERS = ("natural", "local_first", "reverse")
+SUBSTITUTES = (None, "rs_ag", "ring_p2p")
+"""``rs_ag``: all-reduce -> reduce-scatter + all-gather; ``ring_p2p``: all-gather -> P2P ring."""
+HIERARCHIES = (None, "intra_first")
+
+MAX_CHUNKS = 4096
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """How one Site runs. Fields grow as needed and are never removed.
+
+    ``chunks`` means pipeline pieces for ``chunked``/``substituted``, steps per peer for
+    the rings, and chunk-flag groups for ``tile_fused``.
+    """
+
+    strategy: str = "sequential"
+    chunks: int = 1
+    order: str = "natural"
+    transport: str = "collective"
+    comm_sms: int | None = None
+    substitute: str | None = None
+    hierarchy: str | None = None
+    split_sizes: tuple[int, ...] | None = None
+    version: int = field(default=PLAN_VERSION)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"Plan.strategy={self.strategy!r} is unknown; use one of {STRATEGIES}")
+        if not isinstance(self.chunks, int) or isinstance(self.chunks, bool) or self.chunks < 1:
+            raise ValueError(f"Plan.chunks={self.chunks!r} must be an int >= 1 (1 = no pipelining)")
+        if self.chunks > MAX_CHUNKS:
+            raise ValueError(f"Plan.chunks={self.chunks} is above the limit {MAX_CHUNKS}; use fewer pieces")
+        if self.order not in ORDERS:
+            raise ValueError(f"Plan.order={self.order!r} is unknown; use one of {ORDERS}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"Plan.transport={self.transport!r} is unknown; use one of {TRANSPORTS}")
+        if self.comm_sms is not None and (not isinstance(self.comm_sms, int) or self.comm_sms < 1):
+            raise ValueError(f"Plan.comm_sms={self.comm_sms!r} must be None or an int >= 1")
+        if self.substitute not in SUBSTITUTES:
+            raise ValueError(f"Plan.substitute={self.substitute!r} is unknown; use one of {SUBSTITUTES}")
+        if self.hierarchy not in HIERARCHIES:
+            raise ValueError(f"Plan.hierarchy={self.hierarchy!r} is unknown; use one of {HIERARCHIES}")
+        if self.split_sizes is not None:
+            sizes = tuple(int(s) for s in self.split_sizes)
+            if not sizes or any(s < 0 for s in sizes):
+                raise ValueError(f"Plan.split_sizes={self.split_sizes!r} must be non-empty and >= 0")
+            object.__setattr__(self, "split_sizes", sizes)
+        if self.version > PLAN_VERSION:
+            raise ValueError(
+                f"Plan.version={self.version} is newer than this hocket understands ({PLAN_VERSION}); upgrade hocket"
+            )
+
+    # -- serialisation ------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if self.split_sizes is not None:
+            d["split_sizes"] = list(self.split_sizes)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Plan":
+        if not isinstance(data, dict):
+            raise TypeError(f"a Plan dict was expected, got {type(data).__name__}")
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"Plan fields {sorted(unknown)} are unknown; known fields: {sorted(known)}")
+        data = dict(data)
+        if data.get("split_sizes") is not None:
+            data["split_sizes"] = tuple(data["split_sizes"])
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"plan JSON could not be parsed ({exc}); expected e.g. {Plan().to_json()}") from None
+        return cls.from_dict(data)
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha1(self.to_json().encode()).hexdigest()[:16]
+
+    def with_(self, **changes) -> "Plan":
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        """Short human label, e.g. ``chunked(4)`` or ``ring(1)/p2p``."""
+        label = self.strategy if self.strategy in ("sequential", "bulk") else f"{self.strategy}({self.chunks})"
+        if self.transport != "collective":
+            label += f"/{self.transport}"
+        if self.substitute:
+            label += f"+{self.substitute}"
+        if self.order != "natural":
+            label += f"[{self.order}]"
+        return label
+
+
+SEQUENTIAL = Plan()
+
+
+def as_plan(plan: "Plan | dict | str | None") -> "Plan | None":
+    """Accept a Plan, a dict, a JSON string, a strategy name, or None."""
+    if plan is None or isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, dict):
+        return Plan.from_dict(plan)
+    if isinstance(plan, str):
+        text = plan.strip()
+        if text.startswith("{"):
+            return Plan.from_json(text)
+        return Plan(strategy=text)
+    raise TypeError(f"plan={plan!r} must be a hocket.Plan, a dict, a JSON string, a strategy name or None")

@@ -1,0 +1,168 @@
+"""Site: one communication+compute pair and everything needed to cost it.
+
+Shape convention (DESIGN.md section 2), per-rank operands, world size ``w``:
+
+* ``ag_mm``: ``A_shard [m/w, k]``, ``B [k, n]``, output ``[m, n]`` (``m`` = rows after the gather);
+* ``mm_rs``: ``A [m, k]``, ``B [k, n]`` (``k`` local), output ``[m/w, n]``;
+* ``mm_ar``: ``A [m, k]``, ``B [k, n]`` (``k`` local), output ``[m, n]``.
+
+Always m, k, n in that order. Leading batch dims fold into ``m``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+SITE_VERSION = 1
+
+SITE_KINDS = ("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a")
+DIRECTIONS = ("forward", "backward")
+
+_DTYPE_ALIASES = {
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "torch.bfloat16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "float16": "float16",
+    "torch.float16": "float16",
+    "fp32": "float32",
+    "float": "float32",
+    "float32": "float32",
+    "torch.float32": "float32",
+    "fp8": "float8_e4m3fn",
+    "float8_e4m3fn": "float8_e4m3fn",
+    "torch.float8_e4m3fn": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2",
+    "torch.float8_e5m2": "float8_e5m2",
+    "fp64": "float64",
+    "float64": "float64",
+    "torch.float64": "float64",
+}
+
+DTYPE_BYTES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "float32": 4,
+    "float64": 8,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+
+
+def canonical_dtype(dtype: object) -> str:
+    """Return hocket's dtype name ("bfloat16", "float32", ...) for a torch dtype or alias."""
+    name = str(dtype)
+    try:
+        return _DTYPE_ALIASES[name]
+    except KeyError:
+        raise ValueError(
+            f"dtype={dtype!r} is not supported; use one of {sorted(set(_DTYPE_ALIASES.values()))} "
+            f"(aliases: bf16, fp16, fp32, fp8)"
+        ) from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Site:
+    """One communication+compute pair, in per-rank shapes (see module docstring)."""
+
+    kind: str
+    m: int
+    k: int
+    n: int
+    dtype: str = "bfloat16"
+    world: int = 2
+    num_b: int = 1
+    dim: int = 0
+    """gather dim (``ag_mm``) or scatter dim (``mm_rs``) of the operator call."""
+    ranks: tuple[int, ...] = ()
+    """global ranks of the group; empty means ``range(world)``."""
+    direction: str = "forward"
+    count: int = 1
+    """how many times this site occurs per training step."""
+    name: str = ""
+    version: int = field(default=SITE_VERSION)
+
+    def __post_init__(self) -> None:
+        if self.kind not in SITE_KINDS:
+            raise ValueError(f"Site.kind={self.kind!r} is unknown; use one of {SITE_KINDS}")
+        for attr in ("m", "k", "n", "world", "num_b", "count"):
+            value = getattr(self, attr)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Site.{attr}={value!r} must be a positive int (per-rank shapes, m k n order)")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"Site.direction={self.direction!r} must be one of {DIRECTIONS}")
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+        object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
+        if self.ranks and len(self.ranks) != self.world:
+            raise ValueError(
+                f"Site.ranks has {len(self.ranks)} entries but world={self.world}; give one global rank per member"
+            )
+
+    # -- derived quantities -------------------------------------------------
+    @property
+    def group_ranks(self) -> tuple[int, ...]:
+        return self.ranks or tuple(range(self.world))
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def flops(self) -> int:
+        """Matmul FLOPs one rank performs (2*m*k*n per B matrix)."""
+        return 2 * self.m * self.k * self.n * self.num_b
+
+    @property
+    def comm_bytes(self) -> int:
+        """Bytes of the collective's full per-rank buffer (gathered A or the un-scattered output)."""
+        if self.kind == "ag_mm":
+            return self.m * self.k * self.itemsize
+        return self.m * self.n * self.num_b * self.itemsize
+
+    @property
+    def key(self) -> str:
+        """Stable identity used by caches: everything that changes the best plan, nothing else."""
+        payload = {
+            "kind": self.kind, "m": self.m, "k": self.k, "n": self.n, "dtype": self.dtype,
+            "world": self.world, "num_b": self.num_b, "dim": self.dim,
+            "ranks": list(self.group_ranks), "direction": self.direction, "v": self.version,
+        }
+        digest = hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+        return f"{self.kind}:{self.m}x{self.k}x{self.n}:{self.dtype}:w{self.world}:{self.direction}:{digest}"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ranks"] = list(self.ranks)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Site":
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"Site fields {sorted(unknown)} are unknown; known fields: {sorted(known)}")
+        data = dict(data)
+        if "ranks" in data:
+            data["ranks"] = tuple(data["ranks"])
+        return cls(**data)
+
+    def backward_sites(self) -> tuple["Site", ...]:
+        """The Sites the backward of this operator runs (shapes swap, so plans differ).
+
+        ag_mm forward (A_shard[m/w,k] gathered, @ B[k,n]) has input gradient
+        ``dA_shard = reduce_scatter(dC @ B^T)``: an ``mm_rs`` with (m, k=n, n=k).
+        mm_rs forward (A[m,k] @ B[k,n], scattered rows) has input gradient
+        ``dA = all_gather(dC_shard) @ B^T``: an ``ag_mm`` with (m, k=n, n=k).
+        mm_ar's input gradient is another all-reduce-free matmul (the gradient of an
+        all-reduced sum is replicated), so it has no communicating backward site.
+        """
+        common = dict(dtype=self.dtype, world=self.world, ranks=self.ranks, direction="backward",
+                      count=self.count, name=f"{self.name}.grad_input" if self.name else "")
+        if self.kind == "ag_mm":
+            return (Site(kind="mm_rs", m=self.m, k=self.n, n=self.k, **common),)
+        if self.kind == "mm_rs":
+            return (Site(kind="ag_mm", m=self.m, k=self.n, n=self.k, **common),)
+        return ()

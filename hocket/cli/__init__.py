@@ -1,1 +1,1 @@
-"""hocket.cli"""
+"""Command-line interface: one module per subcommand (see main.py)."""

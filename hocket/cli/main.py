@@ -1,0 +1,48 @@
+"""`hocket` console script: one module per subcommand under hocket/cli/.
+
+Each subcommand module defines ``register(subparsers) -> None``, which adds its parser
+and sets ``func`` (a callable taking the parsed args and returning an exit code).
+Modules are found by name, so adding a subcommand means adding one file.
+Keep heavy imports (torch, matplotlib) inside ``func``: ``hocket --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+import hocket.cli as _cli_pkg
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from hocket import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="hocket",
+        description="Generate, plan and measure compute-communication overlap operators.",
+    )
+    parser.add_argument("--version", action="version", version=f"hocket {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(_cli_pkg.__path__), key=lambda i: i.name):
+        if info.name.startswith("_") or info.name == "main":
+            continue
+        module = importlib.import_module(f"hocket.cli.{info.name}")
+        register = getattr(module, "register", None)
+        if callable(register):
+            register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

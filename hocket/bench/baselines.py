@@ -1,0 +1,69 @@
+"""The two ideal-case baselines of DESIGN.md section 4, as timeable callables.
+
+* compute-alone: the vendor GEMM (``torch.mm``) on the whole per-rank problem
+  (``[m, k] @ [k, n]`` for every B), never hocket's own kernels;
+* comm-alone: the operator's collective alone on the same bytes: all-gather of
+  ``A_shard`` (ag_mm), reduce-scatter of ``[m, n]`` (mm_rs), all-reduce of ``[m, n]``
+  (mm_ar), through the fastest transport allowed (the backend's collective here).
+
+Buffers are allocated once, outside the callables, so only the work is timed. The
+all-reduce runs in place on one buffer, so its values grow by ``world`` per call; that
+changes no timing of a sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from hocket.bench.workload import check_divisible, torch_dtype
+from hocket.site import Site
+
+
+def _random(*shape: int, dtype: torch.dtype, device, seed: int) -> torch.Tensor:
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
+
+
+def compute_alone(site: Site, *, device: torch.device | str = "cpu", seed: int = 0) -> Callable[[], object]:
+    """``torch.mm`` on the whole per-rank problem of ``site``."""
+    check_divisible(site)
+    dtype = torch_dtype(site)
+    a = _random(site.m, site.k, dtype=dtype, device=device, seed=seed)
+    bs = [_random(site.k, site.n, dtype=dtype, device=device, seed=seed + 1 + i) for i in range(site.num_b)]
+
+    def run() -> list[torch.Tensor]:
+        return [torch.mm(a, b) for b in bs]
+
+    return run
+
+
+def _all_gather(output: torch.Tensor, shard: torch.Tensor, group) -> None:
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(output, shard, group=group)
+
+
+def _reduce_scatter(output: torch.Tensor, full: torch.Tensor, group) -> None:
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    scatter(output, full, op=dist.ReduceOp.SUM, group=group)
+
+
+def comm_alone(site: Site, *, group=None, device: torch.device | str = "cpu", seed: int = 0) -> Callable[[], object]:
+    """The site's collective alone on the same bytes (every rank of ``group`` must call the result)."""
+    check_divisible(site)
+    world = dist.get_world_size(group)
+    if world != site.world:
+        raise ValueError(f"site.world={site.world} but the process group has {world} ranks; measure on a matching group")
+    dtype = torch_dtype(site)
+    rank_seed = seed + 7919 * dist.get_rank(group)
+    if site.kind == "ag_mm":
+        shard = _random(site.m // world, site.k, dtype=dtype, device=device, seed=rank_seed)
+        gathered = torch.empty(site.m, site.k, dtype=dtype, device=device)
+        return lambda: _all_gather(gathered, shard, group)
+    full = _random(site.m, site.n * site.num_b, dtype=dtype, device=device, seed=rank_seed)
+    if site.kind == "mm_rs":
+        scattered = torch.empty(site.m // world, site.n * site.num_b, dtype=dtype, device=device)
+        return lambda: _reduce_scatter(scattered, full, group)
+    return lambda: dist.all_reduce(full, op=dist.ReduceOp.SUM, group=group)

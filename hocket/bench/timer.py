@@ -1,0 +1,99 @@
+"""Time a callable the way a collective operator must be timed.
+
+Each iteration starts behind a barrier, so every rank begins together; the iteration's
+time is the *maximum across ranks*, since a collective operator is done only when its
+slowest rank is. CPU tensors are timed with ``time.perf_counter``; CUDA work with
+CUDA events on the current stream. Warm-up iterations run first and are not recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from hocket.bench.stats import Summary, summarize
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingConfig:
+    """How many iterations to warm up and to record."""
+
+    warmup: int = 2
+    iters: int = 10
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.warmup, int) or isinstance(self.warmup, bool) or self.warmup < 0:
+            raise ValueError(f"TimingConfig.warmup={self.warmup!r} must be an int >= 0")
+        if not isinstance(self.iters, int) or isinstance(self.iters, bool) or self.iters < 1:
+            raise ValueError(f"TimingConfig.iters={self.iters!r} must be an int >= 1 (use 5 or more for a median)")
+
+
+def _distributed(group) -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1
+
+
+def _barrier(group, device: torch.device) -> None:
+    if not _distributed(group):
+        return
+    if device.type == "cuda":
+        dist.barrier(group=group, device_ids=[device.index if device.index is not None else torch.cuda.current_device()])
+    else:
+        dist.barrier(group=group)
+
+
+def max_across_ranks(samples_ms: list[float], *, group=None, device: torch.device | str = "cpu") -> list[float]:
+    """Element-wise maximum of each rank's per-iteration times (identity without a group)."""
+    if not _distributed(group):
+        return list(samples_ms)
+    device = torch.device(device)
+    reduce_device = device if device.type == "cuda" else torch.device("cpu")
+    values = torch.tensor(samples_ms, dtype=torch.float64, device=reduce_device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX, group=group)
+    return values.cpu().tolist()
+
+
+def _run_cpu(fn: Callable[[], object], *, group, iters: int) -> list[float]:
+    device = torch.device("cpu")
+    samples = []
+    for _ in range(iters):
+        _barrier(group, device)
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples
+
+
+def _run_cuda(fn: Callable[[], object], *, group, iters: int, device: torch.device) -> list[float]:
+    events = []
+    for _ in range(iters):
+        _barrier(group, device)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize(device)
+    return [start.elapsed_time(end) for start, end in events]
+
+
+def time_callable(fn: Callable[[], object], *, config: TimingConfig = TimingConfig(), group=None,
+                  device: torch.device | str = "cpu") -> Summary:
+    """Warm up, then time ``fn`` ``config.iters`` times; every rank of ``group`` must call this."""
+    if not callable(fn):
+        raise TypeError(f"fn={fn!r} must be a callable taking no arguments")
+    device = torch.device(device)
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={device} is not supported for timing; use a cpu or cuda device")
+    for _ in range(config.warmup):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        samples = _run_cuda(fn, group=group, iters=config.iters, device=device)
+    else:
+        samples = _run_cpu(fn, group=group, iters=config.iters)
+    return summarize(max_across_ranks(samples, group=group, device=device))

@@ -1,0 +1,110 @@
+import json
+import random
+
+import pytest
+
+from hocket.bench.outcome import PlanOutcome, SiteOutcome
+from hocket.bench.provenance import Provenance, command_line, git_hash, versions
+from hocket.bench.record import (REQUIRED_KEYS, SITE_KEYS, BenchRecord, read_records, records_from_outcome,
+                                 write_records)
+from hocket.bench.stats import summarize
+from hocket.bench.table import outcome_rows, results_table
+from hocket.plan.plan import Plan
+from hocket.site import Site
+
+
+def _timing():
+    return summarize([random.uniform(10.0, 200.0) for _ in range(6)])
+
+
+def _outcome(*, failed_plan: bool = False) -> SiteOutcome:
+    world = random.choice([2, 4])
+    site = Site(kind=random.choice(["ag_mm", "mm_rs", "mm_ar"]), m=world * random.randint(8, 64),
+                k=random.randint(8, 128), n=random.randint(8, 128), dtype=random.choice(["float32", "bfloat16"]),
+                world=world)
+    plans = [PlanOutcome(plan=Plan(), max_abs_error=random.uniform(0, 1e-6), tolerance=1e-4, passed=True,
+                         timing=_timing()),
+             PlanOutcome(plan=Plan(strategy="chunked", chunks=random.randint(2, 8)),
+                         max_abs_error=random.uniform(0, 1e-6), tolerance=1e-4, passed=True, timing=_timing())]
+    if failed_plan:
+        plans.append(PlanOutcome(plan=Plan(strategy="ring"), max_abs_error=0.5, tolerance=1e-4, passed=False))
+    return SiteOutcome(site=site, compute_alone=_timing(), comm_alone=_timing(), plans=tuple(plans))
+
+
+def _provenance() -> Provenance:
+    return Provenance(hardware={"device": "cpu", "count": random.randint(1, 4)}, environment={"OMP_NUM_THREADS": "1"},
+                      versions=versions(), git_hash=git_hash(), command=command_line(["hocket", "bench", "ag_mm"]),
+                      extra={"backend": "gloo", "threads_per_rank": 1})
+
+
+def test_records_round_trip_through_json_lines(tmp_path):
+    outcome = _outcome(failed_plan=True)
+    records = records_from_outcome(outcome, _provenance())
+    assert len(records) == 2  # the failed plan is never timed, so it has no line
+    path = write_records(tmp_path / "r.jsonl", records)
+    write_records(path, records)  # appends
+    back = read_records(path)
+    assert len(back) == 4
+    for original, loaded in zip(records * 2, back):
+        assert loaded.site.key == original.site.key
+        assert loaded.plan == original.plan
+        assert loaded.timing == original.timing
+        assert loaded.baselines == original.baselines
+        assert loaded.run == {"backend": "gloo", "threads_per_rank": 1}
+    line = json.loads(path.read_text().splitlines()[0])
+    assert set(REQUIRED_KEYS) <= set(line)
+    assert set(line["site"]) == set(SITE_KEYS)
+    assert line["baselines"]["sequential_ms"] == outcome.sequential.timing.median_ms
+    assert set(line["versions"]) == {"torch", "triton", "nccl", "driver", "hocket"}
+    assert line["command"] == "hocket bench ag_mm"
+
+
+def test_every_line_carries_the_score_from_its_baselines():
+    outcome = _outcome()
+    for record in records_from_outcome(outcome, _provenance()):
+        data = record.to_dict()
+        base = data["baselines"]
+        ideal = max(base["compute_alone_ms"], base["comm_alone_ms"])
+        if base["sequential_ms"] > ideal:
+            expected = (base["sequential_ms"] - data["median_ms"]) / (base["sequential_ms"] - ideal)
+            assert data["overlap_efficiency"] == pytest.approx(expected)
+        assert data["speedup"] == pytest.approx(base["sequential_ms"] / data["median_ms"])
+
+
+def test_reader_names_file_line_and_field(tmp_path):
+    good = records_from_outcome(_outcome(), _provenance())[0].to_dict()
+    path = tmp_path / "bad.jsonl"
+    broken = dict(good)
+    del broken["baselines"]
+    path.write_text(json.dumps(good) + "\n" + json.dumps(broken) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:2.*baselines"):
+        read_records(path)
+    path.write_text("{not json\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:1.*not valid JSON"):
+        read_records(path)
+    wrong_site = dict(good, site={"kind": "ag_mm"})
+    with pytest.raises(ValueError, match="site"):
+        BenchRecord.from_dict(wrong_site)
+
+
+def test_outcome_without_sequential_cannot_become_records():
+    outcome = _outcome()
+    no_seq = SiteOutcome(site=outcome.site, compute_alone=outcome.compute_alone, comm_alone=outcome.comm_alone,
+                         plans=outcome.plans[1:])
+    with pytest.raises(ValueError, match="sequential"):
+        records_from_outcome(no_seq, _provenance())
+
+
+def test_table_rows_show_each_plan_and_flag_failures():
+    outcome = _outcome(failed_plan=True)
+    rows = outcome_rows(outcome)
+    assert len(rows) == 3
+    assert rows[0][3] == "sequential"
+    assert rows[2][-1].startswith("FAIL")
+    assert rows[2][4] == "—"  # never timed
+    assert float(rows[1][4]) == pytest.approx(outcome.plans[1].timing.median_ms, abs=0.01)
+    assert results_table([outcome], title="t").row_count == 3
+
+
+def test_command_line_is_shell_quoted():
+    assert command_line(["/usr/bin/hocket", "bench", "--strategy", "a b"]) == "hocket bench --strategy 'a b'"

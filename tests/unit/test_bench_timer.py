@@ -1,0 +1,38 @@
+import pytest
+import torch
+
+from hocket.bench.timer import TimingConfig, max_across_ranks, time_callable
+
+
+def test_time_callable_runs_warmup_then_iters_and_summarises():
+    calls = []
+    a = torch.randn(64, 64)
+    config = TimingConfig(warmup=3, iters=7)
+
+    def work():
+        calls.append(1)
+        return a @ a
+
+    summary = time_callable(work, config=config)
+    assert len(calls) == 10
+    assert summary.n == 7
+    assert 0.0 <= summary.p10_ms <= summary.median_ms <= summary.p90_ms
+
+
+def test_without_a_process_group_max_across_ranks_is_identity():
+    samples = torch.rand(5).tolist()
+    assert max_across_ranks(samples) == samples
+
+
+@pytest.mark.parametrize("kwargs, name", [({"warmup": -1}, "warmup"), ({"iters": 0}, "iters"),
+                                          ({"iters": True}, "iters")])
+def test_timing_config_validates(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        TimingConfig(**kwargs)
+
+
+def test_time_callable_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="fn"):
+        time_callable(42)
+    with pytest.raises(ValueError, match="device"):
+        time_callable(lambda: None, device="meta")

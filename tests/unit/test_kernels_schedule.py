@@ -1,0 +1,104 @@
+"""Tile order (consumer) and group assignment (producer), checked on random shapes."""
+
+import random
+
+import pytest
+
+from hocket.kernels.schedule import (
+    cdiv,
+    consumer_schedule,
+    even_row_offsets,
+    offsets_from_sizes,
+    producer_schedule,
+)
+
+
+def _random_offsets(rng: random.Random, m: int) -> tuple[int, ...]:
+    chunks = rng.randint(1, min(m, 6))
+    cuts = sorted(rng.sample(range(1, m), chunks - 1)) if chunks > 1 else []
+    return (0, *cuts, m)
+
+
+@pytest.mark.parametrize("trial", range(25))
+def test_consumer_every_tile_once_and_arrival_respected(trial):
+    rng = random.Random()
+    m, n = rng.randint(1, 300), rng.randint(1, 300)
+    bm, bn = rng.choice([16, 32, 64]), rng.choice([16, 32, 64])
+    offsets = _random_offsets(rng, m)
+    arrival = list(range(len(offsets) - 1))
+    rng.shuffle(arrival)
+    s = consumer_schedule(m=m, n=n, block_m=bm, block_n=bn, chunk_offsets=offsets, arrival=arrival,
+                          group_m=rng.randint(1, 4))
+    pairs = [(t[0], t[1]) for t in s.tiles]
+    assert sorted(pairs) == [(i, j) for i in range(cdiv(m, bm)) for j in range(cdiv(n, bn))]
+    steps = [s.ready_step(i) for i in range(len(s.tiles))]
+    assert steps == sorted(steps), "tiles must be ordered by the arrival of their last chunk"
+    for pid_m, _, lo, hi in s.tiles:
+        first_row, last_row = pid_m * bm, min(m, (pid_m + 1) * bm) - 1
+        assert offsets[lo] <= first_row < offsets[lo + 1]
+        assert offsets[hi] <= last_row < offsets[hi + 1]
+    assert len(s.table()) == 4 * len(s.tiles)
+
+
+def test_consumer_first_arrived_chunk_first():
+    # 4 shards of 64 rows, rank 2's own shard lands first, then ring order 3, 0, 1
+    s = consumer_schedule(m=256, n=96, block_m=32, block_n=32, chunk_offsets=(0, 64, 128, 192, 256),
+                          arrival=(2, 3, 0, 1), group_m=2)
+    first = s.tiles[: 2 * 3]  # 2 row blocks x 3 column blocks of chunk 2
+    assert {t[0] for t in first} == {4, 5}
+    assert all(t[2] == t[3] == 2 for t in first)
+    # grouped-M swizzle: both row blocks of the band share a column before moving on
+    assert [(t[0], t[1]) for t in first] == [(4, 0), (5, 0), (4, 1), (5, 1), (4, 2), (5, 2)]
+
+
+def test_consumer_straddling_row_block_waits_on_both_chunks():
+    s = consumer_schedule(m=100, n=10, block_m=32, block_n=16, chunk_offsets=(0, 40, 100), arrival=(1, 0))
+    spans = {t[0]: (t[2], t[3]) for t in s.tiles}
+    assert spans[1] == (0, 1)  # rows 32..63 span both chunks
+    assert spans[2] == (1, 1) and spans[3] == (1, 1)
+    # chunk 1 lands first: row blocks wholly inside it come first, the straddler waits for chunk 0
+    assert [t[0] for t in s.tiles] == [2, 3, 0, 1]
+
+
+@pytest.mark.parametrize("trial", range(25))
+def test_producer_groups_contiguous_and_complete(trial):
+    rng = random.Random()
+    m, n = rng.randint(1, 400), rng.randint(1, 300)
+    bm, bn = rng.choice([16, 32, 64]), rng.choice([16, 32, 64])
+    groups = rng.randint(1, cdiv(m, bm))
+    s = producer_schedule(m=m, n=n, block_m=bm, block_n=bn, groups=groups, group_m=rng.randint(1, 4))
+    pairs = [(t[0], t[1]) for t in s.tiles]
+    assert sorted(pairs) == [(i, j) for i in range(cdiv(m, bm)) for j in range(cdiv(n, bn))]
+    assert s.group_offsets[0] == 0 and s.group_offsets[-1] == m and s.num_groups == groups
+    group_seq = [t[2] for t in s.tiles]
+    assert group_seq == sorted(group_seq), "groups must complete in order"
+    for pid_m, _, g, count in s.tiles:
+        lo, hi = s.group_rows(g)
+        assert lo <= pid_m * bm < hi, "a tile's rows lie inside its group's row range"
+        assert lo % bm == 0
+        assert count == group_seq.count(g)
+
+
+def test_producer_rejects_more_groups_than_row_blocks():
+    with pytest.raises(ValueError, match="groups=5.*row blocks"):
+        producer_schedule(m=100, n=64, block_m=32, block_n=32, groups=5)
+
+
+def test_even_row_offsets_aligned_and_uneven():
+    offsets = even_row_offsets(1000, 3, align=128)
+    assert offsets[0] == 0 and offsets[-1] == 1000
+    assert all(o % 128 == 0 for o in offsets[:-1])
+    sizes = [b - a for a, b in zip(offsets, offsets[1:])]
+    assert max(sizes) - min(sizes) <= 128 + 1000 % 128
+    with pytest.raises(ValueError, match="chunks=9"):
+        even_row_offsets(1000, 9, align=128)
+
+
+def test_bad_offsets_and_arrival_named():
+    with pytest.raises(ValueError, match="chunk_offsets"):
+        consumer_schedule(m=64, n=64, block_m=32, block_n=32, chunk_offsets=(0, 32, 60))
+    with pytest.raises(ValueError, match="arrival"):
+        consumer_schedule(m=64, n=64, block_m=32, block_n=32, chunk_offsets=(0, 32, 64), arrival=(0, 0))
+    with pytest.raises(ValueError, match=r"sizes\[1\]"):
+        offsets_from_sizes([3, 0])
+    assert offsets_from_sizes([3, 5]) == (0, 3, 8)

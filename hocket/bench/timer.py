@@ -81,19 +81,55 @@ def _run_cuda(fn: Callable[[], object], *, group, iters: int, device: torch.devi
     return [start.elapsed_time(end) for start, end in events]
 
 
-def time_callable(fn: Callable[[], object], *, config: TimingConfig = TimingConfig(), group=None,
-                  device: torch.device | str = "cpu") -> Summary:
-    """Warm up, then time ``fn`` ``config.iters`` times; every rank of ``group`` must call this."""
+def _check(fn, device) -> torch.device:
     if not callable(fn):
         raise TypeError(f"fn={fn!r} must be a callable taking no arguments")
     device = torch.device(device)
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"device={device} is not supported for timing; use a cpu or cuda device")
-    for _ in range(config.warmup):
+    return device
+
+
+def sample_ms(fn: Callable[[], object], *, iters: int, warmup: int = 0, group=None,
+              device: torch.device | str = "cpu") -> list[float]:
+    """Per-iteration times of ``fn`` in ms, each the max across the ranks of ``group``."""
+    device = _check(fn, device)
+    for _ in range(warmup):
         fn()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-        samples = _run_cuda(fn, group=group, iters=config.iters, device=device)
+        samples = _run_cuda(fn, group=group, iters=iters, device=device)
     else:
-        samples = _run_cpu(fn, group=group, iters=config.iters)
-    return summarize(max_across_ranks(samples, group=group, device=device))
+        samples = _run_cpu(fn, group=group, iters=iters)
+    return max_across_ranks(samples, group=group, device=device)
+
+
+def time_callable(fn: Callable[[], object], *, config: TimingConfig = TimingConfig(), group=None,
+                  device: torch.device | str = "cpu") -> Summary:
+    """Warm up, then time ``fn`` ``config.iters`` times; every rank of ``group`` must call this."""
+    return summarize(sample_ms(fn, iters=config.iters, warmup=config.warmup, group=group, device=device))
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], *, config: TimingConfig = TimingConfig(),
+                     rounds: int = 1, group=None, device: torch.device | str = "cpu") -> dict[str, Summary]:
+    """Time several callables in ``rounds`` interleaved rounds, so slow drifts in machine
+    load (other processes on shared cores) spread over all of them instead of biasing one.
+
+    Each callable is warmed up once, then gets ``config.iters`` iterations in total,
+    split as evenly as possible over the rounds.
+    """
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds={rounds!r} must be an int >= 1")
+    if not fns:
+        raise ValueError("fns is empty: give at least one named callable to time")
+    rounds = min(rounds, config.iters)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        _check(fn, device)
+        for _ in range(config.warmup):
+            fn()
+    for r in range(rounds):
+        per_round = config.iters // rounds + (1 if r < config.iters % rounds else 0)
+        for name, fn in fns.items():
+            samples[name] += sample_ms(fn, iters=per_round, group=group, device=device)
+    return {name: summarize(values) for name, values in samples.items()}

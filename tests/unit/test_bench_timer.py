@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from hocket.bench.timer import TimingConfig, max_across_ranks, time_callable
+from hocket.bench.timer import TimingConfig, max_across_ranks, time_callable, time_interleaved
 
 
 def test_time_callable_runs_warmup_then_iters_and_summarises():
@@ -36,3 +36,27 @@ def test_time_callable_rejects_bad_arguments():
         time_callable(42)
     with pytest.raises(ValueError, match="device"):
         time_callable(lambda: None, device="meta")
+
+
+def test_interleaved_timing_splits_iterations_over_rounds():
+    counts = {"a": 0, "b": 0}
+    order = []
+
+    def make(name):
+        def fn():
+            counts[name] += 1
+            order.append(name)
+        return fn
+
+    result = time_interleaved({"a": make("a"), "b": make("b")}, config=TimingConfig(warmup=1, iters=7), rounds=3)
+    assert counts == {"a": 8, "b": 8}
+    assert result["a"].n == 7 and result["b"].n == 7
+    # rounds alternate: after the warm-ups, a's 3 samples, then b's 3, then a again
+    assert order[2:] == ["a"] * 3 + ["b"] * 3 + ["a"] * 2 + ["b"] * 2 + ["a"] * 2 + ["b"] * 2
+
+
+def test_interleaved_timing_validates():
+    with pytest.raises(ValueError, match="rounds"):
+        time_interleaved({"a": lambda: None}, rounds=0)
+    with pytest.raises(ValueError, match="fns"):
+        time_interleaved({})

@@ -1,0 +1,365 @@
+"""Candidate space: every valid Plan for a Site on a group, and why the rest were pruned.
+
+Enumeration is apart from selection (DESIGN.md section 3): this module only lists
+plans; :mod:`hocket.plan.search` prices and picks. The enumerator works on plain data:
+a :class:`GroupFacts` (what the cluster offers between the group's ranks), built from a
+ClusterSpec by :func:`group_facts`, so tests can hand it a toy group.
+
+Dimensions: strategy x transport x chunks (powers of two and divisors of the split
+rows, up to ``max_chunks``) x order x hierarchy x comm SM budget. A field that does
+not apply to a strategy is not enumerated (``order`` of ``sequential``); a choice
+that applies but is invalid here is pruned with a reason, at the first dimension
+that fails (so one pruned entry stands for the subtree below it). ``sequential`` is
+always the first candidate and is never pruned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hocket.plan.memory import GIB, budget_from_memory, estimate_extra_memory, over_budget_reason
+from hocket.plan.plan import ORDERS, STRATEGIES, TRANSPORTS, Plan
+from hocket.site import Site
+
+SM_TRANSPORTS = ("collective", "p2p")
+"""Transports driven by SMs (NCCL kernels); only these take a ``comm_sms`` budget."""
+
+STRATEGY_KINDS: dict[str, tuple[str, ...]] = {
+    "sequential": ("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a"),
+    "bulk": ("ag_mm",),
+    "chunked": ("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a"),
+    "ring": ("ag_mm", "mm_rs"),
+    "bidir_ring": ("ag_mm", "mm_rs"),
+    "tile_fused": ("ag_mm", "mm_rs"),
+    "substituted": ("mm_ar",),
+}
+_KIND_REASONS = {
+    "bulk": "bulk overlaps the local shard's matmul with the gather; only ag_mm has compute "
+            "that does not wait for its collective",
+    "ring": "a ring passes shards between peers; it needs a sharded operand (ag_mm or mm_rs)",
+    "bidir_ring": "a ring passes shards between peers; it needs a sharded operand (ag_mm or mm_rs)",
+    "tile_fused": "tile_fused kernels exist for ag_mm and mm_rs",
+    "substituted": "substitution replaces an all-reduce by reduce-scatter + all-gather (mm_ar only); "
+                   "ag_mm's P2P-ring substitute is strategy='ring'",
+}
+
+STRATEGY_TRANSPORTS: dict[str, tuple[str, ...]] = {
+    "sequential": ("collective", "copy_engine", "host_staged"),
+    "bulk": ("collective", "copy_engine", "host_staged"),
+    "chunked": ("collective", "copy_engine", "host_staged"),
+    "ring": ("p2p", "copy_engine"),
+    "bidir_ring": ("p2p", "copy_engine"),
+    "tile_fused": ("copy_engine",),
+    "substituted": ("collective", "copy_engine", "host_staged"),
+}
+_TRANSPORT_REASONS = {
+    "collective": "it moves shards peer to peer, not as one collective call",
+    "p2p": "it runs whole collectives, not peer-to-peer sends",
+    "host_staged": "the host-staged path carries whole collectives, not peer-to-peer ring steps",
+}
+
+ORDERED_STRATEGIES = ("chunked", "ring", "tile_fused")
+HIERARCHICAL_STRATEGIES = ("sequential", "bulk", "chunked", "substituted")
+HIERARCHICAL_TRANSPORTS = ("collective", "host_staged")
+MIN_CHUNKS = {"sequential": 1, "bulk": 1, "chunked": 2, "substituted": 2,
+              "ring": 1, "bidir_ring": 1, "tile_fused": 1}
+FIXED_CHUNKS = ("sequential", "bulk")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupFacts:
+    """What the cluster offers between one group's ranks (plain data for the enumerator)."""
+
+    transports: frozenset[str]
+    """transports every pair of the group can use (e.g. {"collective", "p2p"})."""
+    nodes: int = 1
+    """nodes the group spans."""
+    max_ranks_per_node: int = 1
+    sm_count: int | None = None
+    """smallest SM/CU count in the group; None when the devices have none (CPUs)."""
+    memory_bytes: int | None = None
+    """smallest free (live) or total (described) device memory in the group; None = unknown."""
+    device_models: tuple[str, ...] = ()
+    """distinct device models in the group."""
+    notes: dict[str, str] = field(default_factory=dict)
+    """per-transport explanation of why it is missing (from the ClusterSpec), if known."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "transports", frozenset(self.transports))
+        unknown = set(self.transports) - set(TRANSPORTS)
+        if unknown:
+            raise ValueError(f"GroupFacts.transports has unknown {sorted(unknown)}; known: {TRANSPORTS}")
+        if self.nodes < 1 or self.max_ranks_per_node < 1:
+            raise ValueError(f"GroupFacts.nodes={self.nodes} and max_ranks_per_node={self.max_ranks_per_node} "
+                             f"must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpaceConfig:
+    """Knobs of the candidate space (defaults follow issue 4)."""
+
+    max_chunks: int = 64
+    min_gemm_rows: int = 16
+    """pieces whose GEMM has fewer rows are pruned (their efficiency collapses)."""
+    comm_sms_options: tuple[int | None, ...] = (None, 16, 32)
+    """SM budgets tried for SM-driven transports; None = the library's default."""
+    strategies: tuple[str, ...] = STRATEGIES
+    """strategies to consider (e.g. only those the live executor implements)."""
+    transports: tuple[str, ...] = TRANSPORTS
+    memory_budget_bytes: int | None = None
+    """extra device memory a plan may use; None = a share of the group's device memory."""
+    memory_budget_fraction: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_chunks, int) or not 1 <= self.max_chunks <= 4096:
+            raise ValueError(f"SpaceConfig.max_chunks={self.max_chunks!r} must be an int in 1..4096 (default 64)")
+        if not isinstance(self.min_gemm_rows, int) or self.min_gemm_rows < 1:
+            raise ValueError(f"SpaceConfig.min_gemm_rows={self.min_gemm_rows!r} must be an int >= 1")
+        bad = [s for s in self.strategies if s not in STRATEGIES]
+        if bad:
+            raise ValueError(f"SpaceConfig.strategies has unknown {bad}; use names from {STRATEGIES}")
+        bad = [t for t in self.transports if t not in TRANSPORTS]
+        if bad:
+            raise ValueError(f"SpaceConfig.transports has unknown {bad}; use names from {TRANSPORTS}")
+        for sms in self.comm_sms_options:
+            if sms is not None and (not isinstance(sms, int) or sms < 1):
+                raise ValueError(f"SpaceConfig.comm_sms_options has {sms!r}; use None or ints >= 1")
+        if self.memory_budget_bytes is not None and self.memory_budget_bytes < 0:
+            raise ValueError(f"SpaceConfig.memory_budget_bytes={self.memory_budget_bytes!r} must be >= 0 or None")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pruned:
+    """A plan (or the subtree of plans it heads) left out of the space, and why."""
+
+    plan: Plan
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanSpace:
+    """The candidates for one Site (``baseline`` first) and everything pruned."""
+
+    site: Site
+    baseline: Plan
+    candidates: tuple[Plan, ...]
+    pruned: tuple[Pruned, ...]
+    memory_budget_bytes: int | None
+
+
+def group_facts(site: Site, cluster: object, *, free_memory_bytes: int | None = None) -> GroupFacts:
+    """What ``cluster`` (a ``hocket.hardware`` ClusterSpec) offers to ``site``'s group.
+
+    ``free_memory_bytes`` (measured on a live device) replaces the described device
+    memory as the base of the memory budget.
+    """
+    ranks = site.group_ranks
+    cluster.check_world(site.world, arg="Site.world")
+    transports = frozenset(cluster.group_transports(ranks))
+    per_node: dict[int, int] = {}
+    for rank in ranks:
+        node = cluster.node_of(rank)
+        per_node[node] = per_node.get(node, 0) + 1
+    devices = {cluster.device(rank) for rank in ranks}
+    sm_count = None if any(d.sm_count is None or d.is_cpu for d in devices) else min(d.sm_count for d in devices)
+    if free_memory_bytes is not None:
+        memory_bytes = int(free_memory_bytes)
+    elif all(d.memory_gib is not None for d in devices):
+        memory_bytes = int(min(d.memory_gib for d in devices) * GIB)
+    else:
+        memory_bytes = None
+    notes: dict[str, str] = {}
+    if len({d.vendor for d in devices}) > 1:
+        for transport in TRANSPORTS:
+            notes[transport] = "devices of different vendors share no peer path, only host memory"
+    elif len(per_node) > 1:
+        for transport in TRANSPORTS:
+            notes[transport] = "the group spans nodes and the network between them does not carry it"
+    return GroupFacts(transports=transports, nodes=len(per_node), max_ranks_per_node=max(per_node.values()),
+                      sm_count=sm_count, memory_bytes=memory_bytes,
+                      device_models=tuple(sorted({d.model for d in devices})), notes=notes)
+
+
+def chunk_options(rows: int, max_chunks: int = 64) -> tuple[int, ...]:
+    """1..max_chunks: powers of two and divisors of ``rows``, ascending."""
+    pow2 = {1 << i for i in range(max_chunks.bit_length()) if 1 << i <= max_chunks}
+    divisors = {c for c in range(1, max_chunks + 1) if rows % c == 0}
+    return tuple(sorted(pow2 | divisors))
+
+
+def split_rows(site: Site, strategy: str) -> int:
+    """Rows of the dimension ``strategy`` cuts into ``chunks`` pieces.
+
+    Pipelines over a sharded operand cut each rank's shard (``m / world`` rows);
+    a chunked all-reduce cuts the whole ``m``.
+    """
+    if site.kind == "mm_ar" and strategy != "substituted":
+        return site.m
+    return max(1, site.m // site.world)
+
+
+def gemm_rows(site: Site, strategy: str, chunks: int) -> int:
+    """Rows of each GEMM the plan issues (ring steps multiply one shard piece)."""
+    if strategy in ("ring", "bidir_ring"):
+        return site.m // (site.world * chunks)
+    if strategy == "tile_fused":
+        return site.m
+    return site.m // chunks
+
+
+def simplicity(plan: Plan) -> tuple:
+    """Tie-break key: among equally fast plans, prefer the simpler one."""
+    return (STRATEGIES.index(plan.strategy), plan.chunks, ORDERS.index(plan.order),
+            TRANSPORTS.index(plan.transport), plan.hierarchy is not None, plan.comm_sms or 0,
+            plan.substitute or "")
+
+
+def baseline_plan(facts: GroupFacts, site: Site) -> Plan:
+    """The sequential plan every other candidate must beat."""
+    for transport in ("collective", "host_staged", "copy_engine"):
+        if transport in facts.transports:
+            return Plan(strategy="sequential", transport=transport)
+    raise ValueError(
+        f"the cluster offers no transport for sequential {site.kind} between ranks {list(site.group_ranks)} "
+        f"(offered: {sorted(facts.transports) or 'none'}); describe at least a collective or host_staged path"
+    )
+
+
+def enumerate_plans(site: Site, facts: GroupFacts, config: SpaceConfig | None = None) -> PlanSpace:
+    """Every valid plan for ``site`` on a group described by ``facts`` (see module docstring)."""
+    config = config or SpaceConfig()
+    baseline = baseline_plan(facts, site)
+    budget = config.memory_budget_bytes
+    if budget is None:
+        budget = budget_from_memory(facts.memory_bytes, config.memory_budget_fraction)
+    candidates: list[Plan] = [baseline]
+    pruned: list[Pruned] = []
+    for strategy in config.strategies:
+        _enumerate_strategy(site, facts, config, budget, strategy, baseline, candidates, pruned)
+    return PlanSpace(site=site, baseline=baseline, candidates=tuple(candidates), pruned=tuple(pruned),
+                     memory_budget_bytes=budget)
+
+
+def _strategy_reason(site: Site, strategy: str) -> str | None:
+    if site.world == 1:
+        return "world=1: the group has one rank, nothing to communicate; only the baseline runs"
+    if site.kind not in STRATEGY_KINDS[strategy]:
+        return f"{strategy} does not apply to {site.kind}: {_KIND_REASONS.get(strategy, '')}".rstrip(": ")
+    if strategy == "bidir_ring" and site.world == 2:
+        return "world=2: both ring directions reach the same single peer, so bidir_ring is ring"
+    return None
+
+
+def _transport_reason(site: Site, facts: GroupFacts, strategy: str, transport: str) -> str | None:
+    if transport not in STRATEGY_TRANSPORTS[strategy]:
+        why = _TRANSPORT_REASONS.get(transport, f"it needs one of {STRATEGY_TRANSPORTS[strategy]}")
+        if strategy == "tile_fused":
+            why = "its kernels read peers' symmetric memory, which needs the copy_engine transport"
+        return f"{strategy} cannot use transport={transport!r}: {why}"
+    if transport not in facts.transports:
+        note = facts.notes.get(transport)
+        offered = ", ".join(sorted(facts.transports)) or "none"
+        return (f"the cluster offers no {transport!r} transport between ranks {_ranks(site)} "
+                f"(offered: {offered})" + (f": {note}" if note else ""))
+    if strategy == "tile_fused" and facts.nodes > 1:
+        return "tile_fused needs every rank's symmetric memory in reach, but the group spans nodes"
+    return None
+
+
+def _ranks(site: Site) -> str:
+    ranks = site.group_ranks
+    if len(ranks) > 6 and ranks == tuple(range(ranks[0], ranks[0] + len(ranks))):
+        return f"{ranks[0]}..{ranks[-1]}"
+    return str(list(ranks)) if len(ranks) <= 6 else f"{list(ranks[:4])}+{len(ranks) - 4} more"
+
+
+def _chunk_reason(site: Site, config: SpaceConfig, strategy: str, chunks: int) -> str | None:
+    rows = split_rows(site, strategy)
+    if chunks > rows:
+        return f"chunks={chunks} > {rows} rows to split: some pieces would be empty"
+    if strategy == "tile_fused":
+        return None
+    piece = gemm_rows(site, strategy, chunks)
+    if piece < config.min_gemm_rows:
+        return (f"chunks={chunks} gives GEMM pieces of {piece} rows, under min_gemm_rows={config.min_gemm_rows} "
+                f"(tiny GEMMs waste the device)")
+    return None
+
+
+def _hierarchy_options(site: Site, facts: GroupFacts, strategy: str, transport: str,
+                       template: Plan, pruned: list[Pruned]) -> tuple[str | None, ...]:
+    if strategy not in HIERARCHICAL_STRATEGIES or transport not in HIERARCHICAL_TRANSPORTS:
+        return (None,)
+    if facts.nodes == 1:
+        reason = "hierarchy='intra_first' needs a group that spans nodes; this one lies in one node"
+    elif facts.max_ranks_per_node == 1:
+        reason = "hierarchy='intra_first' needs several ranks per node; each node holds one rank of the group"
+    else:
+        return (None, "intra_first")
+    pruned.append(Pruned(plan=template.with_(hierarchy="intra_first"), reason=reason))
+    return (None,)
+
+
+def _sms_options(facts: GroupFacts, config: SpaceConfig, strategy: str, transport: str,
+                 template: Plan, pruned: list[Pruned]) -> tuple[int | None, ...]:
+    if strategy == "sequential" or transport not in SM_TRANSPORTS or facts.sm_count is None:
+        return (None,)
+    options: list[int | None] = []
+    for sms in config.comm_sms_options:
+        if sms is not None and sms >= facts.sm_count:
+            pruned.append(Pruned(plan=template.with_(comm_sms=sms),
+                                 reason=f"comm_sms={sms} leaves no SMs for the GEMM (devices have {facts.sm_count})"))
+        else:
+            options.append(sms)
+    return tuple(options)
+
+
+def _orders(site: Site, strategy: str, template: Plan, pruned: list[Pruned]) -> tuple[str, ...]:
+    if strategy not in ORDERED_STRATEGIES:
+        return ("natural",)
+    if site.kind == "mm_ar":
+        pruned.append(Pruned(plan=template.with_(order="local_first"),
+                             reason="order='local_first' needs a local shard; mm_ar's operands are not sharded"))
+        return tuple(o for o in ORDERS if o != "local_first")
+    return ORDERS
+
+
+def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budget: int | None, strategy: str,
+                        baseline: Plan, candidates: list[Plan], pruned: list[Pruned]) -> None:
+    substitute = "rs_ag" if strategy == "substituted" else None
+    head = Plan(strategy=strategy, substitute=substitute, chunks=MIN_CHUNKS[strategy])
+    reason = _strategy_reason(site, strategy)
+    if reason:
+        if head != baseline:
+            pruned.append(Pruned(plan=head, reason=reason))
+        return
+    chunk_list = (1,) if strategy in FIXED_CHUNKS else tuple(
+        c for c in chunk_options(split_rows(site, strategy), config.max_chunks) if c >= MIN_CHUNKS[strategy])
+    valid_chunks = []
+    for chunks in chunk_list:
+        reason = _chunk_reason(site, config, strategy, chunks)
+        if reason:
+            pruned.append(Pruned(plan=head.with_(chunks=chunks), reason=reason))
+        else:
+            valid_chunks.append(chunks)
+    orders = _orders(site, strategy, head, pruned)
+    for transport in config.transports:
+        plan_t = head.with_(transport=transport)
+        reason = _transport_reason(site, facts, strategy, transport)
+        if reason:
+            pruned.append(Pruned(plan=plan_t, reason=reason))
+            continue
+        hierarchies = _hierarchy_options(site, facts, strategy, transport, plan_t, pruned)
+        sms_list = _sms_options(facts, config, strategy, transport, plan_t, pruned)
+        for chunks in valid_chunks:
+            for order in orders:
+                for hierarchy in hierarchies:
+                    for sms in sms_list:
+                        plan = plan_t.with_(chunks=chunks, order=order, hierarchy=hierarchy, comm_sms=sms)
+                        if plan == baseline:
+                            continue
+                        reason = over_budget_reason(estimate_extra_memory(site, plan), budget)
+                        if reason:
+                            pruned.append(Pruned(plan=plan, reason=reason))
+                        else:
+                            candidates.append(plan)

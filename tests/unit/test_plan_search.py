@@ -1,0 +1,112 @@
+"""Search: hand-computed optimum on toy cost tables, the sequential margin, reasons, dedupe."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from hocket.plan.plan import Plan
+from hocket.plan.search import DEFAULT_MARGIN, price_space, search_sites, select
+from hocket.plan.space import GroupFacts, enumerate_plans
+from hocket.site import Site
+
+SEQ = Plan()
+CH4 = Plan(strategy="chunked", chunks=4)
+CH8 = Plan(strategy="chunked", chunks=8)
+RING = Plan(strategy="ring", chunks=1, transport="p2p")
+FACTS = GroupFacts(transports={"collective", "p2p", "copy_engine", "host_staged"}, sm_count=132,
+                   memory_bytes=80 << 30)
+
+
+def test_hand_computed_optimum_on_a_toy_table():
+    # sequential 10 ms; the table's optimum is chunked(8) at 7.0 ms (30% saving)
+    table = {SEQ: 10.0, CH4: 8.0, CH8: 7.0, RING: 7.5}
+    chosen, chosen_ms, ranked = select(list(table.items()), baseline=SEQ)
+    assert chosen == CH8 and chosen_ms == 7.0
+    assert [s.plan for s in ranked] == [CH8, RING, CH4, SEQ]
+    assert ranked[0].reason == "chosen"
+    assert "slower than chunked(8)" in ranked[1].reason
+    assert "30.0% faster" in ranked[-1].reason
+
+
+def test_margin_keeps_sequential_unless_the_gain_is_clear():
+    table = {SEQ: 10.0, CH4: 9.8}  # 2% faster: inside the 3% default margin
+    chosen, chosen_ms, ranked = select(list(table.items()), baseline=SEQ)
+    assert chosen == SEQ and chosen_ms == 10.0
+    by_plan = {s.plan: s.reason for s in ranked}
+    assert "within the 3% margin" in by_plan[CH4]
+    assert "no plan beats sequential" in by_plan[SEQ]
+    chosen, _, _ = select(list(table.items()), baseline=SEQ, margin=0.01)
+    assert chosen == CH4
+    chosen, _, _ = select([(SEQ, 10.0), (CH4, 9.7)], baseline=SEQ)  # exactly the margin is not enough
+    assert chosen == SEQ
+    chosen, _, _ = select([(SEQ, 10.0), (CH4, 9.69)], baseline=SEQ)
+    assert chosen == CH4
+
+
+def test_everything_slower_than_sequential_keeps_sequential():
+    chosen, _, ranked = select([(SEQ, 5.0), (CH4, 6.0), (RING, 5.5)], baseline=SEQ)
+    assert chosen == SEQ and ranked[0].plan == SEQ and ranked[0].reason == "chosen"
+    assert "10.0% slower than sequential" in ranked[1].reason
+
+
+def test_ties_prefer_the_simpler_plan():
+    chosen, _, ranked = select([(SEQ, 10.0), (CH8, 5.0), (CH4, 5.0), (RING, 5.0)], baseline=SEQ)
+    assert chosen == CH4
+    assert [s.plan for s in ranked[:3]] == [CH4, CH8, RING]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 0.0, -1.0])
+def test_bad_predictions_are_refused_naming_the_plan(bad):
+    with pytest.raises(ValueError, match=r"chunked\(4\)"):
+        select([(SEQ, 1.0), (CH4, bad)], baseline=SEQ)
+
+
+def test_baseline_must_be_priced_and_margin_checked():
+    with pytest.raises(ValueError, match="baseline"):
+        select([(CH4, 1.0)], baseline=SEQ)
+    with pytest.raises(ValueError, match="margin"):
+        select([(SEQ, 1.0)], baseline=SEQ, margin=1.5)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_search_never_chooses_a_plan_not_clearly_faster_than_sequential(seed):
+    rng = random.Random(seed)
+    site = Site(kind=rng.choice(["ag_mm", "mm_rs", "mm_ar"]), m=4096, k=2048, n=1024, world=4)
+    space = enumerate_plans(site, FACTS)
+    costs = {plan: rng.uniform(0.5, 2.0) for plan in space.candidates}
+    result = price_space(space, lambda s, p: costs[p])
+    best_ms = min(costs.values())
+    seq_ms = costs[space.baseline]
+    assert result.sequential_ms == seq_ms
+    if result.chosen != space.baseline:
+        assert result.chosen_ms == best_ms < seq_ms * (1 - DEFAULT_MARGIN)
+    else:
+        assert best_ms >= seq_ms * (1 - DEFAULT_MARGIN)
+    assert [s.predicted_ms for s in result.ranked] == sorted(costs.values())
+    assert len(result.ranked) == len(space.candidates)
+    assert all(s.reason for s in result.ranked)
+    assert result.top(3) == tuple(s.plan for s in result.ranked[:3])
+    assert result.speedup >= 1.0
+
+
+def test_search_sites_prices_each_distinct_key_once():
+    catalog = pytest.importorskip("hocket.hardware.catalog")
+    cluster = catalog.load_preset("h100x8")
+    calls: list[tuple[str, Plan]] = []
+
+    def cost(site: Site, plan: Plan) -> float:
+        calls.append((site.key, plan))
+        return 1.0 if plan.strategy == "sequential" else 1.0 + plan.chunks / 100
+
+    qkv = Site(kind="ag_mm", m=4096, k=1024, n=3072, world=4, name="layers.0.qkv")
+    sites = [qkv, Site(kind="ag_mm", m=4096, k=1024, n=3072, world=4, name="layers.1.qkv", count=3),
+             Site(kind="mm_rs", m=4096, k=1024, n=1024, world=4)]
+    results = search_sites(sites, cluster, cost_fn=cost)
+    assert set(results) == {sites[0].key, sites[2].key}
+    per_key = {key: sum(1 for k, _ in calls if k == key) for key in results}
+    for key, result in results.items():
+        assert per_key[key] == len(result.ranked)
+        assert result.chosen == Plan()

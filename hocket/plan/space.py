@@ -190,17 +190,18 @@ def chunk_options(rows: int, max_chunks: int = 64) -> tuple[int, ...]:
 def split_rows(site: Site, strategy: str) -> int:
     """Rows of the dimension ``strategy`` cuts into ``chunks`` pieces.
 
-    Pipelines over a sharded operand cut each rank's shard (``m / world`` rows);
-    a chunked all-reduce cuts the whole ``m``.
+    Pipelines over a row-sharded operand cut each rank's shard (``m / world`` rows);
+    a chunked all-reduce, and sites that shard the last dim (``Site.dim == -1``: K
+    gathered, N scattered), cut the whole ``m``.
     """
-    if site.kind == "mm_ar" and strategy != "substituted":
+    if (site.kind == "mm_ar" and strategy != "substituted") or site.dim == -1:
         return site.m
     return max(1, site.m // site.world)
 
 
 def gemm_rows(site: Site, strategy: str, chunks: int) -> int:
-    """Rows of each GEMM the plan issues (ring steps multiply one shard piece)."""
-    if strategy in ("ring", "bidir_ring"):
+    """Rows of each GEMM the plan issues (ring steps over row shards multiply one shard piece)."""
+    if strategy in ("ring", "bidir_ring") and site.dim != -1:
         return site.m // (site.world * chunks)
     if strategy == "tile_fused":
         return site.m

@@ -248,3 +248,10 @@ def test_mixed_vendors_plan_only_host_staged():
 def test_group_larger_than_cluster_is_refused():
     with pytest.raises(ValueError, match="world"):
         group_facts(_site(world=8), _cluster())
+
+
+def test_last_dim_sharding_splits_all_rows():
+    site = Site(kind="ag_mm", m=512, k=8 * 256, n=1024, world=8, dim=-1)  # K gathered, m local rows
+    assert split_rows(site, "ring") == 512 and gemm_rows(site, "ring", 4) == 128
+    space = enumerate_plans(site, GPU_NODE)
+    assert max(p.chunks for p in space.candidates if p.strategy == "ring") == 32

@@ -1,0 +1,160 @@
+"""Measured autotune on the live group: time the top-k predicted plans plus sequential.
+
+Every rank of the group calls :func:`autotune` with the same site. Group rank 0 reads
+the on-disk cache and sends every rank the decision (a hit) or the list of candidates
+to time (a miss), so all ranks time the same plans in the same order. Each timing is
+the maximum across ranks (``hocket.bench.timer``); rank 0 then picks the winner with
+the same rule as prediction (:func:`hocket.plan.search.select`: it must beat measured
+sequential by more than the margin), broadcasts it, and writes the cache. Messages are
+JSON in a uint8 tensor: nothing is pickled.
+
+Autotuning is off unless switched on: the API argument wins, else ``HOCKET_AUTOTUNE``
+(see :func:`autotune_enabled`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hocket.plan.cache import PlanCache
+from hocket.plan.plan import Plan
+from hocket.plan.search import DEFAULT_MARGIN, SearchResult, select
+from hocket.site import Site
+
+RunnerFactory = Callable[[Plan], Callable[[], object]]
+"""Given a plan, a no-argument callable that runs the operator once with it (on every rank)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutotuneConfig:
+    """How much to measure."""
+
+    top_k: int = 4
+    """predicted-best candidates timed besides sequential."""
+    warmup: int = 1
+    iters: int = 6
+    rounds: int = 2
+    """interleaved rounds (machine drift spreads over all candidates)."""
+    margin: float = DEFAULT_MARGIN
+    """measured saving over sequential a plan needs to be chosen."""
+
+    def __post_init__(self) -> None:
+        for name, low in (("top_k", 1), ("warmup", 0), ("iters", 1), ("rounds", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"AutotuneConfig.{name}={value!r} must be an int >= {low}")
+        if not 0.0 <= self.margin < 1.0:
+            raise ValueError(f"AutotuneConfig.margin={self.margin!r} must be a fraction in [0, 1), e.g. 0.03")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutotuneResult:
+    """The decision for one site on the live group."""
+
+    site_key: str
+    chosen: Plan
+    source: str
+    """``autotune`` (measured now) or ``cache`` (decided by an earlier run)."""
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    """median ms per timed plan (plan JSON -> ms), max across ranks."""
+
+
+def autotune_enabled(switch: bool | None = None) -> bool:
+    """Whether to autotune: the API ``switch`` if given, else ``HOCKET_AUTOTUNE``, else off."""
+    if switch is not None:
+        if not isinstance(switch, bool):
+            raise TypeError(f"autotune={switch!r} must be True, False or None (None: follow HOCKET_AUTOTUNE)")
+        return switch
+    from hocket.env import autotune_env
+
+    return bool(autotune_env())
+
+
+def plans_to_time(result: SearchResult, top_k: int) -> tuple[Plan, ...]:
+    """Sequential first, then the ``top_k`` best-predicted other plans."""
+    others = [s.plan for s in result.ranked if s.plan != result.sequential][:top_k]
+    return (result.sequential, *others)
+
+
+# -- messages between ranks ------------------------------------------------------------
+
+def _is_distributed(group) -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1
+
+
+def _group_rank(group) -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank(group) if _is_distributed(group) else 0
+
+
+def broadcast_json(payload: object, *, group=None, device="cpu") -> object:
+    """Group rank 0's ``payload`` (JSON-able) on every rank; others pass anything (ignored)."""
+    if not _is_distributed(group):
+        return payload
+    import torch
+    import torch.distributed as dist
+
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    device = torch.device(device)
+    if dist.get_rank(group) == 0:
+        data = json.dumps(payload, sort_keys=True).encode()
+        size = torch.tensor([len(data)], dtype=torch.int64, device=device)
+    else:
+        data = b""
+        size = torch.zeros(1, dtype=torch.int64, device=device)
+    dist.broadcast(size, src=src, group=group)
+    buffer = torch.zeros(int(size.item()), dtype=torch.uint8, device=device)
+    if data:
+        buffer.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    dist.broadcast(buffer, src=src, group=group)
+    return json.loads(buffer.cpu().numpy().tobytes().decode())
+
+
+# -- the autotuner ----------------------------------------------------------------------
+
+def autotune(site: Site, candidates: Sequence[Plan], make_runner: RunnerFactory, *, group=None,
+             device="cpu", config: AutotuneConfig | None = None, cache: PlanCache | None = None,
+             cache_key: str | None = None) -> AutotuneResult:
+    """Measure ``candidates`` (``candidates[0]`` is the sequential baseline) on ``group``.
+
+    Collective: every rank of ``group`` must call it with the same site. ``cache_key``
+    (default ``site.key``; pass the bucketed site's key when shapes are bucketed) names
+    the decision in ``cache``.
+    """
+    from hocket.bench.timer import TimingConfig, time_interleaved
+
+    config = config or AutotuneConfig()
+    key = cache_key or site.key
+    if not candidates:
+        raise ValueError("candidates is empty; give at least the sequential baseline (candidates[0])")
+    is_root = _group_rank(group) == 0
+    message = None
+    if is_root:
+        hit = cache.get(key) if cache is not None else None
+        if hit is not None:
+            message = {"cached": hit.plan.to_dict(), "timings_ms": dict(hit.timings_ms)}
+        else:
+            message = {"candidates": [p.to_dict() for p in dict.fromkeys(candidates)]}
+    message = broadcast_json(message, group=group, device=device)
+    if "cached" in message:
+        return AutotuneResult(site_key=key, chosen=Plan.from_dict(message["cached"]), source="cache",
+                              timings_ms=message["timings_ms"])
+    plans = [Plan.from_dict(d) for d in message["candidates"]]
+    runners = {plan.to_json(): make_runner(plan) for plan in plans}
+    summaries = time_interleaved(runners, config=TimingConfig(warmup=config.warmup, iters=config.iters),
+                                 rounds=config.rounds, group=group, device=device)
+    timings = {name: summary.median_ms for name, summary in summaries.items()}
+    decision = None
+    if is_root:
+        priced = [(plan, max(timings[plan.to_json()], 1e-9)) for plan in plans]
+        chosen, _, _ = select(priced, baseline=plans[0], margin=config.margin)
+        decision = chosen.to_dict()
+    chosen = Plan.from_dict(broadcast_json(decision, group=group, device=device))
+    if is_root and cache is not None:
+        cache.put(key, chosen, source="autotune", timings_ms=timings)
+    return AutotuneResult(site_key=key, chosen=chosen, source="autotune", timings_ms=timings)

@@ -1,0 +1,100 @@
+"""Measured autotune on real gloo ranks: rank 0 decides, every rank agrees, the cache is reused."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+
+import torch.distributed as dist
+
+from hocket.plan.autotune import AutotuneConfig, autotune
+from hocket.plan.cache import CacheEnvironment, PlanCache
+from hocket.plan.plan import Plan
+from hocket.site import Site
+
+ENV = CacheEnvironment(fingerprint="dist-test", hocket_version="0", torch_version="0")
+SEQ = Plan()
+FAST = Plan(strategy="chunked", chunks=4)
+SLOW = Plan(strategy="chunked", chunks=8)
+QUICK = AutotuneConfig(warmup=1, iters=3, rounds=1)
+
+
+def _site(m: int) -> Site:
+    return Site(kind="ag_mm", m=m, k=64, n=32, world=dist.get_world_size())
+
+
+class _Runners:
+    """Runner factory whose plans take set times; counts how often each plan ran."""
+
+    def __init__(self, sleep_ms: dict[Plan, float]) -> None:
+        self.sleep_ms = sleep_ms
+        self.calls: dict[str, int] = {}
+
+    def __call__(self, plan: Plan):
+        def run() -> None:
+            self.calls[plan.describe()] = self.calls.get(plan.describe(), 0) + 1
+            time.sleep(self.sleep_ms[plan] / 1e3)
+        return run
+
+
+def tune_and_reuse(cache_path: str, m: int) -> tuple[dict, dict, dict, dict]:
+    cache = PlanCache(ENV, cache_path)
+    # the slowest rank decides a plan's time: on rank 1, FAST is slow
+    fast_ms = 2.0 if dist.get_rank() != 1 else 80.0
+    runners = _Runners({SEQ: 40.0, FAST: fast_ms, SLOW: 60.0})
+    first = autotune(_site(m), [SEQ, FAST, SLOW], runners, config=QUICK, cache=cache)
+    again = _Runners({SEQ: 1.0, FAST: 1.0, SLOW: 1.0})
+    second = autotune(_site(m), [SEQ, FAST, SLOW], again, config=QUICK, cache=PlanCache(ENV, cache_path))
+    return ({"chosen": first.chosen.to_json(), "source": first.source, "timings": first.timings_ms},
+            runners.calls, {"chosen": second.chosen.to_json(), "source": second.source}, again.calls)
+
+
+def test_slowest_rank_counts_rank0_decides_and_the_cache_is_reused(pool, tmp_path):
+    path = tmp_path / "plans.json"
+    results = pool.run(tune_and_reuse, str(path), 64 * pool.world_size)
+    firsts = [r[0] for r in results]
+    assert all(f == firsts[0] for f in firsts)  # identical decisions and timings on every rank
+    assert firsts[0]["source"] == "autotune"
+    # rank 1 makes FAST the slowest (80 ms > 40 ms sequential): sequential wins
+    assert Plan.from_json(firsts[0]["chosen"]) == SEQ
+    timings = firsts[0]["timings"]
+    assert timings[FAST.to_json()] >= 80.0 and timings[SEQ.to_json()] >= 40.0
+    for calls in (r[1] for r in results):
+        assert calls == {SEQ.describe(): 4, FAST.describe(): 4, SLOW.describe(): 4}
+    for second, calls in ((r[2], r[3]) for r in results):
+        assert second == {"chosen": firsts[0]["chosen"], "source": "cache"} and calls == {}
+    cached = PlanCache(ENV, path).get(Site(kind="ag_mm", m=64 * pool.world_size, k=64, n=32,
+                                           world=pool.world_size).key)
+    assert cached is not None and cached.source == "autotune" and cached.plan == SEQ
+
+
+def tune_clear_winner(cache_path: str) -> str:
+    runners = _Runners({SEQ: 40.0, FAST: 2.0, SLOW: 60.0})
+    return autotune(_site(128), [SEQ, SLOW, FAST], runners, config=QUICK,
+                    cache=PlanCache(ENV, cache_path)).chosen.to_json()
+
+
+def test_a_clearly_faster_plan_wins(pool2, tmp_path):
+    chosen = pool2.run(tune_clear_winner, str(tmp_path / "plans.json"))
+    assert chosen == [FAST.to_json()] * 2
+
+
+def follow_rank0_cache(base: str) -> tuple[str, str, dict]:
+    # every rank has its own cache file; only rank 0's holds a decision
+    cache = PlanCache(ENV, Path(base) / f"rank{dist.get_rank()}.json")
+    site = _site(256)
+    if dist.get_rank() == 0:
+        cache.put(site.key, SLOW, source="autotune", timings_ms={SLOW.to_json(): 1.0})
+    elif dist.get_rank() == 1:
+        cache.put(site.key, FAST, source="autotune")
+    runners = _Runners({SEQ: 1.0, FAST: 1.0, SLOW: 1.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = autotune(site, [SEQ, FAST], runners, config=QUICK, cache=cache)
+    return result.chosen.to_json(), result.source, runners.calls
+
+
+def test_every_rank_follows_rank0s_cache(pool, tmp_path):
+    results = pool.run(follow_rank0_cache, str(tmp_path))
+    assert results == [(SLOW.to_json(), "cache", {})] * pool.world_size

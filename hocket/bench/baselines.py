@@ -20,6 +20,8 @@ import torch.distributed as dist
 
 from hocket.bench.workload import check_divisible, torch_dtype
 from hocket.site import Site
+from hocket.transport.group import resolve_group
+from hocket.transport.torch_dist import TorchDistTransport
 
 
 def _random(*shape: int, dtype: torch.dtype, device, seed: int) -> torch.Tensor:
@@ -40,30 +42,22 @@ def compute_alone(site: Site, *, device: torch.device | str = "cpu", seed: int =
     return run
 
 
-def _all_gather(output: torch.Tensor, shard: torch.Tensor, group) -> None:
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    gather(output, shard, group=group)
-
-
-def _reduce_scatter(output: torch.Tensor, full: torch.Tensor, group) -> None:
-    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    scatter(output, full, op=dist.ReduceOp.SUM, group=group)
-
-
 def comm_alone(site: Site, *, group=None, device: torch.device | str = "cpu", seed: int = 0) -> Callable[[], object]:
     """The site's collective alone on the same bytes (every rank of ``group`` must call the result)."""
     check_divisible(site)
-    world = dist.get_world_size(group)
-    if world != site.world:
-        raise ValueError(f"site.world={site.world} but the process group has {world} ranks; measure on a matching group")
+    handle = resolve_group(dist.group.WORLD if group is None else group)
+    if handle.world != site.world:
+        raise ValueError(f"site.world={site.world} but the process group has {handle.world} ranks; "
+                         "measure on a matching group")
+    transport = TorchDistTransport(handle)
     dtype = torch_dtype(site)
-    rank_seed = seed + 7919 * dist.get_rank(group)
+    rank_seed = seed + 7919 * handle.rank
     if site.kind == "ag_mm":
-        shard = _random(site.m // world, site.k, dtype=dtype, device=device, seed=rank_seed)
+        shard = _random(site.m // handle.world, site.k, dtype=dtype, device=device, seed=rank_seed)
         gathered = torch.empty(site.m, site.k, dtype=dtype, device=device)
-        return lambda: _all_gather(gathered, shard, group)
+        return lambda: transport.all_gather(gathered, shard).wait()
     full = _random(site.m, site.n * site.num_b, dtype=dtype, device=device, seed=rank_seed)
     if site.kind == "mm_rs":
-        scattered = torch.empty(site.m // world, site.n * site.num_b, dtype=dtype, device=device)
-        return lambda: _reduce_scatter(scattered, full, group)
-    return lambda: dist.all_reduce(full, op=dist.ReduceOp.SUM, group=group)
+        scattered = torch.empty(site.m // handle.world, site.n * site.num_b, dtype=dtype, device=device)
+        return lambda: transport.reduce_scatter(scattered, full).wait()
+    return lambda: transport.all_reduce(full).wait()

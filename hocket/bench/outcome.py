@@ -15,7 +15,8 @@ class PlanOutcome:
     """One plan on one site: its correctness check and (when correct) its time."""
 
     plan: Plan
-    max_abs_error: float
+    max_error: float
+    """largest |result - reference| over ranks, divided by the reference's largest magnitude."""
     tolerance: float
     passed: bool
     timing: Summary | None = None

@@ -33,20 +33,16 @@ def package_version(name: str) -> str | None:
         return None
 
 
-def versions(hardware: dict | None = None) -> dict[str, str | None]:
+def versions() -> dict[str, str | None]:
     """torch, triton, NCCL, driver and hocket versions (None where absent)."""
-    import torch
+    from hocket.hardware.fingerprint import runtime_versions
 
-    nccl = None
-    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
-        raw = torch.cuda.nccl.version()
-        nccl = ".".join(str(part) for part in raw) if isinstance(raw, tuple) else str(raw)
-    driver = (hardware or {}).get("driver")
+    runtime = runtime_versions()
     return {
-        "torch": torch.__version__,
+        "torch": runtime["torch"],
         "triton": package_version("triton"),
-        "nccl": nccl,
-        "driver": None if driver is None else str(driver),
+        "nccl": runtime["nccl"],
+        "driver": runtime["driver"],
         "hocket": hocket.__version__,
     }
 
@@ -77,5 +73,5 @@ def command_line(argv: list[str] | None = None) -> str:
 
 def collect(*, command: str, hardware: dict, extra: dict | None = None) -> Provenance:
     """Gather provenance once (on rank 0) for a set of results lines."""
-    return Provenance(hardware=dict(hardware), environment=transport_environment(), versions=versions(hardware),
+    return Provenance(hardware=dict(hardware), environment=transport_environment(), versions=versions(),
                       git_hash=git_hash(), command=command, extra=dict(extra or {}))

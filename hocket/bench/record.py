@@ -10,7 +10,7 @@ only this. A line holds:
 * ``hardware`` (fingerprint), ``environment`` (transport-affecting variables),
   ``versions`` (torch, triton, nccl, driver, hocket), ``git_hash``, ``command``;
 * derived and descriptive fields: ``overlap_efficiency``, ``speedup``, ``metric``,
-  ``max_abs_error``, ``run`` (backend, threads per rank, ...), ``schema``.
+  ``max_error`` (relative to the reference's largest magnitude), ``run`` (backend, threads per rank, ...), ``schema``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class BenchRecord:
     versions: dict
     git_hash: str | None
     command: str
-    max_abs_error: float | None = None
+    max_error: float | None = None
     run: dict = field(default_factory=dict)
 
     @property
@@ -84,7 +84,7 @@ class BenchRecord:
             "overlap_efficiency": None if math.isnan(score.overlap_efficiency) else score.overlap_efficiency,
             "speedup": score.speedup,
             "metric": score.metric,
-            "max_abs_error": self.max_abs_error,
+            "max_error": self.max_error,
             "hardware": self.hardware,
             "environment": self.environment,
             "versions": self.versions,
@@ -118,14 +118,14 @@ class BenchRecord:
             raise ValueError(f"{where}: {exc}") from None
         return cls(site=site, plan=plan, timing=timing, baselines=base, hardware=data["hardware"],
                    environment=data["environment"], versions=data["versions"], git_hash=data["git_hash"],
-                   command=data["command"], max_abs_error=data.get("max_abs_error"), run=data.get("run", {}))
+                   command=data["command"], max_error=data.get("max_error"), run=data.get("run", {}))
 
 
 def make_record(*, site: Site, plan: Plan, timing: Summary, baselines: Baselines, provenance: Provenance,
-                max_abs_error: float | None = None) -> BenchRecord:
+                max_error: float | None = None) -> BenchRecord:
     return BenchRecord(site=site, plan=plan, timing=timing, baselines=baselines, hardware=provenance.hardware,
                        environment=provenance.environment, versions=provenance.versions,
-                       git_hash=provenance.git_hash, command=provenance.command, max_abs_error=max_abs_error,
+                       git_hash=provenance.git_hash, command=provenance.command, max_error=max_error,
                        run=provenance.extra)
 
 
@@ -138,7 +138,7 @@ def records_from_outcome(outcome: SiteOutcome, provenance: Provenance) -> list[B
                           compute_alone_ms=outcome.compute_alone.median_ms,
                           comm_alone_ms=outcome.comm_alone.median_ms)
     return [make_record(site=outcome.site, plan=p.plan, timing=p.timing, baselines=baselines,
-                        provenance=provenance, max_abs_error=p.max_abs_error)
+                        provenance=provenance, max_error=p.max_error)
             for p in outcome.plans if p.timing is not None]
 
 

@@ -36,7 +36,7 @@ def outcome_rows(outcome: SiteOutcome) -> list[tuple[str, ...]]:
             _ms(None if sequential is None else sequential.timing.median_ms),
             _ms(outcome.compute_alone.median_ms), _ms(outcome.comm_alone.median_ms),
             "—" if score is None or p.plan.strategy == "sequential" else score.label(),
-            f"{p.max_abs_error:.1e}", check,
+            f"{p.max_error:.1e}", check,
         ))
     return rows
 

@@ -22,12 +22,12 @@ def _outcome(*, failed_plan: bool = False) -> SiteOutcome:
     site = Site(kind=random.choice(["ag_mm", "mm_rs", "mm_ar"]), m=world * random.randint(8, 64),
                 k=random.randint(8, 128), n=random.randint(8, 128), dtype=random.choice(["float32", "bfloat16"]),
                 world=world)
-    plans = [PlanOutcome(plan=Plan(), max_abs_error=random.uniform(0, 1e-6), tolerance=1e-4, passed=True,
+    plans = [PlanOutcome(plan=Plan(), max_error=random.uniform(0, 1e-6), tolerance=1e-4, passed=True,
                          timing=_timing()),
              PlanOutcome(plan=Plan(strategy="chunked", chunks=random.randint(2, 8)),
-                         max_abs_error=random.uniform(0, 1e-6), tolerance=1e-4, passed=True, timing=_timing())]
+                         max_error=random.uniform(0, 1e-6), tolerance=1e-4, passed=True, timing=_timing())]
     if failed_plan:
-        plans.append(PlanOutcome(plan=Plan(strategy="ring"), max_abs_error=0.5, tolerance=1e-4, passed=False))
+        plans.append(PlanOutcome(plan=Plan(strategy="ring"), max_error=0.5, tolerance=1e-4, passed=False))
     return SiteOutcome(site=site, compute_alone=_timing(), comm_alone=_timing(), plans=tuple(plans))
 
 

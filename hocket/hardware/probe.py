@@ -184,7 +184,7 @@ def _peer_access(n: int) -> bool:
 
 def parse_topo_matrix(text: str, n: int) -> list[list[int]] | None:
     """NVLink counts per GPU pair from ``nvidia-smi topo -m`` output (0 = no NVLink)."""
-    rows = [line.split() for line in text.splitlines() if re.match(r"^\s*GPU\d+\s", line)]
+    rows = [line.split() for line in text.splitlines() if re.match(r"^GPU\d+\s", line)]
     if len(rows) < n:
         return None
     matrix = [[0] * n for _ in range(n)]

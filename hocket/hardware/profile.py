@@ -1,0 +1,265 @@
+"""Calibration profiles: measured points of one machine, JSON on disk, keyed by fingerprint.
+
+Where: ``<dir>/<fingerprint hash>.json`` with ``<dir>`` = ``--profile-dir`` or
+``hocket.env.cache_dir()/profiles``; ``HOCKET_PROFILE`` names one file explicitly.
+
+Byte conventions of the curves (match ``Site.comm_bytes``):
+
+* ``collectives["all_gather"]``: bytes of the gathered output per rank;
+* ``collectives["reduce_scatter"]``: bytes of the un-scattered input per rank;
+* ``collectives["all_reduce"]``: bytes of the reduced tensor;
+* ``collectives["all_to_all"]``: bytes one rank sends in total (to all peers);
+* ``p2p``: bytes one rank sends to its ring neighbour while receiving as many;
+* ``copy_engine``: bytes one rank copies to a peer device; ``host_link``: bytes one way
+  between device and pinned host memory.
+
+``contention`` is keyed by the cost model's transfer kinds (``sm_collective``,
+``copy_engine``, ``host_link``, ``cpu_collective``; extra kinds may be present).
+A corrupt, newer-versioned or foreign profile is reported with a warning naming the
+file and the reason, and ignored: never trusted, never unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from hocket.env import cache_dir, profile_path
+
+PROFILE_VERSION = 1
+AUTO = "auto"
+"""``load_profile(expected=AUTO)``: accept only a profile of this machine's fingerprint."""
+
+
+class ProfileWarning(UserWarning):
+    """A profile file was found but not used (corrupt, newer, or from another machine)."""
+
+
+class ProfileFormatError(ValueError):
+    """A profile's content does not follow the schema."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmPoint:
+    m: int
+    k: int
+    n: int
+    dtype: str
+    tflops: float
+    ms: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CurvePoint:
+    bytes: int
+    ms: float
+
+    @property
+    def gbps(self) -> float:
+        """Algorithm bandwidth: bytes / time, in GB/s."""
+        return self.bytes / (self.ms * 1e6)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContentionPoint:
+    gemm_slowdown: float
+    transfer_slowdown: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationProfile:
+    """What ``hocket calibrate`` measured on one machine (see the module docstring)."""
+
+    fingerprint: str
+    fingerprint_data: Mapping[str, Any] = field(default_factory=dict)
+    world_size: int = 1
+    backend: str = "gloo"
+    device_type: str = "cpu"
+    quick: bool = False
+    created: str = ""
+    gemm: tuple[GemmPoint, ...] = ()
+    collectives: Mapping[str, tuple[CurvePoint, ...]] = field(default_factory=dict)
+    p2p: tuple[CurvePoint, ...] = ()
+    copy_engine: tuple[CurvePoint, ...] = ()
+    host_link: tuple[CurvePoint, ...] = ()
+    contention: Mapping[str, ContentionPoint] = field(default_factory=dict)
+    version: int = PROFILE_VERSION
+
+    def to_dict(self) -> dict:
+        curve = lambda points: [[p.bytes, p.ms] for p in sorted(points, key=lambda p: (p.bytes, p.ms))]  # noqa: E731
+        return {
+            "version": self.version, "fingerprint": self.fingerprint, "fingerprint_data": dict(self.fingerprint_data),
+            "world_size": self.world_size, "backend": self.backend, "device_type": self.device_type,
+            "quick": self.quick, "created": self.created,
+            "gemm": [{"m": p.m, "k": p.k, "n": p.n, "dtype": p.dtype, "tflops": p.tflops, "ms": p.ms}
+                     for p in self.gemm],
+            "collectives": {op: curve(points) for op, points in sorted(self.collectives.items())},
+            "p2p": curve(self.p2p), "copy_engine": curve(self.copy_engine), "host_link": curve(self.host_link),
+            "contention": {kind: {"gemm_slowdown": c.gemm_slowdown, "transfer_slowdown": c.transfer_slowdown}
+                           for kind, c in sorted(self.contention.items())},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "CalibrationProfile":
+        """Parse and validate; raises ProfileFormatError saying what is wrong."""
+        if not isinstance(data, dict):
+            raise ProfileFormatError(f"the top level must be a JSON object, got {type(data).__name__}")
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known
+        if unknown:
+            raise ProfileFormatError(f"unknown fields {sorted(unknown)}")
+        version = data.get("version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ProfileFormatError(f"version={version!r} must be an int >= 1")
+        if version > PROFILE_VERSION:
+            raise ProfileFormatError(f"version {version} is newer than this hocket reads ({PROFILE_VERSION})")
+        fp = data.get("fingerprint")
+        if not isinstance(fp, str) or not fp:
+            raise ProfileFormatError("fingerprint must be a non-empty string")
+        gemm = tuple(_gemm_point(p, i) for i, p in enumerate(_list(data, "gemm")))
+        collectives_raw = data.get("collectives", {})
+        if not isinstance(collectives_raw, dict):
+            raise ProfileFormatError("collectives must be an object {op: [[bytes, ms], ...]}")
+        collectives = {str(op): _curve(points, f"collectives.{op}") for op, points in collectives_raw.items()}
+        contention_raw = data.get("contention", {})
+        if not isinstance(contention_raw, dict):
+            raise ProfileFormatError("contention must be an object {kind: {gemm_slowdown, transfer_slowdown}}")
+        contention = {str(kind): _contention(entry, kind) for kind, entry in contention_raw.items()}
+        world = data.get("world_size", 1)
+        if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+            raise ProfileFormatError(f"world_size={world!r} must be an int >= 1")
+        fp_data = data.get("fingerprint_data", {})
+        if not isinstance(fp_data, dict):
+            raise ProfileFormatError("fingerprint_data must be an object")
+        return cls(fingerprint=fp, fingerprint_data=fp_data, world_size=world,
+                   backend=str(data.get("backend", "gloo")), device_type=str(data.get("device_type", "cpu")),
+                   quick=bool(data.get("quick", False)), created=str(data.get("created", "")), gemm=gemm,
+                   collectives=collectives, p2p=_curve(data.get("p2p", []), "p2p"),
+                   copy_engine=_curve(data.get("copy_engine", []), "copy_engine"),
+                   host_link=_curve(data.get("host_link", []), "host_link"), contention=contention, version=version)
+
+
+def _list(data: dict, key: str) -> list:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise ProfileFormatError(f"{key} must be a list")
+    return value
+
+
+def _positive(value: Any, where: str, *, integer: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if not ok or (integer and not isinstance(value, int)):
+        raise ProfileFormatError(f"{where}={value!r} must be a positive {'int' if integer else 'number'}")
+    return value
+
+
+def _gemm_point(p: Any, i: int) -> GemmPoint:
+    if not isinstance(p, dict) or set(p) != {"m", "k", "n", "dtype", "tflops", "ms"}:
+        raise ProfileFormatError(f"gemm[{i}] must be an object with m, k, n, dtype, tflops, ms")
+    if not isinstance(p["dtype"], str):
+        raise ProfileFormatError(f"gemm[{i}].dtype must be a dtype name")
+    return GemmPoint(m=_positive(p["m"], f"gemm[{i}].m", integer=True), k=_positive(p["k"], f"gemm[{i}].k", integer=True),
+                     n=_positive(p["n"], f"gemm[{i}].n", integer=True), dtype=p["dtype"],
+                     tflops=_positive(p["tflops"], f"gemm[{i}].tflops"), ms=_positive(p["ms"], f"gemm[{i}].ms"))
+
+
+def _curve(points: Any, where: str) -> tuple[CurvePoint, ...]:
+    if not isinstance(points, list):
+        raise ProfileFormatError(f"{where} must be a list of [bytes, ms] pairs")
+    out = []
+    for i, point in enumerate(points):
+        if not isinstance(point, list) or len(point) != 2:
+            raise ProfileFormatError(f"{where}[{i}]={point!r} must be a [bytes, ms] pair")
+        out.append(CurvePoint(bytes=_positive(point[0], f"{where}[{i}].bytes", integer=True),
+                              ms=_positive(point[1], f"{where}[{i}].ms")))
+    return tuple(sorted(out, key=lambda p: p.bytes))
+
+
+def _contention(entry: Any, kind: str) -> ContentionPoint:
+    if not isinstance(entry, dict) or set(entry) != {"gemm_slowdown", "transfer_slowdown"}:
+        raise ProfileFormatError(f"contention.{kind} must be an object with gemm_slowdown and transfer_slowdown")
+    return ContentionPoint(gemm_slowdown=_positive(entry["gemm_slowdown"], f"contention.{kind}.gemm_slowdown"),
+                           transfer_slowdown=_positive(entry["transfer_slowdown"],
+                                                       f"contention.{kind}.transfer_slowdown"))
+
+
+# -- files ----------------------------------------------------------------------------
+def profile_dir(directory: str | Path | None = None) -> Path:
+    """``directory`` (the ``--profile-dir`` flag) or ``cache_dir()/profiles``."""
+    return Path(directory).expanduser() if directory is not None else cache_dir() / "profiles"
+
+
+def profile_file(fingerprint_hash: str, directory: str | Path | None = None) -> Path:
+    if not isinstance(fingerprint_hash, str) or not fingerprint_hash.isalnum():
+        raise ValueError(f"fingerprint_hash={fingerprint_hash!r} must be the short alphanumeric hash "
+                         f"from hocket.hardware.fingerprint()['hash']")
+    return profile_dir(directory) / f"{fingerprint_hash}.json"
+
+
+def save_profile(profile: CalibrationProfile, *, path: str | Path | None = None,
+                 directory: str | Path | None = None) -> Path:
+    """Write ``profile`` atomically to ``path`` or ``<dir>/<fingerprint>.json``; returns the path."""
+    target = Path(path).expanduser() if path is not None else profile_file(profile.fingerprint, directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(profile.to_json())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _this_machine_hash() -> str:
+    from hocket.hardware.fingerprint import fingerprint
+
+    return fingerprint()["hash"]
+
+
+def load_profile(path: str | Path | None = None, *, expected: str | None = AUTO,
+                 directory: str | Path | None = None) -> CalibrationProfile | None:
+    """The calibration profile to use, or None.
+
+    Which file: ``path``, else ``HOCKET_PROFILE``, else ``<dir>/<this machine's hash>.json``.
+    ``expected``: the fingerprint hash the profile must carry (``AUTO``: this machine's;
+    None: no check). A missing default file gives None quietly; an explicit file that is
+    missing, corrupt, newer or foreign gives a ``ProfileWarning`` naming the file and the
+    reason, and None.
+    """
+    want = _this_machine_hash() if expected == AUTO else expected
+    explicit = Path(path).expanduser() if path is not None else profile_path()
+    if explicit is None:
+        if want is None:
+            raise ValueError("load_profile(path=None, expected=None) has no file to read: give a path, "
+                             "set HOCKET_PROFILE, or let expected default to this machine's fingerprint")
+        target = profile_file(want, directory)
+        if not target.is_file():
+            return None
+    else:
+        target = explicit
+        if not target.is_file():
+            warnings.warn(f"calibration profile {target} does not exist; ignoring it", ProfileWarning, stacklevel=2)
+            return None
+    try:
+        data = json.loads(target.read_text())
+        profile = CalibrationProfile.from_dict(data)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ProfileFormatError) as exc:
+        warnings.warn(f"calibration profile {target} is corrupt and is ignored: {exc}", ProfileWarning, stacklevel=2)
+        return None
+    if want is not None and profile.fingerprint != want:
+        warnings.warn(f"calibration profile {target} is foreign and is ignored: it was measured on hardware with "
+                      f"fingerprint {profile.fingerprint}, this one is {want} (run `hocket calibrate` here)",
+                      ProfileWarning, stacklevel=2)
+        return None
+    return profile

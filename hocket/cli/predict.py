@@ -1,0 +1,151 @@
+"""`hocket predict`: predicted time of one site on a described cluster, every candidate plan and the best.
+
+Shapes are per rank in DESIGN.md's convention (m k n; m after the gather for ag_mm,
+before the scatter for mm_rs; k local for mm_rs and mm_ar). Nothing runs: the cost
+model prices each plan from the cluster preset (and a calibration profile if given).
+
+  hocket predict ag_mm --m 4096 --k 12288 --n 6144 --world 8 --dtype bf16 --cluster h800x8
+  hocket predict mm_rs --m 8192 --k 3584 --n 8192 --world 8 --cluster h200x8 --strategy chunked --chunks 4 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hocket.cli._ranks import positive_int
+
+KINDS = ("ag_mm", "mm_rs", "mm_ar")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "predict", help="predicted time of one site: sequential, every candidate plan, the best",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kind", choices=KINDS, help="all-gather+matmul, matmul+reduce-scatter or matmul+all-reduce")
+    parser.add_argument("--m", type=positive_int, required=True, help="rows (after the gather for ag_mm)")
+    parser.add_argument("--k", type=positive_int, required=True, help="inner dim (local k for mm_rs/mm_ar)")
+    parser.add_argument("--n", type=positive_int, required=True, help="columns of B (per rank)")
+    parser.add_argument("--world", type=positive_int, required=True, help="ranks in the group")
+    parser.add_argument("--dtype", default="bf16", help="bf16, fp16, fp32, fp8 (default bf16)")
+    parser.add_argument("--num-b", type=positive_int, default=1, help="B matrices sharing the gathered A (ag_mm)")
+    parser.add_argument("--first-rank", type=int, default=0,
+                        help="global rank of the group's first member (the group is contiguous)")
+    parser.add_argument("--cluster", required=True, help="cluster preset name or YAML path (see `--list-clusters`)")
+    parser.add_argument("--profile", default=None, help="calibration profile JSON of that cluster")
+    group = parser.add_argument_group("one plan to price (besides the candidates)")
+    group.add_argument("--strategy", default=None, help="sequential, bulk, chunked, ring, bidir_ring, tile_fused, "
+                                                        "substituted")
+    group.add_argument("--chunks", type=positive_int, default=None, help="pieces / ring sub-steps / flag groups")
+    group.add_argument("--transport", default=None, help="collective, p2p, copy_engine, host_staged")
+    group.add_argument("--order", default=None, help="natural, local_first, reverse")
+    group.add_argument("--comm-sms", type=positive_int, default=None, help="SMs an SM-driven transfer may use")
+    group.add_argument("--hierarchy", default=None, help="intra_first (groups spanning nodes)")
+    group.add_argument("--plan", default=None, help="a Plan as a JSON file path or inline JSON")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.set_defaults(func=run)
+
+
+def requested_plan(args):
+    """The plan named by --plan or the plan flags, or None when neither was given."""
+    from hocket.plan.plan import Plan
+
+    fields = {"strategy": args.strategy, "chunks": args.chunks, "transport": args.transport, "order": args.order,
+              "comm_sms": args.comm_sms, "hierarchy": args.hierarchy}
+    given = {k: v for k, v in fields.items() if v is not None}
+    if args.plan is not None:
+        if given:
+            raise ValueError(f"--plan was given together with {sorted('--' + k for k in given)}; use one or the other")
+        text = args.plan.strip()
+        if not text.startswith("{"):
+            path = Path(text)
+            if not path.is_file():
+                raise ValueError(f"--plan {args.plan!r} is neither inline JSON nor an existing file")
+            text = path.read_text()
+        return Plan.from_json(text)
+    return Plan(**given) if given else None
+
+
+def plan_label(plan) -> str:
+    """``Plan.describe()`` plus the fields it leaves out (hierarchy, SM budget)."""
+    label = plan.describe()
+    if plan.hierarchy:
+        label += f"/{plan.hierarchy}"
+    if plan.comm_sms is not None:
+        label += f"/sms={plan.comm_sms}"
+    return label
+
+
+def build(args) -> dict:
+    """Everything `hocket predict` reports, as plain data (the --json object)."""
+    from hocket.cost import candidate_plans, predict
+    from hocket.cost.calibration import calibration_view
+    from hocket.hardware import load_cluster
+    from hocket.site import Site
+
+    cluster = load_cluster(args.cluster)
+    if args.first_rank < 0 or args.first_rank + args.world > cluster.world_size:
+        raise ValueError(f"--first-rank {args.first_rank} with --world {args.world} does not fit cluster "
+                         f"{cluster.name!r} ({cluster.world_size} ranks); use a smaller group or a larger cluster")
+    ranks = tuple(range(args.first_rank, args.first_rank + args.world)) if args.first_rank else ()
+    site = Site(kind=args.kind, m=args.m, k=args.k, n=args.n, dtype=args.dtype, world=args.world,
+                num_b=args.num_b, ranks=ranks)
+    profile = None
+    if args.profile:
+        from hocket.hardware.profile import load_profile
+
+        profile = load_profile(args.profile, expected=None)
+    view = calibration_view(profile)
+    plans = candidate_plans(site, cluster)
+    requested = requested_plan(args)
+    rows = []
+    for plan in plans:
+        pred = predict(site, plan, cluster, view)
+        rows.append({"plan": plan.to_dict(), "label": plan_label(plan), **pred.to_dict()})
+    sequential = rows[0]
+    for row in rows:
+        row["speedup"] = sequential["total_ms"] / row["total_ms"] if row["total_ms"] > 0 else 1.0
+    best = min(rows, key=lambda r: r["total_ms"])
+    out = {
+        "site": site.to_dict(), "cluster": cluster.name, "profile": args.profile,
+        "sequential_ms": sequential["total_ms"], "sequential_plan": sequential["plan"],
+        "best_ms": best["total_ms"], "best_plan": best["plan"], "best_label": best["label"],
+        "candidates": rows,
+    }
+    if requested is not None:
+        pred = predict(site, requested, cluster, view)
+        out["requested"] = {"plan": requested.to_dict(), "label": plan_label(requested), **pred.to_dict(),
+                            "speedup": sequential["total_ms"] / pred.total_ms if pred.total_ms > 0 else 1.0}
+    return out
+
+
+def format_table(result: dict) -> str:
+    site = result["site"]
+    lines = [f"{site['kind']} m={site['m']} k={site['k']} n={site['n']} {site['dtype']} world={site['world']} "
+             f"on {result['cluster']}" + (f" (profile {result['profile']})" if result["profile"] else ""),
+             f"{'plan':<40} {'total_ms':>10} {'compute_ms':>11} {'comm_ms':>9} {'exposed_ms':>11} {'speedup':>8}"]
+    rows = list(result["candidates"])
+    if "requested" in result:
+        rows = [dict(result["requested"], label="requested: " + result["requested"]["label"])] + rows
+    for row in rows:
+        mark = " *" if row["plan"] == result["best_plan"] and not row["label"].startswith("requested") else ""
+        lines.append(f"{row['label'] + mark:<40} {row['total_ms']:>10.4f} {row['compute_ms']:>11.4f} "
+                     f"{row['comm_ms']:>9.4f} {row['exposed_comm_ms']:>11.4f} {row['speedup']:>8.3f}")
+    lines.append(f"sequential: {result['sequential_ms']:.4f} ms   best: {result['best_label']} "
+                 f"{result['best_ms']:.4f} ms ({result['sequential_ms'] / result['best_ms']:.3f}x)")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    try:
+        result = build(args)
+    except (ValueError, TypeError) as exc:
+        print(f"hocket predict: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        print(format_table(result))
+    return 0

@@ -1,0 +1,159 @@
+"""What the cost model reads from a calibration profile, in one place.
+
+A profile (``hocket.hardware.profile.CalibrationProfile``) holds measured points of the
+machine it was calibrated on: GEMM throughputs, bandwidth-vs-size curves per
+collective and transfer kind, and contention factors. The cost model never replaces its
+mechanisms by these points; it scales them: at each measured point it computes
+``measured / model`` and interpolates that ratio (in log space) at the query, so the
+model's structure (waves, algorithms, topology) is kept and its level is measured.
+
+A profile describes the cluster it was calibrated on: pass it only with that cluster.
+Points are read as mappings (``{"m":..,"tflops":..}``), objects with those attributes,
+or tuples in the documented order ``(m, k, n, dtype, tflops)`` / ``(bytes, ms)``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Callable, Mapping
+
+RATIO_LIMITS = (0.05, 20.0)
+"""Ratios outside this range are treated as measurement accidents and clipped."""
+NEAREST_GEMM_POINTS = 4
+
+_GEMM_FIELDS = ("m", "k", "n", "dtype", "tflops")
+_CURVE_FIELDS = ("bytes", "ms")
+
+
+def _field(point, name: str, position: int):
+    if isinstance(point, Mapping):
+        return point[name]
+    if isinstance(point, (tuple, list)):
+        return point[position]
+    return getattr(point, name)
+
+
+def _clip(ratio: float) -> float:
+    if not math.isfinite(ratio) or ratio <= 0:
+        return 1.0
+    return min(max(ratio, RATIO_LIMITS[0]), RATIO_LIMITS[1])
+
+
+class CalibrationView:
+    """Read-only accessors over one profile, with per-view memo tables.
+
+    Build one per prediction batch (``CalibrationView(profile)``); it caches ratios it
+    has computed, so pricing many plans of one site stays cheap. It holds no global state.
+    """
+
+    def __init__(self, profile) -> None:
+        self.profile = profile
+        gemm = getattr(profile, "gemm", None) or ()
+        self._gemm = []
+        for point in gemm:
+            m, k, n = (int(_field(point, f, i)) for i, f in enumerate(_GEMM_FIELDS[:3]))
+            dtype = str(_field(point, "dtype", 3))
+            tflops = float(_field(point, "tflops", 4))
+            if min(m, k, n) >= 1 and tflops > 0 and math.isfinite(tflops):
+                self._gemm.append((m, k, n, dtype, tflops))
+        self._memo: dict[tuple, float] = {}
+
+    # -- GEMM ---------------------------------------------------------------------
+    def gemm_ratio(self, *, m: int, k: int, n: int, dtype: str,
+                   model_ms: Callable[[int, int, int], float]) -> float:
+        """measured/model time ratio interpolated at (m, k, n); 1.0 without points."""
+        key = ("gemm", m, k, n, dtype)
+        if key in self._memo:
+            return self._memo[key]
+        points = [p for p in self._gemm if p[3] == dtype] or self._gemm
+        ratio = 1.0
+        if points:
+            q = (math.log2(m), math.log2(k), math.log2(n))
+            scored = []
+            for pm, pk, pn, _, tflops in points:
+                d2 = (math.log2(pm) - q[0]) ** 2 + (math.log2(pk) - q[1]) ** 2 + (math.log2(pn) - q[2]) ** 2
+                scored.append((d2, pm, pk, pn, tflops))
+            scored.sort()
+            log_sum = weight_sum = 0.0
+            for d2, pm, pk, pn, tflops in scored[:NEAREST_GEMM_POINTS]:
+                measured_ms = 2.0 * pm * pk * pn / (tflops * 1e9)
+                r = _clip(measured_ms / model_ms(pm, pk, pn))
+                if d2 == 0.0:
+                    log_sum, weight_sum = math.log(r), 1.0
+                    break
+                w = 1.0 / d2
+                log_sum += w * math.log(r)
+                weight_sum += w
+            ratio = _clip(math.exp(log_sum / weight_sum))
+        self._memo[key] = ratio
+        return ratio
+
+    # -- transfers ----------------------------------------------------------------
+    def curve(self, transfer: str) -> list[tuple[float, float]]:
+        """Measured (bytes, ms) points of a collective op name ("all_gather", ...) or of
+        "p2p", "copy_engine", "host_link"; [] when the profile has none."""
+        key = ("curve", transfer)
+        if key in self._memo:
+            return self._memo[key]  # type: ignore[return-value]
+        raw = None
+        if transfer in ("p2p", "copy_engine", "host_link"):
+            raw = getattr(self.profile, transfer, None)
+        else:
+            collectives = getattr(self.profile, "collectives", None) or {}
+            raw = collectives.get(transfer)
+        points = []
+        for point in raw or ():
+            nbytes, ms = float(_field(point, "bytes", 0)), float(_field(point, "ms", 1))
+            if nbytes > 0 and ms > 0 and math.isfinite(nbytes) and math.isfinite(ms):
+                points.append((nbytes, ms))
+        points.sort()
+        self._memo[key] = points  # type: ignore[assignment]
+        return points
+
+    def transfer_ratio(self, transfer: str, nbytes: float, model_ms: Callable[[float], float],
+                       context: tuple = ()) -> float:
+        """measured/model ratio of a transfer at ``nbytes``, linear in log(bytes) between
+        measured points and constant beyond them; 1.0 without a curve. ``context`` names
+        what else ``model_ms`` depends on (group, transport), for the memo table."""
+        points = self.curve(transfer)
+        if not points or nbytes <= 0:
+            return 1.0
+        key = ("ratio", transfer, float(nbytes), context)
+        if key in self._memo:
+            return self._memo[key]
+        logs = [math.log(b) for b, _ in points]
+        ratios = [math.log(_clip(ms / model_ms(b))) for b, ms in points]
+        x = math.log(nbytes)
+        i = bisect.bisect_left(logs, x)
+        if i <= 0:
+            value = ratios[0]
+        elif i >= len(logs):
+            value = ratios[-1]
+        else:
+            x0, x1 = logs[i - 1], logs[i]
+            t = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
+            value = ratios[i - 1] + t * (ratios[i] - ratios[i - 1])
+        ratio = _clip(math.exp(value))
+        self._memo[key] = ratio
+        return ratio
+
+    # -- contention -----------------------------------------------------------------
+    def contention(self, transfer_kind: str) -> tuple[float, float] | None:
+        """Measured (gemm_slowdown, transfer_slowdown) beside each other, or None."""
+        table = getattr(self.profile, "contention", None) or {}
+        entry = table.get(transfer_kind)
+        if not entry:
+            return None
+        gemm = float(_field(entry, "gemm_slowdown", 0))
+        transfer = float(_field(entry, "transfer_slowdown", 1))
+        if not (math.isfinite(gemm) and math.isfinite(transfer)):
+            return None
+        return max(1.0, gemm), max(1.0, transfer)
+
+
+def calibration_view(profile) -> CalibrationView | None:
+    """A view over ``profile`` (None stays None; a view is passed through)."""
+    if profile is None or isinstance(profile, CalibrationView):
+        return profile
+    return CalibrationView(profile)

@@ -1,0 +1,334 @@
+"""Communication time: alpha-beta per algorithm, on the group's topology, per backend.
+
+Every transfer is priced as ``calls * call_overhead + steps * step_latency +
+bytes_on_the_bottleneck / (bandwidth * efficiency)``, where the algorithm decides the
+steps and the bytes, and the topology decides the bandwidth:
+
+* **one island** (devices on one intra-node fabric): ``switch`` (NVSwitch) gives every
+  rank its full per-device link; ``mesh`` (xGMI) gives one link per pair, so direct
+  algorithms use ``ranks - 1`` links at once; ``pcie`` and ``shm`` behave like a switch
+  with the (slower) per-device link.
+* **across nodes**: NCCL-style rings run one ring per NIC, so a flat ring's bandwidth is
+  ``min(intra * r / (r - 1), nic * min(nics, r))`` for ``r`` group ranks per node; the
+  ``intra_first`` hierarchy runs intra-node and inter-node phases one after the other
+  (fewer latency steps, more phases). All-reduce may use a tree across nodes (latency
+  ``log2`` of the node count); the backend picks the faster, as NCCL does.
+
+Backends (``backend_of``): ``nccl`` (GPUs; SM-driven collectives and P2P; RCCL/HCCL
+priced alike) and ``gloo`` (CPU ranks), whose reduce-scatter is an all-reduce followed by
+taking a chunk (twice the bytes) and whose P2P sends and receives are separate,
+uncoalesced calls. Transports: ``collective`` and ``p2p`` run on the ``link`` resource
+(SM-driven on GPUs), ``copy_engine`` pushes through symmetric memory on the
+``copy_engine`` resource, ``host_staged`` copies device -> pinned host -> device over each
+device's host link (PCIe) on the ``host`` resource, across nodes through the network.
+
+A calibration profile scales the result by measured/model ratios of the same transfer
+(see ``calibration.py``); the default efficiencies below are datasheet fractions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from hocket.cost.calibration import CalibrationView
+
+COLLECTIVE_OPS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast")
+
+LINK_EFFICIENCY = {"sm_collective": 0.75, "copy_engine": 0.85, "host_link": 0.85, "cpu_collective": 0.5}
+"""Achievable fraction of the datasheet link rate per transfer kind (NCCL ring on NVLink
+reaches ~0.75-0.8 of the per-direction rate at large sizes; copy engines ~0.85; gloo over
+local sockets about half of a shared-memory copy)."""
+CALL_OVERHEAD_US = {"sm_collective": 10.0, "copy_engine": 5.0, "host_link": 15.0, "cpu_collective": 40.0}
+"""Per call: kernel/collective launch and the first handshake (gloo: socket round trip)."""
+STEP_OVERHEAD_US = {"sm_collective": 1.0, "copy_engine": 1.0, "host_link": 2.0, "cpu_collective": 5.0}
+"""Per algorithm step on top of the link latency (flag/handshake between neighbours)."""
+COPY_ISSUE_US = 1.5
+"""Issuing one more peer copy of a one-shot copy-engine collective (the copies then run concurrently)."""
+HOST_REDUCE_GBPS = 40.0
+"""Host-side summation rate for reductions on the host-staged path (read p buffers, write one)."""
+
+TRANSFER_RESOURCE = {"sm_collective": "link", "copy_engine": "copy_engine", "host_link": "host",
+                     "cpu_collective": "link"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transfer:
+    """One priced transfer: its solo time and what it runs on."""
+
+    ms: float
+    kind: str
+    """contention class: sm_collective | copy_engine | host_link | cpu_collective."""
+    resource: str
+    """link | copy_engine | host (the in-order queue it occupies)."""
+    algorithm: str
+    egress_bytes: float
+    """bytes each rank sends (drives memory and power contention)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupTopology:
+    """The facts about a group that pricing needs (computed once per prediction)."""
+
+    ranks: tuple[int, ...]
+    backend: str
+    nodes: int
+    ranks_per_node: int
+    fabric: str | None
+    """the group's intra-node fabric when all its ranks share one island, else None."""
+    intra_gbps: float | None
+    """per-device intra-node link rate (None when every rank is on its own node)."""
+    intra_latency_us: float
+    nic_gbps: float | None
+    nics_per_node: int
+    nic_latency_us: float
+    ring_gbps: float
+    ring_latency_us: float
+    host_gbps: float | None
+    host_latency_us: float
+
+    @property
+    def world(self) -> int:
+        return len(self.ranks)
+
+
+def backend_of(cluster, ranks) -> str:
+    """``gloo`` when any rank is a CPU, else ``nccl``."""
+    return "gloo" if any(cluster.device(r).is_cpu for r in _representatives(cluster, ranks)) else "nccl"
+
+
+def _representatives(cluster, ranks):
+    """A few ranks that stand for the group's device kinds (first and last of each node run)."""
+    ranks = tuple(ranks)
+    if len(ranks) <= 64:
+        return ranks
+    seen, last_node = [], None
+    for r in ranks:
+        node = cluster.node_of(r)
+        if node != last_node:
+            seen.append(r)
+            last_node = node
+    seen.append(ranks[-1])
+    return tuple(dict.fromkeys(seen))
+
+
+def group_topology(cluster, ranks) -> GroupTopology:
+    ranks = tuple(ranks)
+    if not ranks:
+        raise ValueError("a communication group needs at least one rank")
+    per_node: dict[int, list[int]] = {}
+    for r in ranks:
+        per_node.setdefault(cluster.node_of(r), []).append(r)
+    nodes = len(per_node)
+    rpn = max(len(v) for v in per_node.values())
+    intra_gbps, intra_lat, fabric = None, 0.0, None
+    members = next(iter(v for v in per_node.values() if len(v) == rpn))
+    if rpn > 1:
+        link = cluster.bottleneck_link(members)
+        intra_gbps, intra_lat = link.gbps_per_direction, link.latency_us
+        node = cluster.node(cluster.node_of(members[0]))
+        locals_ = [cluster.local_rank(r) for r in members]
+        islands = {node.island_of(x) for x in locals_}
+        if len(islands) == 1:
+            fabric = node.islands[islands.pop()].fabric
+    nic_gbps, nics, nic_lat = None, 1, 0.0
+    if nodes > 1:
+        for node_index in per_node:
+            node = cluster.node(node_index)
+            if node.nic is not None and (nic_gbps is None or node.nic.gbps_per_direction < nic_gbps):
+                nic_gbps, nic_lat, nics = node.nic.gbps_per_direction, node.nic.latency_us, max(1, node.nics)
+    if nodes == 1:
+        ring_gbps = intra_gbps if intra_gbps is not None else math.inf
+        if fabric == "mesh":
+            ring_gbps = intra_gbps * (rpn - 1)
+        ring_lat = intra_lat
+    else:
+        off_node = nic_gbps * min(nics, rpn)
+        on_node = intra_gbps * rpn / (rpn - 1) if intra_gbps else math.inf
+        ring_gbps, ring_lat = min(off_node, on_node), max(nic_lat, intra_lat)
+    host = cluster.host_link(ranks[0])
+    return GroupTopology(
+        ranks=ranks, backend=backend_of(cluster, ranks), nodes=nodes, ranks_per_node=rpn, fabric=fabric,
+        intra_gbps=intra_gbps, intra_latency_us=intra_lat, nic_gbps=nic_gbps, nics_per_node=nics,
+        nic_latency_us=nic_lat, ring_gbps=ring_gbps, ring_latency_us=ring_lat,
+        host_gbps=host.gbps_per_direction if host else None, host_latency_us=host.latency_us if host else 0.0)
+
+
+def transfer_kind(topo: GroupTopology, transport: str) -> str:
+    if transport == "copy_engine":
+        return "copy_engine"
+    if transport == "host_staged":
+        return "host_link"
+    return "cpu_collective" if topo.backend == "gloo" else "sm_collective"
+
+
+def _time_ms(kind: str, *, calls: int, steps: float, latency_us: float, nbytes: float, gbps: float) -> float:
+    bandwidth = gbps * LINK_EFFICIENCY[kind] * 1e6  # bytes per ms
+    overhead_us = calls * CALL_OVERHEAD_US[kind] + steps * (latency_us + STEP_OVERHEAD_US[kind])
+    return overhead_us / 1e3 + (nbytes / bandwidth if nbytes > 0 else 0.0)
+
+
+# -- collectives ------------------------------------------------------------------------------
+def _ring_phase(op: str, nbytes: float, p: int, gbps: float, latency_us: float, kind: str) -> float:
+    """Alpha-beta ring time of one op over ``p`` ranks, without the call overhead."""
+    if p <= 1:
+        return 0.0
+    frac = (p - 1) / p
+    if op in ("all_gather", "reduce_scatter", "broadcast"):
+        steps, moved = p - 1, frac * nbytes
+    elif op == "all_reduce":
+        steps, moved = 2 * (p - 1), 2 * frac * nbytes
+    else:  # all_to_all: every rank sends (p-1)/p of its buffer, pairwise
+        steps, moved = p - 1, frac * nbytes
+    return _time_ms(kind, calls=0, steps=steps, latency_us=latency_us, nbytes=moved, gbps=gbps)
+
+
+def _nccl_collective(op: str, nbytes: float, topo: GroupTopology, kind: str, hierarchy: str | None) -> tuple[float, str]:
+    p, q, r = topo.world, topo.nodes, topo.ranks_per_node
+    call = CALL_OVERHEAD_US[kind] / 1e3
+    if op == "all_to_all" and topo.fabric == "mesh":
+        ring = _time_ms(kind, calls=0, steps=1, latency_us=topo.intra_latency_us,
+                        nbytes=nbytes / p, gbps=topo.intra_gbps)  # one direct message per peer link, all at once
+        return call + ring, "direct"
+    if topo.fabric == "mesh" and op in ("all_gather", "reduce_scatter"):
+        direct = _time_ms(kind, calls=0, steps=1, latency_us=topo.intra_latency_us, nbytes=nbytes / p,
+                          gbps=topo.intra_gbps)
+        return call + direct, "direct"
+    best = (call + _ring_phase(op, nbytes, p, topo.ring_gbps, topo.ring_latency_us, kind), "ring")
+    if q > 1 and hierarchy == "intra_first" and r > 1:
+        intra = lambda o, b: _ring_phase(o, b, r, topo.intra_gbps, topo.intra_latency_us, kind)  # noqa: E731
+        inter = lambda o, b: _ring_phase(o, b, q, topo.nic_gbps * min(topo.nics_per_node, r) / r,  # noqa: E731
+                                         topo.nic_latency_us, kind)
+        if op == "all_reduce":
+            t = intra("reduce_scatter", nbytes) + inter("all_reduce", nbytes / r) + intra("all_gather", nbytes)
+        elif op == "all_gather":
+            t = inter("all_gather", nbytes / r) + intra("all_gather", nbytes)
+        elif op == "reduce_scatter":
+            t = intra("reduce_scatter", nbytes) + inter("reduce_scatter", nbytes / r)
+        else:
+            t = intra(op, nbytes) + inter(op, nbytes)
+        return 3 * call + t, "hierarchical"
+    if op == "all_reduce" and q > 1:
+        depth = math.ceil(math.log2(q)) + (r - 1)
+        tree = call + _time_ms(kind, calls=0, steps=2 * depth, latency_us=topo.ring_latency_us,
+                               nbytes=2 * nbytes, gbps=topo.ring_gbps)
+        if tree < best[0]:
+            best = (tree, "tree")
+    return best
+
+
+def _gloo_collective(op: str, nbytes: float, topo: GroupTopology, kind: str) -> tuple[float, str]:
+    p = topo.world
+    call = CALL_OVERHEAD_US[kind] / 1e3
+    if op == "reduce_scatter":  # gloo: all-reduce of the whole buffer, then keep one chunk
+        return call + _ring_phase("all_reduce", nbytes, p, topo.ring_gbps, topo.ring_latency_us, kind), \
+            "allreduce+chunk"
+    return call + _ring_phase(op, nbytes, p, topo.ring_gbps, topo.ring_latency_us, kind), "ring"
+
+
+def _host_staged(op: str, nbytes: float, topo: GroupTopology) -> tuple[float, str]:
+    """device -> pinned host -> device; across nodes the host buffers travel over the network."""
+    p, q = topo.world, topo.nodes
+    if topo.host_gbps is None:
+        raise ValueError("transport='host_staged' needs device<->host links (host_link in the cluster preset); "
+                         "CPU ranks already share host memory: use transport='collective'")
+    kind = "host_link"
+    shard = nbytes / p
+    if op == "all_gather":
+        down, up, reduce_bytes = shard, nbytes - shard, 0.0
+    elif op == "reduce_scatter":
+        down, up, reduce_bytes = nbytes, shard, nbytes * p
+    elif op == "all_reduce":
+        down, up, reduce_bytes = nbytes, nbytes, nbytes * p
+    else:
+        down, up, reduce_bytes = nbytes - shard, nbytes - shard, 0.0
+    # the two PCIe directions pipeline against each other in pieces; the slower one bounds it
+    pcie = _time_ms(kind, calls=2, steps=2, latency_us=topo.host_latency_us, nbytes=max(down, up),
+                    gbps=topo.host_gbps)
+    pcie += min(down, up) / (topo.host_gbps * LINK_EFFICIENCY[kind] * 1e6) / 8  # pipeline fill: one piece of 8
+    host = reduce_bytes / (HOST_REDUCE_GBPS * 1e6) / max(1, topo.ranks_per_node)
+    network = 0.0
+    if q > 1:
+        network = _ring_phase(op if op != "reduce_scatter" else "reduce_scatter", nbytes / topo.ranks_per_node, q,
+                              topo.nic_gbps, topo.nic_latency_us, "cpu_collective")
+    return pcie + host + network, "host_staged"
+
+
+def collective(op: str, nbytes: float, topo: GroupTopology, *, transport: str = "collective",
+               hierarchy: str | None = None, calibration: CalibrationView | None = None) -> Transfer:
+    """One collective of ``op`` over the group; ``nbytes`` is the whole buffer (gathered
+    output of an all-gather, input of a reduce-scatter, the buffer of an all-reduce)."""
+    if op not in COLLECTIVE_OPS:
+        raise ValueError(f"collective op={op!r} is unknown; use one of {COLLECTIVE_OPS}")
+    if not (nbytes >= 0 and math.isfinite(nbytes)):
+        raise ValueError(f"collective nbytes={nbytes!r} must be finite and >= 0")
+    kind = transfer_kind(topo, transport)
+    p = topo.world
+    if p == 1:
+        return Transfer(ms=0.0, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm="none", egress_bytes=0.0)
+    if transport == "host_staged":
+        ms, algorithm = _host_staged(op, nbytes, topo)
+    elif transport == "copy_engine":
+        # one-shot push of each rank's part into every peer's symmetric buffer (a direct algorithm);
+        # the device's egress link carries (p-1)/p of the buffer, reductions are read back and summed.
+        moved = (p - 1) / p * nbytes * (2 if op == "all_reduce" else 1)
+        gbps = topo.ring_gbps if topo.fabric != "mesh" else topo.intra_gbps * (p - 1)
+        ms = _time_ms(kind, calls=1, steps=1 if op != "all_reduce" else 2, latency_us=topo.ring_latency_us,
+                      nbytes=moved, gbps=gbps) + (p - 1) * COPY_ISSUE_US / 1e3
+        algorithm = "direct"
+    elif topo.backend == "gloo":
+        ms, algorithm = _gloo_collective(op, nbytes, topo, kind)
+    else:
+        ms, algorithm = _nccl_collective(op, nbytes, topo, kind, hierarchy)
+    if calibration is not None and nbytes > 0:
+        curve = op if transport == "collective" else ("copy_engine" if transport == "copy_engine" else "host_link")
+        ms *= calibration.transfer_ratio(
+            curve, nbytes, lambda b: collective(op, b, topo, transport=transport, hierarchy=hierarchy).ms,
+            context=(topo, transport, hierarchy))
+    egress = (p - 1) / p * nbytes * (2 if op == "all_reduce" else 1)
+    return Transfer(ms=ms, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm=algorithm, egress_bytes=egress)
+
+
+def ring_step(nbytes: float, topo: GroupTopology, *, transport: str = "p2p", peers: int = 1,
+              calibration: CalibrationView | None = None) -> Transfer:
+    """One step of a P2P ring: every rank sends ``nbytes`` to each of ``peers`` neighbours
+    (1 for a ring, 2 for a bidirectional ring) and receives the same."""
+    if not (nbytes >= 0 and math.isfinite(nbytes)):
+        raise ValueError(f"ring_step nbytes={nbytes!r} must be finite and >= 0")
+    kind = transfer_kind(topo, transport)
+    if topo.world == 1:
+        return Transfer(ms=0.0, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm="none", egress_bytes=0.0)
+    if transport == "host_staged":
+        raise ValueError("ring steps do not run on transport='host_staged'; use p2p or copy_engine")
+    # per-pair rate: a mesh gives each neighbour its own link; a switch shares the device's port
+    pair_gbps = topo.ring_gbps if topo.nodes > 1 else (topo.intra_gbps or topo.ring_gbps)
+    egress_gbps = pair_gbps * (peers if topo.fabric == "mesh" and topo.world > 2 else 1)
+    latency = topo.ring_latency_us
+    # gloo: every send and receive is its own call (no coalescing); NCCL groups them in one launch
+    calls = 2 * peers if topo.backend == "gloo" and transport == "p2p" else 1
+    ms = _time_ms(kind, calls=calls, steps=1, latency_us=latency, nbytes=nbytes * peers, gbps=egress_gbps)
+    if calibration is not None and nbytes > 0:
+        curve = "p2p" if transport == "p2p" else "copy_engine"
+        ms *= calibration.transfer_ratio(curve, nbytes, lambda b: ring_step(b, topo, transport=transport,
+                                                                           peers=peers).ms,
+                                         context=(topo, transport, peers))
+    return Transfer(ms=ms, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm="ring_step",
+                    egress_bytes=nbytes * peers)
+
+
+PER_SM_COPY_GBPS = 30.0
+"""What one SM (one NCCL channel's CTA) can move per direction; caps an SM-driven
+transfer that is given a ``comm_sms`` budget."""
+DEFAULT_COMM_SMS = 16
+"""SMs an SM-driven collective occupies when the plan does not say (NCCL's channels on NVLink)."""
+
+
+def with_sm_budget(topo: GroupTopology, comm_sms: int | None) -> GroupTopology:
+    """The group as seen by an SM-driven transfer limited to ``comm_sms`` SMs."""
+    if comm_sms is None or topo.backend == "gloo":
+        return topo
+    cap = comm_sms * PER_SM_COPY_GBPS
+    return replace(
+        topo, ring_gbps=min(topo.ring_gbps, cap),
+        intra_gbps=None if topo.intra_gbps is None else min(topo.intra_gbps, cap),
+        nic_gbps=None if topo.nic_gbps is None else min(topo.nic_gbps, cap))

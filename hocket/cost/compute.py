@@ -1,0 +1,174 @@
+"""Compute time of matmuls and memory-bound kernels on one device.
+
+Default model (no calibration profile), built from the datasheet and two mechanisms
+every tiled GEMM library has:
+
+* **Tiles and waves** (GPUs: ``DeviceSpec.sm_count`` known). The output is cut into
+  tiles; each SM computes one tile at a time at ``peak / sm_count * GPU_BASE_EFFICIENCY``
+  and a kernel runs ``ceil(tiles / sms)`` waves plus a ramp-up/ramp-down tail of
+  ``TAIL_WAVES`` of one wave. A tile also pays ``K_OVERHEAD_STEPS`` of k-depth for its
+  prologue and epilogue. The library picks the best of a few tile shapes (smaller tiles
+  run less efficiently) and may split K when the output has too few tiles. This is what
+  makes row-chunked GEMMs lose: on one H200 a bf16 8192x7168x8192 GEMM is ~16 waves
+  (model ~780 TFLOP/s, measured 710-820), the same GEMM in 16 row chunks pays 16 tails
+  (model ~600, measured ~590), and a 256-row chunk with a narrow N fills a few SMs only
+  (tens of TFLOP/s, measured ~60).
+* **Roofline**: never faster than moving A, B and C through memory once at
+  ``memory_gbps * MEMORY_EFFICIENCY``, plus a launch overhead per kernel.
+
+CPU ranks (``sm_count`` unknown) use a saturating curve ``F / (F + CPU_HALF_GFLOP)`` of
+``CPU_BASE_EFFICIENCY * peak`` instead of waves.
+
+With a calibration profile, the ratio measured/model at the profile's GEMM points is
+interpolated (inverse distance in log m, log k, log n, same dtype) and applied to the
+model, so the shape structure of the model survives and the level is measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hocket.cost.calibration import CalibrationView
+
+GPU_BASE_EFFICIENCY = 0.85
+"""Best tensor-core GEMM throughput over dense peak (cuBLAS on H100/H200: ~800-840 of 989 TFLOP/s)."""
+GPU_TILES = ((128, 256, 1.00), (128, 128, 0.92), (64, 128, 0.82), (64, 64, 0.65))
+"""(rows, cols, relative efficiency) of the tile shapes a GEMM library chooses from."""
+K_OVERHEAD_STEPS = 128
+"""Per-tile prologue/epilogue cost, in k-depth equivalents."""
+TAIL_WAVES = 0.4
+"""Ramp-up/ramp-down of one kernel, in fractions of one wave."""
+SPLIT_K = (1, 2, 4, 8)
+GPU_LAUNCH_US = 5.0
+"""Host launch + kernel start of one GPU kernel."""
+CPU_BASE_EFFICIENCY = 0.6
+CPU_HALF_GFLOP = 0.02
+"""CPU GEMM size (GFLOP) at which half the base efficiency is reached (threads, packing)."""
+CPU_LAUNCH_US = 15.0
+"""torch op dispatch + thread-pool wake-up on a CPU rank."""
+MEMORY_EFFICIENCY = 0.85
+"""Achievable fraction of datasheet memory bandwidth."""
+DEFAULT_CPU_MEMORY_GBPS = 20.0
+"""Used when a CPU rank's memory bandwidth is unknown."""
+
+_FALLBACK_DTYPES = {
+    "float16": ("bfloat16",),
+    "bfloat16": ("float16",),
+    "float8_e4m3fn": ("float8_e5m2", "bfloat16", "float16"),
+    "float8_e5m2": ("float8_e4m3fn", "bfloat16", "float16"),
+}
+
+
+DEFAULT_CPU_PEAK_TFLOPS = {"float32": 0.1, "bfloat16": 0.05, "float16": 0.02, "float64": 0.05}
+"""A CPU rank whose preset leaves the peak unknown: one to a few cores of AVX2/AVX-512 FMA
+(fp32 ~100 GFLOP/s; bf16/fp16 matmuls on CPUs without AMX convert and run slower).
+A calibration profile replaces the level; these only keep the model finite."""
+
+
+def peak_tflops(device, dtype: str) -> float:
+    """Dense peak TFLOP/s of ``device`` for ``dtype``; fp16/bf16 stand in for each other,
+    fp8 falls back to bf16 (a conservative lower bound); a CPU rank with no figure uses
+    ``DEFAULT_CPU_PEAK_TFLOPS``. Otherwise unknown -> ValueError."""
+    value = device.peak(dtype)
+    if value:
+        return float(value)
+    for alt in _FALLBACK_DTYPES.get(dtype, ()):
+        value = device.peak(alt)
+        if value:
+            return float(value)
+    if device.is_cpu and dtype in DEFAULT_CPU_PEAK_TFLOPS:
+        return DEFAULT_CPU_PEAK_TFLOPS[dtype]
+    known = sorted(k for k, v in device.peak_tflops.items() if v)
+    raise ValueError(f"device {device.model!r} has no peak TFLOP/s for dtype={dtype!r} (known: {known}); "
+                     f"add peak_tflops.{dtype} to the cluster preset or use another dtype")
+
+
+def launch_ms(device) -> float:
+    return (CPU_LAUNCH_US if device.sm_count is None else GPU_LAUNCH_US) / 1e3
+
+
+def memory_gbps(device) -> float:
+    raw = device.memory_gbps or DEFAULT_CPU_MEMORY_GBPS
+    return raw * MEMORY_EFFICIENCY
+
+
+def memory_ms(device, nbytes: float, *, launches: int = 1) -> float:
+    """A memory-bound kernel (elementwise, norm, reduction) moving ``nbytes``."""
+    if nbytes < 0 or not math.isfinite(nbytes):
+        raise ValueError(f"nbytes={nbytes!r} must be finite and >= 0")
+    return nbytes / (memory_gbps(device) * 1e6) + launches * launch_ms(device)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmTime:
+    """Time of one GEMM kernel and what bounds it."""
+
+    ms: float
+    compute_ms: float
+    memory_ms: float
+    launch_ms: float
+    tflops: float
+    bound: str  # "compute" | "memory"
+
+
+def _gpu_model_ms(device, m: int, k: int, n: int, dtype: str, sms: int) -> float:
+    per_sm_flops_per_ms = peak_tflops(device, dtype) * 1e9 * GPU_BASE_EFFICIENCY / device.sm_count
+    best = math.inf
+    for rows, cols, tile_eff in GPU_TILES:
+        tiles = math.ceil(m / rows) * math.ceil(n / cols)
+        for split in SPLIT_K:
+            if split > 1 and tiles * split > sms:
+                break
+            k_part = math.ceil(k / split)
+            tile_ms = 2.0 * rows * cols * (k_part + K_OVERHEAD_STEPS) / (per_sm_flops_per_ms * tile_eff)
+            waves = math.ceil(tiles * split / sms)
+            t = (waves + TAIL_WAVES) * tile_ms
+            if split > 1:  # partial results written and reduced through memory
+                t += 3.0 * split * m * n * 4 / (memory_gbps(device) * 1e6)
+            best = min(best, t)
+    return best
+
+
+def _cpu_model_ms(device, m: int, k: int, n: int, dtype: str) -> float:
+    gflop = 2.0 * m * k * n / 1e9
+    efficiency = CPU_BASE_EFFICIENCY * gflop / (gflop + CPU_HALF_GFLOP)
+    return gflop / (peak_tflops(device, dtype) * efficiency)  # GFLOP / TFLOP/s = ms
+
+
+def gemm_time(device, *, m: int, k: int, n: int, dtype: str, itemsize: int,
+              calibration: CalibrationView | None = None, sms: int | None = None,
+              launches: int = 1) -> GemmTime:
+    """One ``[m, k] @ [k, n]`` kernel on ``device``.
+
+    ``sms``: SMs the kernel may use (fewer when an SM-driven transfer holds some);
+    ``launches``: kernel launches paid (0 inside a persistent kernel).
+    """
+    for name, value in (("m", m), ("k", k), ("n", n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"gemm {name}={value!r} must be a positive int")
+    if device.sm_count is None:
+        compute = _cpu_model_ms(device, m, k, n, dtype)
+    else:
+        usable = device.sm_count if sms is None else max(1, min(int(sms), device.sm_count))
+        compute = _gpu_model_ms(device, m, k, n, dtype, usable)
+    memory = (m * k + k * n + m * n) * itemsize / (memory_gbps(device) * 1e6)
+    launch = launches * launch_ms(device)
+    total = max(compute, memory) + launch
+    if calibration is not None:
+        ratio = calibration.gemm_ratio(m=m, k=k, n=n, dtype=dtype, model_ms=lambda mm, kk, nn: _model_total_ms(
+            device, mm, kk, nn, dtype, itemsize))
+        compute, memory, launch, total = compute * ratio, memory * ratio, launch * ratio, total * ratio
+    return GemmTime(ms=total, compute_ms=compute, memory_ms=memory, launch_ms=launch,
+                    tflops=2.0 * m * k * n / (total * 1e9), bound="compute" if compute >= memory else "memory")
+
+
+def _model_total_ms(device, m: int, k: int, n: int, dtype: str, itemsize: int) -> float:
+    """The uncalibrated model of one whole-device kernel (what calibration ratios compare to)."""
+    return gemm_time(device, m=m, k=k, n=n, dtype=dtype, itemsize=itemsize).ms
+
+
+def gemm_ms(device, *, m: int, k: int, n: int, dtype: str, itemsize: int,
+            calibration: CalibrationView | None = None, sms: int | None = None, launches: int = 1) -> float:
+    return gemm_time(device, m=m, k=k, n=n, dtype=dtype, itemsize=itemsize, calibration=calibration,
+                     sms=sms, launches=launches).ms

@@ -1,0 +1,404 @@
+"""Build the stage pipeline (``stages.Stage``) of one Site under one Plan.
+
+Per strategy (``S`` = the site's collective buffer, ``p`` = world, ``C`` = plan.chunks):
+
+* ``sequential``: collective then GEMM (ag_mm), or GEMM then collective (mm_rs, mm_ar).
+* ``bulk`` (ag_mm): the local shard's GEMM runs while the whole all-gather is in flight,
+  then one GEMM over the remaining rows.
+* ``chunked``: ``C`` row pieces; piece i's collective (``S/C``) overlaps piece i-1's GEMM
+  (ag_mm) or piece i+1's GEMM (mm_rs, mm_ar). Every piece is its own kernel: it pays a
+  launch and the small-GEMM efficiency of the wave model. ``order=local_first`` computes
+  the local shard first, before any piece arrives.
+* ``ring``: ``p`` steps of P2P send/recv to the next rank, each shard in ``C`` sub-steps;
+  ag_mm computes on the shard in hand, mm_rs computes the partial for the next
+  destination, adds the received accumulator and passes it on.
+* ``bidir_ring``: shards travel both ways at once: ``ceil((p-1)/2)`` steps with two
+  peers each (a mesh carries both at once, a switched port shares its bandwidth).
+* ``substituted``: mm_ar's all-reduce as per-piece reduce-scatter, with each piece's
+  all-gather queued behind the next piece's reduce-scatter (``rs_ag``); ag_mm with
+  ``ring_p2p`` is the ring.
+* ``tile_fused``: one persistent kernel over ``C`` flag groups: one launch, whole-GEMM
+  efficiency, a flag wait per group; with an SM-driven transport the kernel's grid is
+  capped below the SM count (the SMs the transfer needs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from hocket.cost import comm as comm_model
+from hocket.cost.calibration import CalibrationView
+from hocket.cost.compute import gemm_ms, launch_ms, memory_ms, peak_tflops
+from hocket.cost.contention import contention
+from hocket.cost.stages import Stage
+
+FLAG_WAIT_US = 2.0
+"""A persistent kernel's wait on one chunk flag (acquire load + spin exit) per group."""
+
+_KIND_STRATEGIES = {
+    "ag_mm": ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted"),
+    "mm_rs": ("sequential", "chunked", "ring", "bidir_ring", "tile_fused"),
+    "mm_ar": ("sequential", "chunked", "substituted"),
+}
+
+
+def split_even(total: int, parts: int) -> list[int]:
+    """``total`` split into ``min(parts, total)`` near-equal positive parts."""
+    parts = max(1, min(parts, total))
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def slowest_device(cluster, ranks, dtype: str):
+    """The group's device with the lowest peak for ``dtype`` (it gates every collective)."""
+    devices = {}
+    for r in comm_model._representatives(cluster, ranks):
+        device = cluster.device(r)
+        devices.setdefault(device, r)
+    return min(devices, key=lambda d: (peak_tflops(d, dtype), d.memory_gbps or 0.0))
+
+
+def cores_per_rank(cluster, ranks) -> float | None:
+    node = cluster.node(cluster.node_of(ranks[0]))
+    if node.cpu_cores is None:
+        return None
+    return node.cpu_cores / max(1, node.size)
+
+
+@dataclass(kw_only=True)
+class _Builder:
+    site: object
+    plan: object
+    device: object
+    topo: comm_model.GroupTopology
+    calibration: CalibrationView | None
+    cores_per_rank: float | None
+    stages: list = field(default_factory=list)
+    rows: dict = field(default_factory=dict)
+    """stage index -> output rows of a GEMM stage (for the SM-share contention factor)."""
+    egress: dict = field(default_factory=dict)
+    """stage index -> bytes a transfer stage sends (for its rate, hence memory contention)."""
+    sm_capped: bool = False
+    """True when the compute kernels already run on fewer SMs (a capped persistent grid)."""
+
+    # -- pieces -------------------------------------------------------------
+    @property
+    def comm_sms(self) -> int | None:
+        if self.device.sm_count is None:
+            return None
+        sms = self.plan.comm_sms if self.plan.comm_sms is not None else comm_model.DEFAULT_COMM_SMS
+        return min(sms, self.device.sm_count - 1)
+
+    def gemm(self, rows: int, *, k: int | None = None, n: int | None = None, launches: int = 1,
+             sms: int | None = None) -> float:
+        site = self.site
+        one = gemm_ms(self.device, m=rows, k=k or site.k, n=n or site.n, dtype=site.dtype, itemsize=site.itemsize,
+                      calibration=self.calibration, sms=sms, launches=launches)
+        return one * site.num_b
+
+    def transfer_topology(self) -> comm_model.GroupTopology:
+        if self.plan.transport in ("collective", "p2p"):
+            return comm_model.with_sm_budget(self.topo, self.plan.comm_sms)
+        return self.topo
+
+    def add(self, stage: Stage, *, rows: int | None = None, egress: float | None = None) -> int:
+        self.stages.append(stage)
+        index = len(self.stages) - 1
+        if rows:
+            self.rows[index] = rows
+        if egress is not None:
+            self.egress[index] = egress
+        return index
+
+    def add_gemm(self, name: str, rows: int, *, deps=(), piece: int = 0, launches: int = 1,
+                 sms: int | None = None, k: int | None = None, n: int | None = None) -> int:
+        site = self.site
+        duration = self.gemm(rows, k=k, n=n, launches=launches, sms=sms)
+        flops = 2.0 * rows * (k or site.k) * (n or site.n) * site.num_b
+        return self.add(Stage(name=name, resource="compute", duration_ms=duration, depends_on=tuple(deps),
+                              piece=piece, flops=flops, op="gemm"), rows=rows)
+
+    def add_memory(self, name: str, nbytes: float, *, deps=(), piece: int = 0, op: str = "reduce") -> int:
+        return self.add(Stage(name=name, resource="compute", duration_ms=memory_ms(self.device, nbytes),
+                              depends_on=tuple(deps), piece=piece, nbytes=nbytes, op=op))
+
+    def add_transfer(self, name: str, transfer: comm_model.Transfer, *, deps=(), piece: int = 0, op: str,
+                     nbytes: float) -> int:
+        return self.add(Stage(name=name, resource=transfer.resource, duration_ms=transfer.ms,
+                              depends_on=tuple(deps), kind=transfer.kind, piece=piece, nbytes=nbytes, op=op),
+                        egress=transfer.egress_bytes)
+
+    def collective(self, op: str, nbytes: float) -> comm_model.Transfer:
+        return comm_model.collective(op, nbytes, self.transfer_topology(), transport=self.plan.transport,
+                                     hierarchy=self.plan.hierarchy, calibration=self.calibration)
+
+    def ring_step(self, nbytes: float, peers: int = 1) -> comm_model.Transfer:
+        return comm_model.ring_step(nbytes, self.transfer_topology(), transport=self.plan.transport, peers=peers,
+                                    calibration=self.calibration)
+
+    # -- contention -------------------------------------------------------------
+    def finish(self) -> list[Stage]:
+        """Replace the placeholder tables by real contention factors."""
+        rates: dict[str, float] = {}
+        for index, stage in enumerate(self.stages):
+            if stage.is_transfer:
+                gbps = self.egress.get(index, 0.0) / (stage.duration_ms * 1e6) if stage.duration_ms > 0 else 0.0
+                rates[stage.kind] = max(rates.get(stage.kind, 0.0), gbps)
+        factors = {kind: contention(kind, self.device, transfer_gbps=gbps, cores_per_rank=self.cores_per_rank,
+                                    calibration=self.calibration) for kind, gbps in rates.items()}
+        sm_cache: dict[int, float] = {}
+        out = []
+        for index, stage in enumerate(self.stages):
+            if stage.is_transfer:
+                table = {"compute": factors[stage.kind].transfer_slowdown} if stage.kind in factors else {}
+            elif stage.op == "gemm":
+                rows = self.rows.get(index, 0)
+                table = {}
+                for kind, c in factors.items():
+                    factor = c.gemm_slowdown
+                    if kind == "sm_collective" and rows and not self.sm_capped:
+                        factor *= self._sm_factor(rows, sm_cache, measured=c.source == "profile")
+                    table[kind] = max(1.0, factor)
+            else:
+                table = {kind: max(1.0, c.gemm_slowdown) for kind, c in factors.items()}
+            out.append(replace(stage, slowdown_by=table))
+        return out
+
+    def _sm_factor(self, rows: int, cache: dict, *, measured: bool) -> float:
+        """GEMM slowdown from the SMs an SM-driven transfer holds (wave model)."""
+        if self.device.sm_count is None:
+            return 1.0
+        if rows not in cache:
+            full = self.gemm(rows)
+            cache[rows] = self.gemm(rows, sms=self.device.sm_count - self.comm_sms) / full if full > 0 else 1.0
+            if measured:  # the profile's factor already holds the default budget's share
+                default = min(comm_model.DEFAULT_COMM_SMS, self.device.sm_count - 1)
+                base = self.gemm(rows, sms=self.device.sm_count - default) / full if full > 0 else 1.0
+                cache[rows] = cache[rows] / base
+        return cache[rows]
+
+
+# -- strategies -------------------------------------------------------------------------
+def _ag_mm(b: _Builder) -> None:
+    site, plan = b.site, b.plan
+    p, m = site.world, site.m
+    total = site.comm_bytes
+    strategy = plan.strategy
+    if strategy == "substituted":
+        if plan.substitute not in (None, "ring_p2p"):
+            raise ValueError(f"plan.substitute={plan.substitute!r} does not apply to ag_mm; use 'ring_p2p' "
+                             "(or strategy='ring')")
+        strategy = "ring"
+    shard_rows = math.ceil(m / p)
+    if strategy == "sequential":
+        t = b.add_transfer("all_gather", b.collective("all_gather", total), op="all_gather", nbytes=total)
+        b.add_gemm("gemm", m, deps=(t,))
+    elif strategy == "bulk":
+        t = b.add_transfer("all_gather", b.collective("all_gather", total), op="all_gather", nbytes=total)
+        b.add_gemm("gemm[local]", shard_rows)
+        if m - shard_rows > 0:
+            b.add_gemm("gemm[rest]", m - shard_rows, deps=(t,), piece=1)
+    elif strategy == "chunked":
+        rows_left = m
+        if plan.order == "local_first" and p > 1:
+            b.add_gemm("gemm[local]", shard_rows)
+            rows_left = m - shard_rows
+        for i, rows in enumerate(split_even(rows_left, plan.chunks) if rows_left else []):
+            nbytes = total * rows / rows_left
+            t = b.add_transfer(f"all_gather[{i}]", b.collective("all_gather", nbytes), piece=i, op="all_gather",
+                               nbytes=nbytes)
+            b.add_gemm(f"gemm[{i}]", rows, deps=(t,), piece=i)
+    elif strategy in ("ring", "bidir_ring"):
+        _ag_ring(b, shard_rows, bidirectional=strategy == "bidir_ring")
+    elif strategy == "tile_fused":
+        _tile_fused(b, producer=False)
+    else:
+        raise _not_for(site, plan)
+
+
+def _ag_ring(b: _Builder, shard_rows: int, *, bidirectional: bool) -> None:
+    site, plan = b.site, b.plan
+    p = site.world
+    row_bytes = site.k * site.itemsize
+    subs = split_even(shard_rows, plan.chunks)
+    # arrivals[s] = shards (count) received at step s; step 0 is the local shard
+    steps = [1]
+    remaining = p - 1
+    while remaining > 0:
+        take = 2 if bidirectional and remaining >= 2 else 1
+        steps.append(take)
+        remaining -= take
+    last_recv: list[int | None] = [None] * len(subs)
+    for s, shards in enumerate(steps):
+        recv_ids: list[int | None] = [None] * len(subs)
+        if s + 1 < len(steps):  # forward what we hold while computing on it
+            peers = steps[s + 1]
+            for j, rows in enumerate(subs):
+                deps = () if last_recv[j] is None else (last_recv[j],)
+                recv_ids[j] = b.add_transfer(f"send_recv[{s}.{j}]", b.ring_step(rows * row_bytes, peers=peers),
+                                             deps=deps, piece=s, op="send_recv", nbytes=rows * row_bytes * peers)
+        for j, rows in enumerate(subs):
+            deps = () if last_recv[j] is None else (last_recv[j],)
+            b.add_gemm(f"gemm[{s}.{j}]", rows * shards, deps=deps, piece=s)
+        last_recv = recv_ids
+
+
+def _mm_rs(b: _Builder) -> None:
+    site, plan = b.site, b.plan
+    p, m = site.world, site.m
+    total = site.comm_bytes
+    if plan.strategy == "sequential":
+        g = b.add_gemm("gemm", m)
+        b.add_transfer("reduce_scatter", b.collective("reduce_scatter", total), deps=(g,), op="reduce_scatter",
+                       nbytes=total)
+    elif plan.strategy == "chunked":
+        for i, rows in enumerate(split_even(m, plan.chunks)):
+            nbytes = total * rows / m
+            g = b.add_gemm(f"gemm[{i}]", rows, piece=i)
+            b.add_transfer(f"reduce_scatter[{i}]", b.collective("reduce_scatter", nbytes), deps=(g,), piece=i,
+                           op="reduce_scatter", nbytes=nbytes)
+    elif plan.strategy in ("ring", "bidir_ring"):
+        _rs_ring(b, math.ceil(m / p), bidirectional=plan.strategy == "bidir_ring")
+    elif plan.strategy == "tile_fused":
+        _tile_fused(b, producer=True)
+    else:
+        raise _not_for(site, plan)
+
+
+def _rs_ring(b: _Builder, block_rows: int, *, bidirectional: bool) -> None:
+    """Each step computes the partial of the next destination block, adds the accumulator
+    received from the previous rank, and sends it on; the last step's block is ours."""
+    site, plan = b.site, b.plan
+    p = site.world
+    row_bytes = site.n * site.num_b * site.itemsize
+    subs = split_even(block_rows, plan.chunks)
+    steps, remaining = [], p
+    while remaining > 0:
+        take = 2 if bidirectional and remaining >= 3 else 1
+        steps.append(take)
+        remaining -= take
+    prev_send: list[int | None] = [None] * len(subs)
+    for s, blocks in enumerate(steps):
+        sends: list[int | None] = [None] * len(subs)
+        for j, rows in enumerate(subs):
+            g = b.add_gemm(f"gemm[{s}.{j}]", rows * blocks, piece=s)
+            deps = [g]
+            if prev_send[j] is not None:
+                deps.append(b.add_memory(f"reduce[{s}.{j}]", 3.0 * rows * blocks * row_bytes,
+                                         deps=(g, prev_send[j]), piece=s))
+            if s + 1 < len(steps):
+                nbytes = rows * row_bytes
+                sends[j] = b.add_transfer(f"send_recv[{s}.{j}]", b.ring_step(nbytes, peers=blocks),
+                                          deps=(deps[-1],), piece=s, op="send_recv", nbytes=nbytes * blocks)
+        prev_send = sends
+
+
+def _tile_fused(b: _Builder, *, producer: bool) -> None:
+    """One persistent kernel over flag groups (ag_mm: consumer; mm_rs: producer)."""
+    site, plan = b.site, b.plan
+    p, m = site.world, site.m
+    total = site.comm_bytes
+    sms = None
+    if b.device.sm_count is not None and plan.transport in ("collective", "p2p"):
+        sms = b.device.sm_count - b.comm_sms  # never occupy every SM beside an SM-driven transport
+        b.sm_capped = True
+    whole = b.gemm(m, launches=0, sms=sms)
+    launch = launch_ms(b.device)
+    wait_ms = FLAG_WAIT_US / 1e3
+    groups = split_even(m, plan.chunks)
+    op = "reduce_scatter" if producer else "all_gather"
+    local_rows = math.ceil(m / p)
+    if not producer and plan.order == "local_first" and p > 1 and m - local_rows > 0:
+        duration = whole * local_rows / m + launch
+        b.add(Stage(name="gemm[local]", resource="compute", duration_ms=duration, op="gemm",
+                    flops=2.0 * local_rows * site.k * site.n * site.num_b), rows=m)
+        groups = split_even(m - local_rows, plan.chunks)
+        launch = 0.0
+    for i, rows in enumerate(groups):
+        nbytes = total * rows / m
+        duration = whole * rows / m + wait_ms + (launch if i == 0 else 0.0)
+        gemm_stage = Stage(name=f"gemm[{i}]", resource="compute", duration_ms=duration, op="gemm", piece=i,
+                           flops=2.0 * rows * site.k * site.n * site.num_b)
+        if producer:
+            g = b.add(gemm_stage, rows=m)
+            b.add_transfer(f"{op}[{i}]", b.collective(op, nbytes), deps=(g,), piece=i, op=op, nbytes=nbytes)
+        else:
+            t = b.add_transfer(f"{op}[{i}]", b.collective(op, nbytes), piece=i, op=op, nbytes=nbytes)
+            b.add(replace(gemm_stage, depends_on=(t,)), rows=m)
+    if producer:  # partial blocks land in symmetric memory; the owner sums the p of them
+        b.add_memory("reduce[final]", (p + 1) * total / p, deps=(len(b.stages) - 1,))
+
+
+def _mm_ar(b: _Builder) -> None:
+    site, plan = b.site, b.plan
+    m, total = site.m, site.comm_bytes
+    if plan.strategy == "sequential":
+        g = b.add_gemm("gemm", m)
+        b.add_transfer("all_reduce", b.collective("all_reduce", total), deps=(g,), op="all_reduce", nbytes=total)
+    elif plan.strategy == "chunked":
+        for i, rows in enumerate(split_even(m, plan.chunks)):
+            nbytes = total * rows / m
+            g = b.add_gemm(f"gemm[{i}]", rows, piece=i)
+            b.add_transfer(f"all_reduce[{i}]", b.collective("all_reduce", nbytes), deps=(g,), piece=i,
+                           op="all_reduce", nbytes=nbytes)
+    elif plan.strategy == "substituted":
+        if plan.substitute not in (None, "rs_ag"):
+            raise ValueError(f"plan.substitute={plan.substitute!r} does not apply to mm_ar; use 'rs_ag'")
+        pieces = split_even(m, plan.chunks)
+        pending_ag = None
+        for i, rows in enumerate(pieces):
+            nbytes = total * rows / m
+            g = b.add_gemm(f"gemm[{i}]", rows, piece=i)
+            rs = b.add_transfer(f"reduce_scatter[{i}]", b.collective("reduce_scatter", nbytes), deps=(g,), piece=i,
+                                op="reduce_scatter", nbytes=nbytes)
+            if pending_ag is not None:  # the previous piece's all-gather runs behind this reduce-scatter
+                b.add_transfer(f"all_gather[{i - 1}]", b.collective("all_gather", pending_ag[1]),
+                               deps=(pending_ag[0],), piece=i - 1, op="all_gather", nbytes=pending_ag[1])
+            pending_ag = (rs, nbytes)
+        b.add_transfer(f"all_gather[{len(pieces) - 1}]", b.collective("all_gather", pending_ag[1]),
+                       deps=(pending_ag[0],), piece=len(pieces) - 1, op="all_gather", nbytes=pending_ag[1])
+    else:
+        raise _not_for(site, plan)
+
+
+def _not_for(site, plan) -> ValueError:
+    return ValueError(f"strategy={plan.strategy!r} does not apply to a {site.kind} site; "
+                      f"use one of {_KIND_STRATEGIES.get(site.kind, ())}")
+
+
+_BUILDERS = {"ag_mm": _ag_mm, "mm_rs": _mm_rs, "mm_ar": _mm_ar}
+
+
+def check_site_on_cluster(site, plan, cluster) -> tuple[int, ...]:
+    """The group's global ranks, after checking the site fits the cluster and the plan's transport exists."""
+    if site.kind not in _BUILDERS:
+        raise ValueError(f"site kind {site.kind!r} has no cost model yet; priced kinds: {sorted(_BUILDERS)}")
+    cluster.check_world(site.world, arg="site.world")
+    ranks = site.group_ranks
+    for r in (ranks[0], ranks[-1], max(ranks)):
+        if r >= cluster.world_size:
+            raise ValueError(f"site.ranks contains rank {r}, outside cluster {cluster.name!r} "
+                             f"({cluster.world_size} ranks)")
+    if site.world > 1:
+        offered = cluster.group_transports(ranks)
+        if plan.transport not in offered:
+            raise ValueError(f"plan.transport={plan.transport!r} is not offered between ranks "
+                             f"{ranks[:8]}{'...' if len(ranks) > 8 else ''} of {cluster.name!r}; "
+                             f"offered: {sorted(offered)}")
+    return ranks
+
+
+def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.GroupTopology | None = None
+                    ) -> list[Stage]:
+    """The stages of ``site`` run with ``plan`` on ``cluster`` (one rank's view; the group's
+    slowest device computes, the group's bottleneck links carry)."""
+    from hocket.cost.calibration import calibration_view
+
+    ranks = check_site_on_cluster(site, plan, cluster)
+    topo = topology if topology is not None else comm_model.group_topology(cluster, ranks)
+    device = slowest_device(cluster, ranks, site.dtype)
+    builder = _Builder(site=site, plan=plan, device=device, topo=topo, calibration=calibration_view(profile),
+                       cores_per_rank=cores_per_rank(cluster, ranks), stages=[])
+    _BUILDERS[site.kind](builder)
+    return builder.finish()

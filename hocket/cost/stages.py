@@ -1,0 +1,167 @@
+"""A Plan's chunk pipeline as stages on resources, and its makespan with contention.
+
+This is the structure the cost model prices *and* the simulator executes (``hocket.sim``
+adds ranks, other device speeds and whole-model scheduling), so one Plan gives one answer.
+
+A ``Stage`` runs on one resource of one rank: ``compute`` (GEMMs, reductions), ``link``
+(collectives and P2P: NCCL/gloo), ``copy_engine`` (DMA through symmetric memory) or
+``host`` (PCIe copies through pinned host memory). Semantics (same as ``hocket.sim.engine``):
+
+* each resource runs its stages one at a time, in list order (an in-order stream);
+* a stage starts when all ``depends_on`` stages have ended and it is at the head of its
+  resource;
+* ``duration_ms`` is the solo time; while stages of other kinds run, a stage progresses at
+  ``1 / prod(slowdown_by[kind])`` over the distinct kinds running beside it. Compute stages
+  have ``kind="compute"`` and list a factor per transfer kind; transfer stages have their
+  transfer kind (``sm_collective``, ``copy_engine``, ``host_link``, ``cpu_collective``) and
+  list a factor for ``compute``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+RESOURCES = ("compute", "link", "copy_engine", "host")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage:
+    """One step of a pipeline (see the module docstring for the execution rules)."""
+
+    name: str
+    resource: str
+    duration_ms: float
+    depends_on: tuple[int, ...] = ()
+    kind: str = "compute"
+    slowdown_by: Mapping[str, float] = field(default_factory=dict)
+    piece: int = 0
+    flops: float = 0.0
+    nbytes: float = 0.0
+    op: str = ""
+    """what runs: gemm, reduce, flag_wait, all_gather, reduce_scatter, all_reduce, send_recv, ..."""
+
+    def __post_init__(self) -> None:
+        if self.resource not in RESOURCES:
+            raise ValueError(f"Stage {self.name!r}: resource={self.resource!r} is unknown; use one of {RESOURCES}")
+        if not (math.isfinite(self.duration_ms) and self.duration_ms >= 0):
+            raise ValueError(f"Stage {self.name!r}: duration_ms={self.duration_ms!r} must be finite and >= 0")
+        for other, factor in self.slowdown_by.items():
+            if not (math.isfinite(factor) and factor >= 1.0):
+                raise ValueError(f"Stage {self.name!r}: slowdown_by[{other!r}]={factor!r} must be finite and >= 1")
+        object.__setattr__(self, "depends_on", tuple(self.depends_on))
+
+    @property
+    def is_transfer(self) -> bool:
+        return self.resource != "compute"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    """When each stage ran (ms from the pipeline's start) and how busy each resource was."""
+
+    start_ms: tuple[float, ...]
+    end_ms: tuple[float, ...]
+    busy_ms: Mapping[str, float]
+
+    @property
+    def total_ms(self) -> float:
+        return max(self.end_ms, default=0.0)
+
+
+def check_stages(stages: Sequence[Stage]) -> None:
+    """Dependencies must point to earlier stages (so the pipeline is acyclic)."""
+    for i, stage in enumerate(stages):
+        for d in stage.depends_on:
+            if not (isinstance(d, int) and 0 <= d < i):
+                raise ValueError(f"stage {i} ({stage.name!r}) depends on {d!r}; dependencies must be earlier stages")
+
+
+def schedule(stages: Sequence[Stage]) -> Schedule:
+    """Run the stages to completion with piecewise-constant contention rates."""
+    check_stages(stages)
+    n = len(stages)
+    queues: dict[str, list[int]] = {}
+    for i, stage in enumerate(stages):
+        queues.setdefault(stage.resource, []).append(i)
+    head = {r: 0 for r in queues}
+    busy = {r: False for r in queues}
+    pending = [len(s.depends_on) for s in stages]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for i, stage in enumerate(stages):
+        for d in stage.depends_on:
+            succs[d].append(i)
+    start = [math.nan] * n
+    end = [math.nan] * n
+    remaining = [0.0] * n
+    t0 = [0.0] * n
+    rate = [1.0] * n
+    version = [0] * n
+    active: dict[int, None] = {}
+    heap: list[tuple[float, int, int]] = []
+    now = 0.0
+
+    def slowdown(i: int) -> float:
+        table = stages[i].slowdown_by
+        if not table:
+            return 1.0
+        kinds = {stages[j].kind for j in active if j != i}
+        factor = 1.0
+        for kind in kinds:
+            factor *= table.get(kind, 1.0)
+        return factor
+
+    def push(i: int) -> None:
+        version[i] += 1
+        heapq.heappush(heap, (t0[i] + remaining[i] / rate[i], i, version[i]))
+
+    def refresh() -> None:
+        for j in active:
+            new_rate = 1.0 / slowdown(j)
+            if new_rate != rate[j]:
+                remaining[j] = max(0.0, remaining[j] - (now - t0[j]) * rate[j])
+                t0[j], rate[j] = now, new_rate
+                push(j)
+
+    def try_start(i: int) -> bool:
+        stage = stages[i]
+        if pending[i] or start[i] == start[i] or busy[stage.resource] or queues[stage.resource][head[stage.resource]] != i:
+            return False
+        busy[stage.resource] = True
+        start[i] = now
+        active[i] = None
+        remaining[i], t0[i], rate[i] = stage.duration_ms, now, 1.0 / slowdown(i)
+        push(i)
+        return True
+
+    started = [try_start(q[0]) for q in queues.values()]
+    if any(started):
+        refresh()
+    while heap:
+        finish, i, ver = heapq.heappop(heap)
+        if ver != version[i]:
+            continue
+        now = finish
+        end[i] = now
+        del active[i]
+        resource = stages[i].resource
+        busy[resource] = False
+        head[resource] += 1
+        candidates = [queues[resource][head[resource]]] if head[resource] < len(queues[resource]) else []
+        for s in succs[i]:
+            pending[s] -= 1
+            if pending[s] == 0:
+                candidates.append(s)
+        for c in sorted(set(candidates)):
+            try_start(c)
+        refresh()
+    if any(e != e for e in end):
+        stuck = next(i for i in range(n) if end[i] != end[i])
+        raise ValueError(f"stage pipeline deadlocks at stage {stuck} ({stages[stuck].name!r}): "
+                         "order each resource's stages consistently with their dependencies")
+    busy_ms: dict[str, float] = {r: 0.0 for r in queues}
+    for i, stage in enumerate(stages):
+        busy_ms[stage.resource] += end[i] - start[i]
+    return Schedule(start_ms=tuple(start), end_ms=tuple(end), busy_ms=busy_ms)

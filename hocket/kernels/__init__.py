@@ -1,1 +1,47 @@
-"""hocket.kernels"""
+"""hocket.kernels: tile-fused overlap GEMMs in Triton (GPU; Triton's interpreter on CPU).
+
+Importing this package does not import Triton. Plain-Python parts (``schedule``,
+``config``, ``workspace``, ``errors``) load eagerly; the Triton launchers load on first
+use of one of the names below:
+
+* ``consumer_gemm(a, b, workspace=ConsumerWorkspace(...), out=...)``: GEMM whose tiles wait
+  on chunk flags of A (raised by a transfer), tiles in chunk-arrival order;
+* ``producer_gemm(a, b, workspace=ProducerWorkspace(...), out=...)``: GEMM whose finished
+  row-block groups raise flags, so each group's transfer starts early;
+* ``warmup_consumer`` / ``warmup_producer``: compile and load before anything spins;
+* ``reset_consumer`` / ``reset_producer``; ``set_flag_on_stream`` / ``wait_flag_on_stream``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from hocket.kernels.config import TileConfig, candidate_configs, default_config, persistent_programs
+from hocket.kernels.errors import FlagTimeoutError, raise_on_timeout, spins_for_timeout
+from hocket.kernels.schedule import consumer_schedule, even_row_offsets, producer_schedule
+from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
+
+_LAZY = {
+    "consumer_gemm": "hocket.kernels.launch",
+    "producer_gemm": "hocket.kernels.launch",
+    "warmup_consumer": "hocket.kernels.launch",
+    "warmup_producer": "hocket.kernels.launch",
+    "reset_consumer": "hocket.kernels.launch",
+    "reset_producer": "hocket.kernels.launch",
+    "set_flag_on_stream": "hocket.kernels.flags",
+    "wait_flag_on_stream": "hocket.kernels.flags",
+    "stream_write_available": "hocket.kernels.flags",
+}
+
+__all__ = [
+    "ConsumerWorkspace", "FlagTimeoutError", "ProducerWorkspace", "TileConfig", "candidate_configs",
+    "consumer_schedule", "default_config", "even_row_offsets", "persistent_programs", "producer_schedule",
+    "raise_on_timeout", "spins_for_timeout", *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hocket.kernels' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

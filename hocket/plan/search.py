@@ -1,9 +1,14 @@
-"""Search: price every candidate, rank them, choose one that beats sequential by a margin.
+"""Search: price the candidates, rank them, choose one that beats sequential by a margin.
 
 :func:`select` is the solver and takes plain data (plans and their predicted times);
 :func:`search` builds the space for a Site on a cluster and prices it with
 ``hocket.cost.predict`` (or any ``cost_fn``); :func:`search_sites` plans many Sites,
-pricing each distinct ``Site.key`` once.
+searching once per group signature (same shapes on a structurally equal group).
+
+Pricing walks each *family* (a plan minus its chunk count) up the chunk ladder and
+stops once larger counts keep getting slower (``SearchConfig.chunk_patience``); the
+skipped plans are listed with that reason. ``SearchConfig(exhaustive=True)`` prices
+every candidate.
 
 The rule that makes the planner safe: the sequential baseline is always a candidate,
 and another plan is chosen only if it is predicted faster than sequential by more than
@@ -14,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hocket.plan.plan import Plan
 from hocket.plan.space import PlanSpace, Pruned, SpaceConfig, enumerate_plans, group_facts, simplicity
@@ -111,13 +116,60 @@ def select(priced: Sequence[tuple[Plan, float]], *, baseline: Plan, margin: floa
     return chosen, chosen_ms, tuple(ranked)
 
 
-def price_space(space: PlanSpace, cost_fn: CostFn, *, margin: float = DEFAULT_MARGIN) -> SearchResult:
-    """Price every candidate of ``space`` with ``cost_fn`` and select."""
-    priced = [(plan, cost_fn(space.site, plan)) for plan in space.candidates]
-    chosen, chosen_ms, ranked = select(priced, baseline=space.baseline, margin=margin)
+@dataclass(frozen=True, kw_only=True)
+class SearchConfig:
+    """How the search prices the space."""
+
+    margin: float = DEFAULT_MARGIN
+    """a plan must be predicted faster than sequential by more than this fraction."""
+    exhaustive: bool = False
+    """price every candidate; otherwise the chunk ladder below may skip some (with a reason)."""
+    chunk_patience: int = 2
+    """within a family (a plan minus its chunk count), stop pricing larger chunk counts once the
+    time has failed to improve this many times in a row; time over chunks is unimodal in practice."""
+
+    def __post_init__(self) -> None:
+        _check_margin(self.margin)
+        if isinstance(self.chunk_patience, bool) or not isinstance(self.chunk_patience, int) \
+                or self.chunk_patience < 1:
+            raise ValueError(f"SearchConfig.chunk_patience={self.chunk_patience!r} must be an int >= 1")
+
+
+def _price(space: PlanSpace, cost_fn: CostFn, config: SearchConfig
+           ) -> tuple[list[tuple[Plan, float]], list[Pruned]]:
+    families: dict[Plan, list[Plan]] = {}
+    for plan in space.candidates:
+        families.setdefault(plan.with_(chunks=1), []).append(plan)
+    priced: list[tuple[Plan, float]] = []
+    skipped: list[Pruned] = []
+    for members in families.values():
+        members.sort(key=lambda p: p.chunks)
+        best_ms, best_plan, misses = math.inf, None, 0
+        for i, plan in enumerate(members):
+            ms = cost_fn(space.site, plan)
+            priced.append((plan, ms))
+            if ms < best_ms:
+                best_ms, best_plan, misses = ms, plan, 0
+            else:
+                misses += 1
+            if not config.exhaustive and misses >= config.chunk_patience and i + 1 < len(members):
+                reason = (f"not priced: in its family time stopped improving after chunks={best_plan.chunks} "
+                          f"({best_ms:.4g} ms; {misses} larger counts were slower), so larger counts were "
+                          f"skipped (SearchConfig(exhaustive=True) prices them)")
+                skipped.extend(Pruned(plan=rest, reason=reason) for rest in members[i + 1:])
+                break
+    return priced, skipped
+
+
+def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | None = None) -> SearchResult:
+    """Price the candidates of ``space`` with ``cost_fn`` and select."""
+    config = config or SearchConfig()
+    priced, skipped = _price(space, cost_fn, config)
+    chosen, chosen_ms, ranked = select(priced, baseline=space.baseline, margin=config.margin)
     seq_ms = next(s.predicted_ms for s in ranked if s.plan == space.baseline)
     return SearchResult(site=space.site, chosen=chosen, chosen_ms=chosen_ms, sequential=space.baseline,
-                        sequential_ms=seq_ms, ranked=ranked, pruned=space.pruned, margin=margin)
+                        sequential_ms=seq_ms, ranked=ranked, pruned=space.pruned + tuple(skipped),
+                        margin=config.margin)
 
 
 def predict_cost_fn(cluster: object, profile: object = None) -> CostFn:
@@ -130,20 +182,39 @@ def predict_cost_fn(cluster: object, profile: object = None) -> CostFn:
     return cost
 
 
-def search(site: Site, cluster: object, *, profile: object = None, margin: float = DEFAULT_MARGIN,
-           config: SpaceConfig | None = None, cost_fn: CostFn | None = None) -> SearchResult:
+def search(site: Site, cluster: object, *, profile: object = None, config: SearchConfig | None = None,
+           space_config: SpaceConfig | None = None, cost_fn: CostFn | None = None) -> SearchResult:
     """Plan one Site on ``cluster`` (a ClusterSpec): enumerate, price, select."""
-    space = enumerate_plans(site, group_facts(site, cluster), config)
-    return price_space(space, cost_fn or predict_cost_fn(cluster, profile), margin=margin)
+    space = enumerate_plans(site, group_facts(site, cluster), space_config)
+    return price_space(space, cost_fn or predict_cost_fn(cluster, profile), config=config)
+
+
+def group_signature(site: Site, cluster: object) -> tuple:
+    """Sites with equal signatures get equal predictions: same shapes, and a group whose
+    sub-cluster (devices, links, nodes) is the same, wherever in the cluster it sits."""
+    bare = replace(site, ranks=(), name="", count=1).key
+    try:
+        return (bare, cluster.subcluster(site.group_ranks, name="group"))
+    except ValueError:  # ranks not node-contiguous: no structural signature, use the exact key
+        return (site.key, None)
 
 
 def search_sites(sites: Iterable[Site], cluster: object, *, profile: object = None,
-                 margin: float = DEFAULT_MARGIN, config: SpaceConfig | None = None,
+                 config: SearchConfig | None = None, space_config: SpaceConfig | None = None,
                  cost_fn: CostFn | None = None) -> Mapping[str, SearchResult]:
-    """Plan many Sites; each distinct ``Site.key`` is searched once. Returns key -> result."""
+    """Plan many Sites, searching each distinct group signature once. Returns ``Site.key`` -> result."""
     cost = cost_fn or predict_cost_fn(cluster, profile)
+    by_signature: dict[tuple, SearchResult] = {}
     results: dict[str, SearchResult] = {}
     for site in sites:
-        if site.key not in results:
-            results[site.key] = search(site, cluster, margin=margin, config=config, cost_fn=cost)
+        if site.key in results:
+            continue
+        signature = group_signature(site, cluster)
+        found = by_signature.get(signature)
+        if found is None:
+            found = by_signature[signature] = search(site, cluster, config=config, space_config=space_config,
+                                                     cost_fn=cost)
+            results[site.key] = found
+        else:
+            results[site.key] = replace(found, site=site)
     return results

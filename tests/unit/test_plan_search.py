@@ -8,7 +8,7 @@ import random
 import pytest
 
 from hocket.plan.plan import Plan
-from hocket.plan.search import DEFAULT_MARGIN, price_space, search_sites, select
+from hocket.plan.search import DEFAULT_MARGIN, SearchConfig, price_space, search, search_sites, select
 from hocket.plan.space import GroupFacts, enumerate_plans
 from hocket.site import Site
 
@@ -77,7 +77,7 @@ def test_search_never_chooses_a_plan_not_clearly_faster_than_sequential(seed):
     site = Site(kind=rng.choice(["ag_mm", "mm_rs", "mm_ar"]), m=4096, k=2048, n=1024, world=4)
     space = enumerate_plans(site, FACTS)
     costs = {plan: rng.uniform(0.5, 2.0) for plan in space.candidates}
-    result = price_space(space, lambda s, p: costs[p])
+    result = price_space(space, lambda s, p: costs[p], config=SearchConfig(exhaustive=True))
     best_ms = min(costs.values())
     seq_ms = costs[space.baseline]
     assert result.sequential_ms == seq_ms
@@ -90,6 +90,31 @@ def test_search_never_chooses_a_plan_not_clearly_faster_than_sequential(seed):
     assert all(s.reason for s in result.ranked)
     assert result.top(3) == tuple(s.plan for s in result.ranked[:3])
     assert result.speedup >= 1.0
+
+
+def test_chunk_ladder_stops_a_family_once_more_chunks_keep_losing():
+    site = Site(kind="ag_mm", m=8192, k=1024, n=1024, world=8)
+    space = enumerate_plans(site, FACTS)
+    priced: list[Plan] = []
+    noise = {plan: random.random() * 0.01 for plan in space.candidates}
+
+    def cost(_site: Site, plan: Plan) -> float:  # every family's optimum is at 4 chunks
+        priced.append(plan)
+        return 10.0 if plan.strategy == "sequential" else 5.0 + abs(plan.chunks - 4) + noise[plan]
+
+    result = price_space(space, cost)
+    ring = sorted(p.chunks for p in priced if p.strategy == "ring" and p.transport == "p2p"
+                  and p.order == "natural" and p.comm_sms is None)
+    assert ring == [1, 2, 4, 8, 16]  # 8 and 16 lose twice in a row: 32 and 64 are skipped
+    skipped = [p for p in result.pruned if p.reason.startswith("not priced")]
+    assert skipped and all(p.plan.chunks > 16 for p in skipped)
+    assert "chunks=4" in skipped[0].reason
+    assert len(priced) + len(skipped) == len(space.candidates) == len(result.ranked) + len(skipped)
+    assert result.chosen.chunks == 4
+    full = price_space(space, cost, config=SearchConfig(exhaustive=True))
+    assert len(full.ranked) == len(space.candidates) and full.chosen_ms == result.chosen_ms
+    with pytest.raises(ValueError, match="chunk_patience"):
+        SearchConfig(chunk_patience=0)
 
 
 def test_search_sites_prices_each_distinct_key_once():
@@ -110,3 +135,22 @@ def test_search_sites_prices_each_distinct_key_once():
     for key, result in results.items():
         assert per_key[key] == len(result.ranked)
         assert result.chosen == Plan()
+
+
+def test_structurally_equal_groups_are_searched_once_and_predict_alike():
+    catalog = pytest.importorskip("hocket.hardware.catalog")
+    cluster = catalog.load_preset("h100-ib-2node")
+    sites = [Site(kind="mm_rs", m=4096, k=1024, n=2048, world=8, ranks=tuple(range(start, start + 8)))
+             for start in (0, 8)]
+    spanning = Site(kind="mm_rs", m=4096, k=1024, n=2048, world=8, ranks=tuple(range(4, 12)))
+    searched: list[str] = []
+    results = search_sites(sites + [spanning], cluster,
+                           cost_fn=lambda s, p: searched.append(s.key) or (2.0 if p.chunks == 1 else 1.0))
+    assert set(results) == {s.key for s in sites} | {spanning.key}
+    assert results[sites[1].key].site == sites[1]
+    assert results[sites[1].key].chosen == results[sites[0].key].chosen
+    assert set(searched) == {sites[0].key, spanning.key}  # the node-spanning group is different
+    # the signature is sound: the real cost model prices both node-local groups alike
+    direct = [search(s, cluster) for s in sites]
+    assert [r.sequential_ms for r in direct] == [direct[0].sequential_ms] * 2
+    assert direct[0].chosen == direct[1].chosen and direct[0].chosen_ms == direct[1].chosen_ms

@@ -1,0 +1,78 @@
+"""Tile configuration of the tile-fused GEMMs (plain Python, no Triton needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_WARPS = (1, 2, 4, 8, 16)
+
+
+def _power_of_two(name: str, value: object, lowest: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < lowest or value & (value - 1):
+        raise ValueError(f"TileConfig.{name}={value!r} must be a power of two >= {lowest}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TileConfig:
+    """Block sizes and launch shape of one GEMM tile (``tl.dot`` needs blocks >= 16)."""
+
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 64
+    group_m: int = 8
+    """row blocks that share one sweep over B's columns (L2 reuse of B)."""
+    num_warps: int = 8
+    num_stages: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "block_k"):
+            _power_of_two(name, getattr(self, name), 16)
+        if not isinstance(self.group_m, int) or isinstance(self.group_m, bool) or self.group_m < 1:
+            raise ValueError(f"TileConfig.group_m={self.group_m!r} must be an int >= 1")
+        if self.num_warps not in _WARPS:
+            raise ValueError(f"TileConfig.num_warps={self.num_warps!r} must be one of {_WARPS}")
+        if not isinstance(self.num_stages, int) or isinstance(self.num_stages, bool) or self.num_stages < 1:
+            raise ValueError(f"TileConfig.num_stages={self.num_stages!r} must be an int >= 1")
+
+    def label(self) -> str:
+        return f"{self.block_m}x{self.block_n}x{self.block_k}/g{self.group_m}/w{self.num_warps}/s{self.num_stages}"
+
+
+# Shared-memory budget of one H100/H200 block is 227 KiB; these configs stay under it.
+BF16_CONFIGS = (
+    TileConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3),
+    TileConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4),
+    TileConfig(block_m=256, block_n=128, block_k=64, num_warps=8, num_stages=3),
+    TileConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=4),
+    TileConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4),
+)
+FP32_CONFIGS = (
+    TileConfig(block_m=128, block_n=128, block_k=32, num_warps=8, num_stages=3),
+    TileConfig(block_m=64, block_n=128, block_k=32, num_warps=4, num_stages=3),
+)
+
+
+def default_config(dtype: object) -> TileConfig:
+    """The first candidate for ``dtype`` (a torch dtype or hocket dtype name)."""
+    name = str(dtype).replace("torch.", "")
+    if name in ("bfloat16", "float16"):
+        return BF16_CONFIGS[0]
+    if name == "float32":
+        return FP32_CONFIGS[0]
+    raise ValueError(f"dtype={dtype!r} has no tile config; the tile-fused GEMMs take bfloat16, float16 or float32")
+
+
+def candidate_configs(dtype: object) -> tuple[TileConfig, ...]:
+    """Configs a benchmark may try (flags pre-set) before choosing one for a shape."""
+    name = str(dtype).replace("torch.", "")
+    return FP32_CONFIGS if name == "float32" else BF16_CONFIGS
+
+
+def persistent_programs(num_sms: int, *, reserve_sms: int = 2) -> int:
+    """Grid size of a persistent spinning kernel: below the SM count, leaving ``reserve_sms``
+    free for the flag kernels and any SM-driven transfer (DESIGN.md section 4)."""
+    if not isinstance(num_sms, int) or num_sms < 2:
+        raise ValueError(f"num_sms={num_sms!r} must be an int >= 2 (a spinning kernel must leave one SM free)")
+    if not isinstance(reserve_sms, int) or not 1 <= reserve_sms < num_sms:
+        raise ValueError(f"reserve_sms={reserve_sms!r} must be an int in [1, num_sms={num_sms})")
+    return num_sms - reserve_sms

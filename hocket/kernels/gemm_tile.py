@@ -1,0 +1,54 @@
+"""One output tile of ``C = A @ B``: the Triton device code both tile-fused GEMMs share."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
+                    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """fp32 accumulator of tile (pid_m, pid_n). Loads are masked only where a dim is uneven.
+
+    ``UPCAST`` converts the operands to fp32 before ``tl.dot``: set only under Triton's
+    interpreter, whose ``dot`` multiplies bfloat16's raw bits (the conversion is exact, so
+    the result equals a bf16 dot with fp32 accumulation). Never set on a GPU.
+    """
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_M and EVEN_K:
+            a = tl.load(a_ptrs)
+        else:
+            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - kk * BLOCK_K), other=0.0)
+        if EVEN_N and EVEN_K:
+            b = tl.load(b_ptrs)
+        else:
+            b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - kk * BLOCK_K) & (offs_n[None, :] < N), other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    value = acc.to(c_ptr.dtype.element_ty)
+    if EVEN_M and EVEN_N:
+        tl.store(c_ptrs, value)
+    else:
+        tl.store(c_ptrs, value, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))

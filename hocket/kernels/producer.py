@@ -1,0 +1,40 @@
+"""Producer GEMM: output tiles in groups; a finished group raises its flag.
+
+Tiles come group by group (``ProducerSchedule``). After storing a tile, the program
+bumps its group's counter (acq_rel); the program that completes the group raises the
+group's flag (release, system scope). The group's rows are then complete in the
+row-major output, one contiguous region, so its transfer can start while later groups
+compute.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from hocket.kernels.flags import raise_flag
+from hocket.kernels.gemm_tile import store_tile, tile_accumulate
+
+
+@triton.jit
+def producer_gemm_kernel(a_ptr, b_ptr, c_ptr, table_ptr, counters_ptr, flags_ptr,
+                         M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                         num_tiles,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
+                         SIGNAL: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    for t in range(pid, num_tiles, num_programs):
+        pid_m = tl.load(table_ptr + 4 * t)
+        pid_n = tl.load(table_ptr + 4 * t + 1)
+        acc = tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)
+        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, EVEN_M, EVEN_N)
+        if SIGNAL:
+            group = tl.load(table_ptr + 4 * t + 2)
+            tiles_in_group = tl.load(table_ptr + 4 * t + 3)
+            tl.debug_barrier()
+            done_before = tl.atomic_add(counters_ptr + group, 1, sem="acq_rel", scope="gpu")
+            if done_before == tiles_in_group - 1:
+                raise_flag(flags_ptr + group)

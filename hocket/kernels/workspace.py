@@ -1,0 +1,136 @@
+"""Device resources of the tile-fused GEMMs, allocated once per shape class (no Triton needed).
+
+A workspace owns the schedule table, the flags (chunk flags for the consumer, group
+flags and counters for the producer), the error buffer and the set of argument
+signatures whose kernels were compiled and loaded by ``hocket.kernels.warmup``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from hocket import env
+from hocket.kernels.config import TileConfig, default_config, persistent_programs
+from hocket.kernels.errors import error_buffer, spins_for_timeout
+from hocket.kernels.schedule import ConsumerSchedule, ProducerSchedule, consumer_schedule, producer_schedule
+
+CPU_PROGRAMS = 4
+"""Persistent grid on the CPU (Triton's interpreter): several programs, so the
+persistent loop's striding is exercised."""
+
+MAX_ELEMENTS = 2**31 - 1
+"""The kernels index with 32-bit offsets."""
+
+
+def _grid(device: torch.device, num_tiles: int, num_programs: int | None) -> int:
+    if num_programs is None:
+        if device.type == "cuda":
+            num_programs = persistent_programs(torch.cuda.get_device_properties(device).multi_processor_count)
+        else:
+            num_programs = CPU_PROGRAMS
+    if not isinstance(num_programs, int) or isinstance(num_programs, bool) or num_programs < 1:
+        raise ValueError(f"num_programs={num_programs!r} must be an int >= 1 (the persistent grid size)")
+    return min(num_tiles, num_programs)
+
+
+def _max_spins(max_spins: int | None) -> int:
+    if max_spins is None:
+        return spins_for_timeout(env.wait_timeout_s())
+    if not isinstance(max_spins, int) or isinstance(max_spins, bool) or max_spins < 1:
+        raise ValueError(f"max_spins={max_spins!r} must be an int >= 1 (polls before a wait gives up)")
+    return max_spins
+
+
+def signature(*tensors: torch.Tensor) -> tuple:
+    """What Triton specialises a launch on: shapes, strides, dtypes, 16-byte alignment."""
+    return tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.data_ptr() % 16 == 0, str(t.device)) for t in tensors)
+
+
+class _Workspace:
+    kind = ""
+
+    def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
+                 config: TileConfig | None, table: list[int], num_tiles: int, num_programs: int | None,
+                 max_spins: int | None) -> None:
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        for name, value in (("m*k", m * k), ("k*n", k * n), ("m*n", m * n)):
+            if value > MAX_ELEMENTS:
+                raise ValueError(f"{name}={value} elements is above {MAX_ELEMENTS}: the tile-fused GEMMs use "
+                                 f"32-bit offsets; split the problem along m")
+        self.m, self.n, self.k, self.dtype = m, n, k, dtype
+        self.config = config or default_config(dtype)
+        self.table = torch.tensor(table, dtype=torch.int32, device=self.device)
+        self.num_tiles = num_tiles
+        self.num_programs = _grid(self.device, num_tiles, num_programs)
+        self.max_spins = _max_spins(max_spins)
+        self.errors = error_buffer(self.device)
+        self.warmed: set[tuple] = set()
+
+    def check_operands(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        """Clear errors for operands that do not match this workspace's shape class."""
+        for name, t in (("A", a), ("B", b), ("out", out)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.device != self.device:
+                raise ValueError(f"{name} is on {t.device} but the {self.kind} workspace is on {self.device}; "
+                                 f"move it with .to({str(self.device)!r})")
+            if t.dtype != self.dtype:
+                raise ValueError(f"{name}.dtype={t.dtype} but the {self.kind} workspace was built for {self.dtype}")
+        for name, t, shape in (("A", a, (self.m, self.k)), ("B", b, (self.k, self.n)), ("out", out, (self.m, self.n))):
+            if tuple(t.shape) != shape:
+                raise ValueError(f"{name}.shape={tuple(t.shape)} but the {self.kind} workspace expects {shape} "
+                                 f"(m={self.m}, k={self.k}, n={self.n}); build a workspace for this shape")
+        if out.stride(1) != 1 or out.stride(0) != self.n:
+            raise ValueError(f"out must be a contiguous row-major [{self.m}, {self.n}] tensor (stride {out.stride()}); "
+                             f"groups and chunks are contiguous row ranges of it")
+
+    def launch_flags(self, *, interpreted: bool) -> dict:
+        """Constexprs and launch options of this shape class (``interpreted``: Triton's CPU
+        interpreter runs the kernel; see ``tile_accumulate``'s UPCAST)."""
+        cfg = self.config
+        return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                    EVEN_M=self.m % cfg.block_m == 0, EVEN_N=self.n % cfg.block_n == 0,
+                    EVEN_K=self.k % cfg.block_k == 0,
+                    INPUT_PRECISION="tf32" if self.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+                    else "ieee",
+                    UPCAST=interpreted and self.dtype == torch.bfloat16,
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+class ConsumerWorkspace(_Workspace):
+    """Resources of one consumer GEMM shape class: chunk flags (int32, 1 = landed)."""
+
+    kind = "consumer"
+
+    def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
+                 chunk_offsets: Sequence[int], arrival: Sequence[int] | None = None,
+                 config: TileConfig | None = None, num_programs: int | None = None,
+                 max_spins: int | None = None) -> None:
+        cfg = config or default_config(dtype)
+        self.schedule: ConsumerSchedule = consumer_schedule(
+            m=m, n=n, block_m=cfg.block_m, block_n=cfg.block_n, chunk_offsets=chunk_offsets,
+            arrival=arrival, group_m=cfg.group_m)
+        super().__init__(m=m, n=n, k=k, dtype=dtype, device=device, config=cfg, table=self.schedule.table(),
+                         num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins)
+        self.flags = torch.zeros(self.schedule.num_chunks, dtype=torch.int32, device=self.device)
+
+
+class ProducerWorkspace(_Workspace):
+    """Resources of one producer GEMM shape class: group counters and group flags."""
+
+    kind = "producer"
+
+    def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
+                 groups: int, config: TileConfig | None = None, num_programs: int | None = None,
+                 max_spins: int | None = None) -> None:
+        cfg = config or default_config(dtype)
+        self.schedule: ProducerSchedule = producer_schedule(
+            m=m, n=n, block_m=cfg.block_m, block_n=cfg.block_n, groups=groups, group_m=cfg.group_m)
+        super().__init__(m=m, n=n, k=k, dtype=dtype, device=device, config=cfg, table=self.schedule.table(),
+                         num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins)
+        self.flags = torch.zeros(self.schedule.num_groups, dtype=torch.int32, device=self.device)
+        self.counters = torch.zeros(self.schedule.num_groups, dtype=torch.int32, device=self.device)

@@ -1,0 +1,154 @@
+"""Numerics of the tile-fused GEMMs under Triton's interpreter (CPU), flags pre-set.
+
+The interpreter must be switched on before the kernels are decorated, and a pytest
+session may already hold compiled kernels (tests/unit/test_kernels_compile.py, GPU
+tests), so the kernels run in one child process (this file run as a script, with
+``TRITON_INTERPRET=1``) that saves inputs and outputs; the assertions run here. The
+interpreter runs programs one after another: it checks tile order, masking and
+numerics, never the signalling itself (tests/gpu does that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hocket.ops.tolerance import tolerance
+
+SHAPES = [  # (m, k, n): none divides the 32x32x16 blocks except where noted
+    (100, 50, 70),
+    (64, 48, 96),   # every dim divides: the unmasked path
+    (33, 17, 130),
+]
+DTYPES = ["float32", "bfloat16"]
+CONFIG = dict(block_m=32, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=1)
+
+
+def _cases(rng: random.Random) -> list[dict]:
+    cases = []
+    for dtype in DTYPES:
+        for m, k, n in SHAPES:
+            chunks = rng.randint(1, 4)
+            cuts = sorted(rng.sample(range(1, m), chunks - 1))
+            arrival = list(range(chunks))
+            rng.shuffle(arrival)
+            cases.append(dict(kind="consumer", dtype=dtype, m=m, k=k, n=n, seed=rng.getrandbits(31),
+                              offsets=[0, *cuts, m], arrival=arrival, programs=rng.randint(1, 5)))
+            groups = rng.randint(1, -(-m // CONFIG["block_m"]))
+            cases.append(dict(kind="producer", dtype=dtype, m=m, k=k, n=n, seed=rng.getrandbits(31),
+                              groups=groups, programs=rng.randint(1, 5)))
+    cases.append(dict(kind="timeout", dtype="float32", m=64, k=32, n=64, seed=rng.getrandbits(31),
+                      offsets=[0, 32, 64], arrival=[0, 1], programs=2, missing=1))
+    return cases
+
+
+def _child(cases_path: str, out_path: str) -> None:
+    """Runs in the interpreter child: execute every case, save tensors and flags."""
+    from hocket.kernels import (ConsumerWorkspace, FlagTimeoutError, ProducerWorkspace, TileConfig, consumer_gemm,
+                                producer_gemm, raise_on_timeout, warmup_consumer, warmup_producer)
+    from hocket.kernels.launch import _INTERPRETED
+
+    assert _INTERPRETED, "the child must run the kernels under TRITON_INTERPRET=1"
+    cfg = TileConfig(**CONFIG)
+    results = []
+    for case in json.loads(Path(cases_path).read_text()):
+        dtype = getattr(torch, case["dtype"])
+        gen = torch.Generator().manual_seed(case["seed"])
+        a = torch.randn(case["m"], case["k"], generator=gen).to(dtype)
+        b = torch.randn(case["k"], case["n"], generator=gen).to(dtype)
+        out = torch.empty(case["m"], case["n"], dtype=dtype)
+        common = dict(m=case["m"], n=case["n"], k=case["k"], dtype=dtype, device="cpu", config=cfg,
+                      num_programs=case["programs"])
+        record = dict(case=case, a=a, b=b)
+        if case["kind"] == "producer":
+            ws = ProducerWorkspace(groups=case["groups"], **common)
+            warmup_producer(ws, a, b, out)
+            out.fill_(float("nan"))
+            producer_gemm(a, b, workspace=ws, out=out)
+            record.update(flags=ws.flags.clone(), counters=ws.counters.clone(),
+                          group_offsets=ws.schedule.group_offsets)
+        else:
+            ws = ConsumerWorkspace(chunk_offsets=case["offsets"], arrival=case["arrival"], max_spins=20, **common)
+            warmup_consumer(ws, a, b, out)
+            out.fill_(float("nan"))
+            ws.flags.fill_(1)
+            if case["kind"] == "timeout":
+                ws.flags[case["missing"]] = 0
+            consumer_gemm(a, b, workspace=ws, out=out)
+            try:
+                raise_on_timeout(ws.errors, max_spins=ws.max_spins, context="interpreter test")
+                record["timeout_message"] = ""
+            except FlagTimeoutError as exc:
+                record["timeout_message"] = str(exc)
+        record["out"] = out
+        results.append(record)
+    torch.save(results, out_path)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("interpret")
+    cases_path, out_path = tmp / "cases.json", tmp / "results.pt"
+    cases_path.write_text(json.dumps(_cases(random.Random())))
+    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="1")
+    proc = subprocess.run([sys.executable, __file__, str(cases_path), str(out_path)], env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, f"interpreter child failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return torch.load(out_path, weights_only=False)
+
+
+def _assert_matches_fp32(record: dict) -> None:
+    out, a, b = record["out"], record["a"], record["b"]
+    assert not out.isnan().any(), f"{int(out.isnan().sum())} output elements never written in {record['case']}"
+    ref = torch.mm(a.double(), b.double())
+    tol = tolerance(out.dtype)
+    scale = max(1.0, float(ref.abs().max()))
+    err = (out.double() - ref).abs()
+    bound = tol.atol * scale + tol.rtol * ref.abs()
+    assert bool((err <= bound).all()), f"max error {float(err.max()):.3g} beyond {out.dtype} tolerance in {record['case']}"
+
+
+@pytest.mark.timeout(300)
+def test_consumer_numerics_every_element_written(results):
+    consumers = [r for r in results if r["case"]["kind"] == "consumer"]
+    assert len(consumers) == len(SHAPES) * len(DTYPES)
+    for record in consumers:
+        _assert_matches_fp32(record)
+        assert record["timeout_message"] == ""
+
+
+@pytest.mark.timeout(300)
+def test_producer_numerics_and_every_group_signalled(results):
+    producers = [r for r in results if r["case"]["kind"] == "producer"]
+    assert len(producers) == len(SHAPES) * len(DTYPES)
+    for record in producers:
+        _assert_matches_fp32(record)
+        groups = record["case"]["groups"]
+        assert record["flags"].tolist() == [1] * groups
+        bm, bn, n = CONFIG["block_m"], CONFIG["block_n"], record["case"]["n"]
+        offsets = record["group_offsets"]
+        expected = [-(-(offsets[g + 1] - offsets[g]) // bm) * -(-n // bn) for g in range(groups)]
+        assert record["counters"].tolist() == expected, "each group's counter counts its tiles exactly once"
+
+
+@pytest.mark.timeout(300)
+def test_missing_flag_gives_clear_error_naming_the_chunk(results):
+    (record,) = [r for r in results if r["case"]["kind"] == "timeout"]
+    message = record["timeout_message"]
+    assert message.startswith(f"chunk {record['case']['missing']}'s flag never rose")
+    assert "HOCKET_TIMEOUT_S" in message
+    # chunk 0 had landed: its rows were computed and are correct
+    rows = record["case"]["offsets"][1]
+    ref = torch.mm(record["a"][:rows].double(), record["b"].double())
+    assert torch.allclose(record["out"][:rows].double(), ref, rtol=1e-4, atol=1e-4)
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], sys.argv[2])

@@ -37,11 +37,15 @@ def consumer_gemm(a: torch.Tensor, b: torch.Tensor, *, workspace: ConsumerWorksp
     ws.check_operands(a, b, out)
     if wait and signature(a, b, out) not in ws.warmed:
         raise _not_warmed(ws, a, b, out)
+    _launch_consumer(ws, a, b, out, wait=wait)
+    return out
+
+
+def _launch_consumer(ws: ConsumerWorkspace, a, b, out, *, wait: bool) -> None:
     consumer_gemm_kernel[(ws.num_programs,)](
         a, b, out, ws.table, ws.flags, ws.errors, ws.m, ws.n, ws.k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         ws.num_tiles, ws.max_spins, WAIT=wait, **ws.launch_flags(interpreted=_INTERPRETED))
-    return out
 
 
 def producer_gemm(a: torch.Tensor, b: torch.Tensor, *, workspace: ProducerWorkspace, out: torch.Tensor,
@@ -53,11 +57,15 @@ def producer_gemm(a: torch.Tensor, b: torch.Tensor, *, workspace: ProducerWorksp
     ws.check_operands(a, b, out)
     if signal and signature(a, b, out) not in ws.warmed:
         raise _not_warmed(ws, a, b, out)
+    _launch_producer(ws, a, b, out, signal=signal)
+    return out
+
+
+def _launch_producer(ws: ProducerWorkspace, a, b, out, *, signal: bool) -> None:
     producer_gemm_kernel[(ws.num_programs,)](
         a, b, out, ws.table, ws.counters, ws.flags, ws.m, ws.n, ws.k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         ws.num_tiles, SIGNAL=signal, **ws.launch_flags(interpreted=_INTERPRETED))
-    return out
 
 
 def reset_consumer(ws: ConsumerWorkspace) -> None:
@@ -86,10 +94,7 @@ def warmup_consumer(ws: ConsumerWorkspace, a: torch.Tensor, b: torch.Tensor, out
     ws.check_operands(a, b, out)
     ws.flags.fill_(1)
     ws.errors.zero_()
-    consumer_gemm_kernel[(ws.num_programs,)](
-        a, b, out, ws.table, ws.flags, ws.errors, ws.m, ws.n, ws.k,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        ws.num_tiles, ws.max_spins, WAIT=True, **ws.launch_flags(interpreted=_INTERPRETED))
+    _launch_consumer(ws, a, b, out, wait=True)
     if ws.device.type == "cuda":
         set_flag_on_stream(ws.flags, 0, method=flag_method)
     _sync(ws.device)
@@ -103,10 +108,7 @@ def warmup_producer(ws: ProducerWorkspace, a: torch.Tensor, b: torch.Tensor, out
     spinning (the wait runs after the producer raised every flag)."""
     ws.check_operands(a, b, out)
     reset_producer(ws)
-    producer_gemm_kernel[(ws.num_programs,)](
-        a, b, out, ws.table, ws.counters, ws.flags, ws.m, ws.n, ws.k,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        ws.num_tiles, SIGNAL=True, **ws.launch_flags(interpreted=_INTERPRETED))
+    _launch_producer(ws, a, b, out, signal=True)
     wait_flag_kernel[(1,)](ws.flags, 0, ws.errors, ws.max_spins, ERR_SLOT=COPY_WAIT_SLOT, num_warps=1)
     _sync(ws.device)
     if int(ws.flags.min()) != 1 or int(ws.errors.max()) != 0:

@@ -1,0 +1,144 @@
+"""One Site under one Plan: the cost model's stage pipeline, run by the engine.
+
+``add_stages`` puts a stage list (``hocket.cost.pipeline_stages``) into a TaskGraph for a
+group of owners: each compute stage runs on every member's ``compute`` resource, each
+transfer stage is *one* task across every member's transfer resource (so the slowest
+member gates it). With one member standing for a class of identical ranks, the result
+is the class-reduced simulation; with one member per rank, the explicit one.
+``simulate_site`` does this for one site; the whole-step simulator calls ``add_stages``
+for every site occurrence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from hocket.sim.engine import TaskGraph, Timeline, simulate
+
+
+def add_stages(
+    graph: TaskGraph,
+    stages: Sequence,
+    *,
+    members: Sequence[str],
+    after: Mapping[str, Sequence[int]] | Sequence[int] = (),
+    prefix: str = "",
+    meta: Mapping[str, object] | None = None,
+    extra_slowdown: Mapping[str, float] | None = None,
+) -> list[tuple[int, ...]]:
+    """Add ``stages`` for the owners ``members``; return the task ids of each stage.
+
+    ``after``: tasks every entry stage (one without dependencies) waits for, either one
+    list for all members or a list per member. ``extra_slowdown``: contention factors for
+    transfer kinds the stage list does not mention (e.g. a DP collective running beside a
+    site's GEMM in a training step); a stage's own factors win.
+    """
+    if not members:
+        raise ValueError("add_stages: members is empty; give at least one owner (a rank or a rank class)")
+    per_member_after = isinstance(after, Mapping)
+    if per_member_after:
+        missing = [m for m in members if m not in after]
+        if missing:
+            raise ValueError(f"add_stages: after has no entry for members {missing}")
+
+    def entry_deps(member: str | None) -> tuple[int, ...]:
+        if per_member_after:
+            if member is None:
+                return tuple(sorted({d for m in members for d in after[m]}))
+            return tuple(after[member])
+        return tuple(after)
+
+    ids: list[tuple[int, ...]] = []
+    index_of_member = {m: i for i, m in enumerate(members)}
+    for i, stage in enumerate(stages):
+        task_meta = dict(meta or {})
+        task_meta.update({"stage": i, "op": stage.op or stage.name})
+        if stage.piece:
+            task_meta["piece"] = stage.piece
+        slow = dict(stage.slowdown_by)
+        if extra_slowdown:
+            for kind, factor in extra_slowdown.items():
+                if kind != stage.kind:
+                    slow.setdefault(kind, factor)
+        name = f"{prefix}{stage.name}"
+        if stage.resource == "compute":
+            row = []
+            for member in members:
+                if stage.depends_on:
+                    deps = [_member_task(ids[d], index_of_member[member]) for d in stage.depends_on]
+                else:
+                    deps = list(entry_deps(member))
+                row.append(graph.add(name=name, resources=[graph.resource(member, "compute")],
+                                     work_ms=stage.duration_ms, deps=deps, kind=stage.kind, slowdown_by=slow,
+                                     meta=task_meta))
+            ids.append(tuple(row))
+        else:
+            if stage.depends_on:
+                deps = sorted({t for d in stage.depends_on for t in ids[d]})
+            else:
+                deps = list(entry_deps(None))
+            tid = graph.add(name=name, resources=[graph.resource(m, stage.resource) for m in members],
+                            work_ms=stage.duration_ms, deps=deps, kind=stage.kind, slowdown_by=slow, meta=task_meta)
+            ids.append((tid,))
+    return ids
+
+
+def _member_task(stage_ids: tuple[int, ...], member_index: int) -> int:
+    """A member's copy of a stage: its own for compute stages, the shared one for transfers."""
+    return stage_ids[member_index] if len(stage_ids) > 1 else stage_ids[0]
+
+
+def exit_tasks(stages: Sequence, ids: list[tuple[int, ...]], member_index: int) -> tuple[int, ...]:
+    """The tasks a member must finish before the site is done (stages no other stage depends on)."""
+    needed = set(range(len(stages)))
+    for stage in stages:
+        needed.difference_update(stage.depends_on)
+    return tuple(sorted(_member_task(ids[i], member_index) for i in needed))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SiteSimulation:
+    """The simulated timeline of one site occurrence."""
+
+    site: object
+    plan: object
+    stages: tuple
+    timeline: Timeline
+    members: tuple[str, ...]
+
+    @property
+    def total_ms(self) -> float:
+        return self.timeline.makespan_ms
+
+    def busy_ms(self) -> dict[str, float]:
+        """Busy time per resource kind of one member (the first)."""
+        g = self.timeline.graph
+        owner = g.owner(self.members[0])
+        busy = self.timeline.busy_ms()
+        return {g.resource_kind[r]: busy[name] for r, name in enumerate(g.resource_names)
+                if g.resource_owner[r] == owner}
+
+
+def simulate_site(site, plan, cluster, profile=None, *, explicit_ranks: bool = False) -> SiteSimulation:
+    """Simulate ``site`` under ``plan`` on ``cluster``.
+
+    By default the group's ranks form one class (they run the same stages); with
+    ``explicit_ranks=True`` every rank of the group is simulated as its own owner and the
+    transfers span all of them (same answer for identical ranks; slower, for checking).
+    """
+    from hocket.cost import pipeline_stages
+    from hocket.plan.plan import Plan, as_plan
+
+    plan = as_plan(plan) or Plan()
+    stages = tuple(pipeline_stages(site, plan, cluster, profile))
+    ranks = site.group_ranks
+    if explicit_ranks:
+        members = tuple(f"rank{r}" for r in ranks)
+    else:
+        models = sorted({cluster.device(r).model for r in ranks})
+        members = (f"{site.name or site.kind} group [{'+'.join(models)} x{len(ranks)}]",)
+    graph = TaskGraph()
+    meta = {"site": site.name or site.kind, "plan": plan.describe()}
+    add_stages(graph, stages, members=members, meta=meta)
+    return SiteSimulation(site=site, plan=plan, stages=stages, timeline=simulate(graph), members=members)

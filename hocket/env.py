@@ -58,3 +58,10 @@ def wait_timeout_s() -> float:
 def transport_environment() -> dict[str, str]:
     """The transport-affecting environment, recorded in fingerprints and results."""
     return {k: os.environ[k] for k in TRANSPORT_ENV_VARS if k in os.environ}
+
+
+def cluster_env() -> str | None:
+    """``HOCKET_CLUSTER``: a cluster preset name or YAML path describing where this job runs
+    (the live planner's cluster; default: ``hocket.hardware.probe()`` of this machine)."""
+    raw = os.environ.get("HOCKET_CLUSTER", "").strip()
+    return raw or None

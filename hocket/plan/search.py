@@ -175,9 +175,12 @@ def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | Non
 def predict_cost_fn(cluster: object, profile: object = None) -> CostFn:
     """A CostFn backed by ``hocket.cost.predict`` (total predicted ms)."""
     from hocket.cost import predict
+    from hocket.cost.calibration import calibration_view
+
+    view = calibration_view(profile)  # built once, not per prediction
 
     def cost(site: Site, plan: Plan) -> float:
-        return float(predict(site, plan, cluster, profile).total_ms)
+        return float(predict(site, plan, cluster, view).total_ms)
 
     return cost
 

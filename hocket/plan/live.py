@@ -1,0 +1,281 @@
+"""The planner behind ``plan=None``: bucket the shape, decide once, reuse.
+
+A :class:`LivePlanner` owns everything a running process needs to choose plans: the
+cluster it runs on (``HOCKET_CLUSTER``, else ``hocket.hardware.probe()``), the
+calibration profile, the on-disk cache and an in-memory table of decisions keyed by
+the *bucketed* site key (:mod:`hocket.plan.bucket`), so a new sequence length reuses a
+decision instead of planning again. After the first call for a bucket the cost is one
+dict lookup.
+
+Decisions come from, in order: the in-memory table; the on-disk cache (an autotuned
+decision from an earlier run of this environment); measured autotuning, when switched
+on (API argument, else ``HOCKET_AUTOTUNE``) and the caller supplies the live group;
+otherwise prediction alone (:func:`hocket.plan.search.search`). Only strategies the
+operators implement (``hocket.ops.planning.SUPPORTED``) are considered.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+from hocket.plan.autotune import AutotuneConfig, RunnerFactory, autotune, autotune_enabled, plans_to_time
+from hocket.plan.bucket import DEFAULT_BUCKET_POLICY, BucketPolicy, bucket_site, fit_plan
+from hocket.plan.cache import PlanCache, current_environment
+from hocket.plan.plan import SEQUENTIAL, Plan
+from hocket.plan.search import SearchConfig, SearchResult, search
+from hocket.plan.space import SpaceConfig
+from hocket.site import Site
+
+
+RunnersFor = Callable[[Site], RunnerFactory]
+"""Given the (bucketed) site, the RunnerFactory that times plans on it."""
+
+
+class PlannerWarning(UserWarning):
+    """The planner fell back to sequential (e.g. the cluster description does not fit the group)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveConfig:
+    """Configuration of a :class:`LivePlanner`."""
+
+    search: SearchConfig = field(default_factory=SearchConfig)
+    space: SpaceConfig = field(default_factory=SpaceConfig)
+    bucket: BucketPolicy = DEFAULT_BUCKET_POLICY
+    autotune: bool | None = None
+    """True/False switch measured autotuning on/off; None follows ``HOCKET_AUTOTUNE`` (default off)."""
+    tuning: AutotuneConfig = field(default_factory=AutotuneConfig)
+    use_disk_cache: bool = True
+    supported: Mapping[str, tuple[str, ...]] | None = None
+    """kind -> strategies with an executor; None = ``hocket.ops.planning.SUPPORTED``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """A decision for one bucket, before it is fitted to a call's exact shape."""
+
+    plan: Plan
+    source: str
+    """``predicted``, ``cache`` or ``autotune`` (``disabled`` when HOCKET_DISABLE is set)."""
+    bucket_key: str
+    search: SearchResult | None = None
+
+
+def _default_supported() -> Mapping[str, tuple[str, ...]]:
+    from hocket.ops.planning import SUPPORTED
+
+    return SUPPORTED
+
+
+class LivePlanner:
+    """Chooses plans for operator calls in this process (see module docstring)."""
+
+    def __init__(self, *, cluster: object = None, profile: object = None, config: LiveConfig | None = None,
+                 cache: PlanCache | None = None) -> None:
+        self.config = config or LiveConfig()
+        self._cluster = cluster
+        self._profile = profile
+        self._profile_loaded = profile is not None or cluster is not None
+        self._cache = cache
+        self._decisions: dict[str, Decision] = {}
+
+    # -- lazily built resources ---------------------------------------------------------
+    @property
+    def cluster(self) -> object:
+        if self._cluster is None:
+            from hocket.env import cluster_env
+            from hocket.hardware import load_cluster, probe
+
+            name = cluster_env()
+            self._cluster = load_cluster(name) if name else probe()
+        return self._cluster
+
+    @property
+    def profile(self) -> object:
+        if not self._profile_loaded:
+            from hocket.env import cluster_env
+            from hocket.hardware.profile import load_profile
+
+            self._profile = None if cluster_env() else load_profile()
+            self._profile_loaded = True
+        return self._profile
+
+    @property
+    def cache(self) -> PlanCache | None:
+        if self._cache is None and self.config.use_disk_cache:
+            from hocket.hardware import fingerprint
+
+            self._cache = PlanCache(current_environment(fingerprint(self.cluster)["hash"]))
+        return self._cache
+
+    def _space_config(self, site: Site) -> SpaceConfig:
+        supported = self.config.supported if self.config.supported is not None else _default_supported()
+        allowed = set(supported.get(site.kind, ("sequential",)))
+        strategies = tuple(s for s in self.config.space.strategies if s in allowed)
+        return replace(self.config.space, strategies=strategies or ("sequential",))
+
+    # -- deciding -----------------------------------------------------------------------
+    def decide(self, site: Site, *, group: object = None, runners: RunnersFor | None = None,
+               device: object = "cpu", autotune_switch: bool | None = None) -> Decision:
+        """The decision for ``site``'s bucket (made now if unknown).
+
+        Autotuning needs ``runners`` (site -> RunnerFactory, called with the bucketed
+        site) and then is collective over ``group``: every rank must call it for the
+        same site.
+        """
+        from hocket.env import disabled
+
+        bucket = bucket_site(site, self.config.bucket)
+        if disabled():
+            return Decision(plan=SEQUENTIAL, source="disabled", bucket_key=bucket.key)
+        known = self._decisions.get(bucket.key)
+        if known is not None:
+            return known
+        switch = autotune_switch if autotune_switch is not None else self.config.autotune
+        measure = autotune_enabled(switch) and runners is not None
+        try:
+            result = search(bucket, self.cluster, profile=self.profile, config=self.config.search,
+                            space_config=self._space_config(bucket))
+        except ValueError as exc:
+            warnings.warn(f"hocket could not plan {site.key} on cluster {getattr(self.cluster, 'name', '?')!r} "
+                          f"({exc}); running it sequentially. Describe the cluster with HOCKET_CLUSTER=<preset "
+                          f"or YAML> if this machine's probe does not cover the group.", PlannerWarning,
+                          stacklevel=3)
+            decision = Decision(plan=SEQUENTIAL, source="predicted", bucket_key=bucket.key)
+            self._decisions[bucket.key] = decision
+            return decision
+        if measure:
+            tuned = autotune(bucket, plans_to_time(result, self.config.tuning.top_k), runners(bucket), group=group,
+                             device=device, config=self.config.tuning, cache=self.cache, cache_key=bucket.key)
+            decision = Decision(plan=tuned.chosen, source=tuned.source, bucket_key=bucket.key, search=result)
+        else:
+            cached = self.cache.get(bucket.key) if self.cache is not None else None
+            if cached is not None:
+                decision = Decision(plan=cached.plan, source="cache", bucket_key=bucket.key, search=result)
+            else:
+                decision = Decision(plan=result.chosen, source="predicted", bucket_key=bucket.key, search=result)
+        self._decisions[bucket.key] = decision
+        return decision
+
+    def plan(self, site: Site, **kwargs) -> Plan:
+        """The plan for ``site``: its bucket's decision fitted to the exact shape."""
+        return fit_plan(self.decide(site, **kwargs).plan, site)
+
+    def forget(self) -> None:
+        """Drop the in-memory decisions (the on-disk cache stays)."""
+        self._decisions.clear()
+
+    def known(self) -> dict[str, Decision]:
+        return dict(self._decisions)
+
+
+_PLANNERS: dict[str, LivePlanner] = {}
+
+
+def process_planner() -> LivePlanner:
+    """The planner ``plan=None`` uses in this process (created on first use)."""
+    planner = _PLANNERS.get("default")
+    if planner is None:
+        planner = _PLANNERS["default"] = LivePlanner()
+    return planner
+
+
+def set_process_planner(planner: LivePlanner | None) -> None:
+    """Replace (or with None, reset) the process planner, e.g. to give it a described cluster."""
+    if planner is not None and not isinstance(planner, LivePlanner):
+        raise TypeError(f"planner must be a hocket.plan.live.LivePlanner or None, got {type(planner).__name__}")
+    _PLANNERS.pop("default", None)
+    if planner is not None:
+        _PLANNERS["default"] = planner
+
+
+def operator_runners(site: Site, *, group: object, device: object = "cpu", seed: int = 0) -> RunnerFactory:
+    """A RunnerFactory that calls the hocket operator for ``site`` on fresh random inputs.
+
+    Inputs are drawn once (the same on every rank), so timing compares plans only.
+    """
+    import torch
+
+    import hocket.ops as ops
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    dtype = getattr(torch, site.dtype)
+    world = site.world
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float32).to(dtype=dtype, device=device)
+
+    if site.kind == "ag_mm":
+        if site.dim == -1:
+            a, gather_dim = rand(site.m, site.k // world), 1
+        else:
+            a, gather_dim = rand(site.m // world, site.k), 0
+        bs = [rand(site.k, site.n) for _ in range(site.num_b)]
+
+        def factory(plan: Plan) -> Callable[[], object]:
+            return lambda: ops.all_gather_matmul(a, bs, gather_dim, group, return_A=False, plan=plan)
+    elif site.kind == "mm_rs":
+        a, b = rand(site.m, site.k), rand(site.k, site.n * site.num_b)
+        scatter_dim = 1 if site.dim == -1 else 0
+
+        def factory(plan: Plan) -> Callable[[], object]:
+            return lambda: ops.matmul_reduce_scatter(a, b, "sum", scatter_dim, group, plan=plan)
+    elif site.kind == "mm_ar":
+        a, b = rand(site.m, site.k), rand(site.k, site.n * site.num_b)
+
+        def factory(plan: Plan) -> Callable[[], object]:
+            return lambda: ops.matmul_all_reduce(a, b, "sum", group, plan=plan)
+    else:
+        raise ValueError(f"site.kind={site.kind!r} has no hocket operator to autotune; "
+                         f"autotune supports ag_mm, mm_rs and mm_ar")
+    return factory
+
+
+def _live_device() -> object:
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _whole_world(site: Site) -> bool:
+    """True when ``site``'s group is the default process group (the only group found by ranks alone)."""
+    import torch.distributed as dist
+
+    return (dist.is_available() and dist.is_initialized()
+            and site.group_ranks == tuple(range(dist.get_world_size())))
+
+
+def tune(site: Site, *, group: object = None, autotune: bool | None = True, device: object = None,
+         planner: LivePlanner | None = None) -> Decision:
+    """Decide ``site`` on the live ``group`` now (collective: call on every rank), measuring
+    the top-k predicted plans plus sequential when ``autotune`` (default on; None follows
+    ``HOCKET_AUTOTUNE``). Later ``plan=None`` calls of that shape bucket reuse the decision."""
+    device = device if device is not None else _live_device()
+    planner = planner or process_planner()
+    return planner.decide(site, group=group, device=device, autotune_switch=autotune,
+                          runners=lambda s: operator_runners(s, group=group, device=device))
+
+
+def plan_for_call(site: Site) -> Plan:
+    """What ``plan=None`` runs (``hocket.ops.planning.choose_plan``).
+
+    Prediction (or a cached decision) by default. With ``HOCKET_AUTOTUNE=1`` and a site
+    on the default process group, outside torch.compile tracing, the first call of a
+    shape bucket is autotuned on the live group (collective, like the call itself).
+    """
+    import torch
+
+    planner = process_planner()
+    if autotune_enabled(planner.config.autotune) and _whole_world(site) and not torch.compiler.is_compiling():
+        device = _live_device()
+        decision = planner.decide(site, device=device,
+                                  runners=lambda s: operator_runners(s, group=None, device=device))
+    else:
+        decision = planner.decide(site)
+    return fit_plan(decision.plan, site)
+
+
+__all__ = ["Decision", "LiveConfig", "LivePlanner", "PlannerWarning", "operator_runners", "plan_for_call",
+           "process_planner", "set_process_planner", "tune"]

@@ -1,0 +1,83 @@
+"""The plan=None planner: bucketed decisions, reuse, cache, fallbacks, executor filter."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hocket.plan.cache import CacheEnvironment, PlanCache
+from hocket.plan.live import LiveConfig, LivePlanner, PlannerWarning
+from hocket.plan.plan import Plan
+from hocket.plan.bucket import bucket_site
+from hocket.site import Site
+
+hardware = pytest.importorskip("hocket.hardware")
+
+SUPPORTED = {"ag_mm": ("sequential", "bulk", "chunked", "ring", "bidir_ring"),
+             "mm_rs": ("sequential", "chunked", "ring"),
+             "mm_ar": ("sequential", "chunked", "substituted")}
+ENV = CacheEnvironment(fingerprint="unit", hocket_version="0", torch_version="0")
+
+
+def _planner(tmp_path, **config) -> LivePlanner:
+    return LivePlanner(cluster=hardware.load_preset("h100x8"),
+                       config=LiveConfig(**{"supported": SUPPORTED, **config}),
+                       cache=PlanCache(ENV, tmp_path / "plans.json"))
+
+
+def test_a_new_sequence_length_reuses_the_bucket_decision(tmp_path):
+    planner = _planner(tmp_path)
+    rng = random.Random()
+    seq = 8 * rng.randint(993, 1024)  # 7944..8192 tokens: all in the 8192 bucket
+    first = planner.decide(Site(kind="ag_mm", m=8192, k=8192, n=3584, world=8))
+    again = planner.decide(Site(kind="ag_mm", m=seq, k=8192, n=3584, world=8))
+    assert again is first and len(planner.known()) == 1
+    assert first.source == "predicted" and first.search is not None
+    assert first.plan == first.search.chosen
+    assert first.plan.strategy in SUPPORTED["ag_mm"]
+    other = planner.decide(Site(kind="ag_mm", m=8192 + 8 * rng.randint(1, 31), k=8192, n=3584, world=8))
+    assert other is not first and len(planner.known()) == 2
+
+
+def test_only_strategies_with_an_executor_are_considered(tmp_path):
+    planner = _planner(tmp_path)
+    for kind in ("ag_mm", "mm_rs", "mm_ar"):
+        decision = planner.decide(Site(kind=kind, m=4096, k=4096, n=4096, world=8))
+        assert {s.plan.strategy for s in decision.search.ranked} <= set(SUPPORTED[kind])
+
+
+def test_plan_is_fitted_to_the_exact_shape(tmp_path):
+    planner = _planner(tmp_path, supported={"ag_mm": ("sequential", "ring")})
+    small = Site(kind="ag_mm", m=8 * 3, k=64, n=64, world=8)
+    bucket = bucket_site(small)
+    cached = Plan(strategy="ring", chunks=4, transport="p2p")
+    planner.cache.put(bucket.key, cached, source="autotune")
+    decision = planner.decide(small)
+    assert decision.source == "cache" and decision.plan == cached
+    assert planner.plan(small) == cached.with_(chunks=3)  # 3 rows per shard
+
+
+def test_disable_forces_sequential(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOCKET_DISABLE", "1")
+    decision = _planner(tmp_path).decide(Site(kind="mm_rs", m=8192, k=8192, n=8192, world=8))
+    assert decision.plan == Plan() and decision.source == "disabled"
+
+
+def test_group_larger_than_the_described_cluster_falls_back_with_a_warning(tmp_path):
+    planner = _planner(tmp_path)
+    with pytest.warns(PlannerWarning, match="HOCKET_CLUSTER"):
+        decision = planner.decide(Site(kind="ag_mm", m=4096, k=128, n=128, world=16))
+    assert decision.plan == Plan()
+
+
+def test_autotune_without_a_runner_predicts(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOCKET_AUTOTUNE", "1")
+    decision = _planner(tmp_path).decide(Site(kind="mm_ar", m=2048, k=1024, n=4096, world=8))
+    assert decision.source == "predicted"
+
+
+def test_cluster_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOCKET_CLUSTER", "h200x2")
+    planner = LivePlanner(config=LiveConfig(supported=SUPPORTED), cache=PlanCache(ENV, tmp_path / "p.json"))
+    assert planner.cluster.name == "h200x2" and planner.profile is None

@@ -19,14 +19,14 @@ import torch
 import torch.distributed as dist
 
 from hocket.bench.workload import check_divisible, torch_dtype
+from hocket.launch.same_case import shared_generator
 from hocket.site import Site
 from hocket.transport.group import resolve_group
 from hocket.transport.torch_dist import TorchDistTransport
 
 
 def _random(*shape: int, dtype: torch.dtype, device, seed: int) -> torch.Tensor:
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
+    return torch.randn(*shape, generator=shared_generator(seed)).to(device=device, dtype=dtype)
 
 
 def compute_alone(site: Site, *, device: torch.device | str = "cpu", seed: int = 0) -> Callable[[], object]:

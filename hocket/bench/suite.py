@@ -70,7 +70,7 @@ def check_plan(site: Site, plan: Plan, operands, expected: torch.Tensor, *, grou
 
 def measure_site(site: Site, plans: tuple[Plan, ...], *, spec: SuiteSpec, group, device: torch.device,
                  progress: RankProgress) -> SiteOutcome:
-    rank = dist.get_rank(group) if dist.is_initialized() else 0
+    rank = dist.get_rank(group)
     operands = make_operands(site, rank=rank, device=device, seed=spec.seed)
     expected = reference_output(site, operands, group)
     checked = []
@@ -96,7 +96,10 @@ def measure_site(site: Site, plans: tuple[Plan, ...], *, spec: SuiteSpec, group,
 def measure_sites(spec: SuiteSpec, *, group=None, device: torch.device | str = "cpu") -> list[SiteOutcome]:
     """Measure every site of ``spec`` on this rank (every rank of ``group`` must call it)."""
     device = torch.device(device)
-    rank = dist.get_rank(group) if dist.is_initialized() else 0
+    if not dist.is_initialized():
+        raise ValueError("measure_sites needs an initialised process group; run it on ranks (hocket.launch)")
+    group = dist.group.WORLD if group is None else group
+    rank = dist.get_rank(group)
     total = sum(len(plans) + 1 for _, plans in spec.sites)
     with RankProgress(total=total, enabled=spec.show_progress and rank == 0) as progress:
         return [measure_site(site, plans, spec=spec, group=group, device=device, progress=progress)

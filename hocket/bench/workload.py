@@ -4,7 +4,7 @@
 * ``mm_rs`` / ``mm_ar``: ``A [m, k]`` and ``B [k, n]`` (``k`` local).
 
 Inputs are fresh normal draws (never zeros), scaled by ``1/sqrt(k)`` so outputs stay
-O(1) in every dtype, from a generator seeded by ``(seed, rank)``.
+O(1) in every dtype, from ``hocket.launch.same_case.rank_generator(seed, rank)``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hocket.launch.same_case import rank_generator
 from hocket.site import Site
 
 
@@ -45,7 +46,7 @@ def make_operands(site: Site, *, rank: int, device: torch.device | str = "cpu", 
     """Draw one rank's operands for ``site``."""
     check_divisible(site)
     dtype = torch_dtype(site)
-    generator = torch.Generator(device="cpu").manual_seed(seed * 1_000_003 + rank)
+    generator = rank_generator(seed, rank=rank)
     rows = site.m // site.world if site.kind == "ag_mm" else site.m
     scale = 1.0 / math.sqrt(site.k)
 

@@ -1,0 +1,287 @@
+"""Single-device offload operators: a GEMM whose input comes from, or whose output goes to,
+pinned host memory over PCIe, with the copy overlapped with the GEMM.
+
+* ``matmul_from_host(A_host, B)`` -> ``A_host @ B`` on B's GPU; ``A_host`` is pinned host memory.
+* ``matmul_to_host(A, B, out=None)`` -> ``A @ B`` in pinned host memory.
+
+Strategies (``plan.strategy``; ``plan.chunks`` pieces; the transport is always host_staged):
+
+* ``sequential``: copy then mm (or mm then copy), one stream;
+* ``chunked``: row chunks, copies on a copy stream, one ``torch.mm`` per chunk, ordered by events;
+* ``tile_fused``: one persistent Triton GEMM whose tiles wait on chunk flags raised after
+  each host->device copy (``consumer_gemm``), or whose finished row groups raise flags that
+  release each group's device->host copy (``producer_gemm``).
+
+Resources (copy streams, pinned and device staging buffers, kernel workspaces) live in an
+:class:`OffloadContext`; without ``context=`` each device gets one default context, kept
+until :func:`close_offload_contexts`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hocket.kernels.config import TileConfig, default_config
+from hocket.kernels.errors import NUM_SLOTS, raise_on_timeout
+from hocket.kernels.schedule import cdiv, even_row_offsets
+from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace, signature
+from hocket.plan.plan import Plan, as_plan
+from hocket.transport.host_staged import HostStagedContext, cuda_device, require_cuda
+
+OFFLOAD_STRATEGIES = ("sequential", "chunked", "tile_fused")
+DEFAULT_CHUNKS = 8
+CHUNK_ALIGN_ROWS = 128
+"""chunked pieces start on multiples of this many rows (whole GEMM tiles)."""
+
+
+def _resolve_plan(plan, m: int) -> Plan:
+    resolved = as_plan(plan)
+    if resolved is None:
+        resolved = Plan(strategy="chunked", chunks=max(1, min(DEFAULT_CHUNKS, cdiv(m, CHUNK_ALIGN_ROWS))),
+                        transport="host_staged")
+    if resolved.strategy not in OFFLOAD_STRATEGIES:
+        raise ValueError(f"plan.strategy={resolved.strategy!r} is not an offload strategy; use one of "
+                         f"{OFFLOAD_STRATEGIES}")
+    if resolved.transport not in ("host_staged", "collective"):
+        raise ValueError(f"plan.transport={resolved.transport!r}: offload ops always move data host_staged; "
+                         f"use transport='host_staged'")
+    return resolved
+
+
+def _matrix(name: str, t: object) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D [rows, cols], got shape {tuple(t.shape)}; fold batch dims into rows")
+    return t
+
+
+def _check_pair(a_name: str, a: torch.Tensor, b: torch.Tensor) -> None:
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"{a_name}.shape={tuple(a.shape)} and B.shape={tuple(b.shape)}: inner dims differ "
+                         f"(k={a.shape[1]} vs {b.shape[0]}); B must be [k, n]")
+    if a.dtype != b.dtype:
+        raise ValueError(f"{a_name}.dtype={a.dtype} but B.dtype={b.dtype}; cast one so both match")
+
+
+def _check_pinned_host(name: str, t: torch.Tensor) -> None:
+    if t.device.type != "cpu":
+        raise ValueError(f"{name} is on {t.device}; it must be in pinned host memory ({name}.cpu().pin_memory())")
+    if not t.is_pinned():
+        raise ValueError(f"{name} is pageable host memory; pin it ({name}.pin_memory()) so copies can overlap")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (stride {t.stride()}); use {name}.contiguous()")
+
+
+def _check_cuda(name: str, t: torch.Tensor) -> None:
+    if t.device.type != "cuda":
+        raise ValueError(f"{name} is on {t.device}; it must be on a CUDA device ({name}.cuda())")
+
+
+class _TimeoutWatch:
+    """Timeout codes of asynchronous tile-fused calls, read without stalling the GPU:
+    each call copies its error buffer into a small pinned mirror behind an event."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[torch.Tensor, torch.cuda.Event, int, str]] = []
+
+    def watch(self, errors: torch.Tensor, *, max_spins: int, what: str) -> None:
+        mirror = torch.empty(NUM_SLOTS, dtype=torch.int32, pin_memory=True)
+        mirror.copy_(errors, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._pending.append((mirror, event, max_spins, what))
+
+    def poll(self, *, block: bool) -> None:
+        keep = []
+        pending, self._pending = self._pending, []
+        for mirror, event, max_spins, what in pending:
+            if block:
+                event.synchronize()
+            elif not event.query():
+                keep.append((mirror, event, max_spins, what))
+                continue
+            raise_on_timeout(mirror, max_spins=max_spins, context=what)
+        self._pending = keep
+
+
+class OffloadContext:
+    """Streams, staging buffers and kernel workspaces of the offload ops on one device."""
+
+    def __init__(self, device: torch.device | str | int | None = None, *, config: TileConfig | None = None,
+                 num_programs: int | None = None, flag_method: str = "auto") -> None:
+        require_cuda("hocket.ops offload operators")
+        self.device = cuda_device(device)
+        self.staged = HostStagedContext(self.device, flag_method=flag_method)
+        self.config = config
+        self.num_programs = num_programs
+        self._workspaces: dict[tuple, ConsumerWorkspace | ProducerWorkspace] = {}
+        self.timeouts = _TimeoutWatch()
+
+    def consumer(self, m: int, n: int, k: int, dtype: torch.dtype, chunks: int) -> ConsumerWorkspace:
+        cfg = self.config or default_config(dtype)
+        key = ("consumer", m, n, k, dtype, chunks, cfg)
+        if key not in self._workspaces:
+            self._workspaces[key] = ConsumerWorkspace(
+                m=m, n=n, k=k, dtype=dtype, device=self.device, config=cfg, num_programs=self.num_programs,
+                chunk_offsets=even_row_offsets(m, chunks, align=cfg.block_m))
+        return self._workspaces[key]
+
+    def producer(self, m: int, n: int, k: int, dtype: torch.dtype, groups: int) -> ProducerWorkspace:
+        cfg = self.config or default_config(dtype)
+        key = ("producer", m, n, k, dtype, groups, cfg)
+        if key not in self._workspaces:
+            self._workspaces[key] = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=self.device, config=cfg,
+                                                      num_programs=self.num_programs, groups=groups)
+        return self._workspaces[key]
+
+    def check(self) -> None:
+        """Wait for every tile-fused call so far and raise if one of its flag waits timed out."""
+        self.timeouts.poll(block=True)
+
+    def close(self) -> None:
+        self.check()
+        self.staged.close()
+        self._workspaces.clear()
+
+    def __enter__(self) -> "OffloadContext":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_DEFAULT_CONTEXTS: dict[torch.device, OffloadContext] = {}
+
+
+def offload_context(device: torch.device | str | int | None = None) -> OffloadContext:
+    """The default context of ``device`` (created on first use)."""
+    dev = cuda_device(device)
+    if dev not in _DEFAULT_CONTEXTS:
+        _DEFAULT_CONTEXTS[dev] = OffloadContext(dev)
+    return _DEFAULT_CONTEXTS[dev]
+
+
+def close_offload_contexts() -> None:
+    """Close every default offload context (waits for their work, frees their buffers)."""
+    while _DEFAULT_CONTEXTS:
+        _, ctx = _DEFAULT_CONTEXTS.popitem()
+        ctx.close()
+
+
+def _chunk_offsets(m: int, chunks: int) -> tuple[int, ...]:
+    return even_row_offsets(m, min(chunks, cdiv(m, CHUNK_ALIGN_ROWS)), align=CHUNK_ALIGN_ROWS)
+
+
+def matmul_from_host(A_host: torch.Tensor, B: torch.Tensor, *, plan=None,
+                     context: OffloadContext | None = None) -> torch.Tensor:
+    """``A_host @ B`` on B's GPU, where ``A_host`` [m, k] lives in pinned host memory.
+
+    The result is a new device tensor, ordered on the current stream like any CUDA op. A
+    tile-fused call's flag timeouts (never expected) raise on a later call or on
+    ``context.check()``.
+    """
+    _matrix("A_host", A_host)
+    _matrix("B", B)
+    _check_pair("A_host", A_host, B)
+    require_cuda("hocket.ops.matmul_from_host")
+    _check_pinned_host("A_host", A_host)
+    _check_cuda("B", B)
+    m, k = A_host.shape
+    n = B.shape[1]
+    plan = _resolve_plan(plan, m)
+    ctx = context or offload_context(B.device)
+    if B.device != ctx.device:
+        raise ValueError(f"B is on {B.device} but the offload context is on {ctx.device}")
+    ctx.timeouts.poll(block=False)
+    out = torch.empty(m, n, dtype=B.dtype, device=B.device)
+    a_dev = ctx.staged.device_buffer("from_host.A", (m, k), A_host.dtype)
+    current = torch.cuda.current_stream(ctx.device)
+    if plan.strategy == "sequential":
+        a_dev.copy_(A_host, non_blocking=True)
+        return torch.mm(a_dev, B, out=out)
+    if plan.strategy == "chunked":
+        offsets = _chunk_offsets(m, plan.chunks)
+        start = current.record_event()
+        events = ctx.staged.h2d_chunks(A_host, a_dev, offsets, after=start)
+        for i, event in enumerate(events):
+            current.wait_event(event)
+            torch.mm(a_dev[offsets[i]:offsets[i + 1]], B, out=out[offsets[i]:offsets[i + 1]])
+        return out
+    from hocket.kernels.launch import consumer_gemm, reset_consumer, warmup_consumer
+
+    ws = ctx.consumer(m, n, k, B.dtype, plan.chunks)
+    if signature(a_dev, B, out) not in ws.warmed:
+        warmup_consumer(ws, a_dev, B, out, flag_method=ctx.staged.flag_method)
+    reset_consumer(ws)
+    start = current.record_event()
+    events = ctx.staged.h2d_chunks(A_host, a_dev, ws.schedule.chunk_offsets, flags=ws.flags, after=start)
+    consumer_gemm(a_dev, B, workspace=ws, out=out)
+    for event in events:
+        current.wait_event(event)
+    ctx.timeouts.watch(ws.errors, max_spins=ws.max_spins, what="matmul_from_host (tile_fused)")
+    return out
+
+
+def matmul_to_host(A: torch.Tensor, B: torch.Tensor, *, out: torch.Tensor | None = None, plan=None,
+                   context: OffloadContext | None = None, non_blocking: bool = False) -> torch.Tensor:
+    """``A @ B`` (both on one GPU) written to pinned host memory ``out`` [m, n] (new if None).
+
+    ``non_blocking=False`` returns once ``out`` holds the result; ``True`` returns at once,
+    with the current CUDA stream ordered after the copies (synchronise it before reading
+    ``out`` on the host; timeouts then surface on ``context.check()``).
+    """
+    _matrix("A", A)
+    _matrix("B", B)
+    _check_pair("A", A, B)
+    m, n = A.shape[0], B.shape[1]
+    if out is not None:
+        _matrix("out", out)
+        if tuple(out.shape) != (m, n) or out.dtype != A.dtype:
+            raise ValueError(f"out is {tuple(out.shape)} {out.dtype}; it must be [{m}, {n}] {A.dtype}")
+    require_cuda("hocket.ops.matmul_to_host")
+    _check_cuda("A", A)
+    _check_cuda("B", B)
+    if A.device != B.device:
+        raise ValueError(f"A is on {A.device} but B is on {B.device}; put both on one GPU")
+    if out is None:
+        out = torch.empty(m, n, dtype=A.dtype, pin_memory=True)
+    _check_pinned_host("out", out)
+    plan = _resolve_plan(plan, m)
+    ctx = context or offload_context(A.device)
+    if A.device != ctx.device:
+        raise ValueError(f"A is on {A.device} but the offload context is on {ctx.device}")
+    ctx.timeouts.poll(block=False)
+    c_dev = ctx.staged.device_buffer("to_host.C", (m, n), A.dtype)
+    current = torch.cuda.current_stream(ctx.device)
+    done = None
+    if plan.strategy == "sequential":
+        torch.mm(A, B, out=c_dev)
+        out.copy_(c_dev, non_blocking=True)
+    elif plan.strategy == "chunked":
+        offsets = _chunk_offsets(m, plan.chunks)
+        events = []
+        for i in range(len(offsets) - 1):
+            rows = slice(offsets[i], offsets[i + 1])
+            torch.mm(A[rows], B, out=c_dev[rows])
+            events.append(current.record_event())
+        done = ctx.staged.d2h_groups(c_dev, out, offsets, events=events)
+    else:
+        from hocket.kernels.launch import producer_gemm, reset_producer, warmup_producer
+
+        ws = ctx.producer(m, n, A.shape[1], A.dtype, plan.chunks)
+        if signature(A, B, c_dev) not in ws.warmed:
+            warmup_producer(ws, A, B, c_dev)
+        reset_producer(ws)
+        start = current.record_event()
+        producer_gemm(A, B, workspace=ws, out=c_dev)
+        done = ctx.staged.d2h_groups(c_dev, out, ws.schedule.group_offsets, flags=ws.flags, errors=ws.errors,
+                                     max_spins=ws.max_spins, after=start)
+        current.wait_event(done)  # the error mirror below must follow the copy-side waits
+        ctx.timeouts.watch(ws.errors, max_spins=ws.max_spins, what="matmul_to_host (tile_fused)")
+    if done is not None and plan.strategy == "chunked":
+        current.wait_event(done)
+    if not non_blocking:
+        current.synchronize()
+        ctx.timeouts.poll(block=True)
+    return out

@@ -50,6 +50,13 @@ def agreement_check() -> bool:
     return os.environ.get("HOCKET_AGREEMENT", "1").strip() != "0"
 
 
+def agreement_every_call() -> bool:
+    """``HOCKET_AGREEMENT=always`` runs the cross-rank descriptor check on every call, not only the first
+    (catches a rank that diverges after the first call with a clear error instead of a timeout; costs one
+    small collective per call)."""
+    return os.environ.get("HOCKET_AGREEMENT", "1").strip().lower() == "always"
+
+
 def wait_timeout_s() -> float:
     """Bound on any wait hocket performs itself (``HOCKET_TIMEOUT_S``, default 300 s)."""
     return float(os.environ.get("HOCKET_TIMEOUT_S", "300"))

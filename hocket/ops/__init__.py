@@ -1,1 +1,23 @@
-"""hocket.ops"""
+"""Overlapped compute-communication operators (DESIGN.md section 1).
+
+``all_gather_matmul``, ``matmul_reduce_scatter`` and ``matmul_all_reduce`` have the
+semantics of PyTorch's symmetric-memory fused ops (see :mod:`hocket.ops.reference`) on
+any torch.distributed backend; ``plan=None`` lets hocket choose how to run them.
+"""
+
+from hocket.ops import _library  # noqa: F401  (registers the torch.ops.hocket custom ops)
+from hocket.ops.agreement import AgreementError, RankInputError
+from hocket.ops.all_gather_matmul import all_gather_matmul
+from hocket.ops.context import close_contexts
+from hocket.ops.matmul_all_reduce import matmul_all_reduce
+from hocket.ops.matmul_reduce_scatter import matmul_reduce_scatter
+from hocket.ops.planning import SUPPORTED, choose_plan
+from hocket.ops.sites import site_for_call
+from hocket.ops.tolerance import Tolerance, assert_close, max_error, tolerance
+from hocket.transport.pending import TransportError
+
+__all__ = [
+    "SUPPORTED", "AgreementError", "RankInputError", "Tolerance", "TransportError", "all_gather_matmul",
+    "assert_close", "choose_plan", "close_contexts", "matmul_all_reduce", "matmul_reduce_scatter", "max_error",
+    "site_for_call", "tolerance",
+]

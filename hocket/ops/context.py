@@ -1,0 +1,102 @@
+"""Resources the executors reuse across calls, owned by explicit context objects.
+
+An :class:`OpContext` belongs to one (process group, device, dtype) and hands out
+scratch buffers by (role, shape): the staging and ring buffers of a shape class are
+allocated on its first call and reused afterwards. Buffers never leave an executor:
+outputs are always fresh tensors, so nothing a caller holds aliases a context buffer.
+Every executor finishes (or, on CUDA, stream-orders) its communication before it
+returns, so a later call may reuse the buffers.
+
+Contexts live in a :class:`ContextRegistry`; :func:`close_contexts` frees them (call it
+before destroying a process group, or let ``destroy_process_group`` drop the group and
+the next call on a new group makes a new context).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+
+class OpContext:
+    """Scratch buffers (and on CUDA a side stream) for one (group, device, dtype)."""
+
+    def __init__(self, *, group_name: str, device: torch.device, dtype: torch.dtype, max_buffers: int = 64) -> None:
+        self.group_name = group_name
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.max_buffers = max_buffers
+        self._buffers: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self._stream = None
+        self._closed = False
+
+    def buffer(self, role: str, shape: tuple[int, ...] | list[int], dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A scratch tensor for ``role`` of ``shape``; the same one on every call with the same key."""
+        if self._closed:
+            raise RuntimeError(f"OpContext for group {self.group_name!r} is closed; get a new one from the registry")
+        key = (role, tuple(int(s) for s in shape), dtype or self.dtype)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = torch.empty(key[1], dtype=key[2], device=self.device)
+            self._buffers[key] = buf
+            while len(self._buffers) > self.max_buffers:
+                self._buffers.popitem(last=False)
+        else:
+            self._buffers.move_to_end(key)
+        return buf
+
+    def side_stream(self):
+        """A CUDA stream for copies beside the compute stream (None on CPU)."""
+        if self.device.type != "cuda":
+            return None
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device=self.device)
+        return self._stream
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self._buffers.values())
+
+    def close(self) -> None:
+        self._buffers.clear()
+        self._stream = None
+        self._closed = True
+
+
+class ContextRegistry:
+    """Owns the live contexts, one per (group name, device, dtype)."""
+
+    def __init__(self) -> None:
+        self._contexts: dict[tuple[str, str, torch.dtype], OpContext] = {}
+
+    def get(self, group_name: str, device: torch.device, dtype: torch.dtype) -> OpContext:
+        key = (group_name, str(device), dtype)
+        ctx = self._contexts.get(key)
+        if ctx is None:
+            ctx = OpContext(group_name=group_name, device=device, dtype=dtype)
+            self._contexts[key] = ctx
+        return ctx
+
+    def close(self, group_name: str | None = None) -> int:
+        """Close the contexts of ``group_name`` (all when None); returns how many were closed."""
+        keys = [k for k in self._contexts if group_name is None or k[0] == group_name]
+        for key in keys:
+            self._contexts.pop(key).close()
+        return len(keys)
+
+
+REGISTRY = ContextRegistry()
+
+
+def context_for(group_name: str, device: torch.device, dtype: torch.dtype) -> OpContext:
+    return REGISTRY.get(group_name, device, dtype)
+
+
+def close_contexts(group_name: str | None = None) -> int:
+    """Free the buffers of every context (or those of one group)."""
+    return REGISTRY.close(group_name)

@@ -1,0 +1,88 @@
+"""From one operator call to (group, Site, Plan, context): checks, planning and agreement, cached.
+
+The first call with a given signature (operator, group, shapes, dtypes, devices, dim,
+plan text, flags, direction, ``HOCKET_DISABLE``) runs the local input checks, builds
+the Site, resolves the Plan and runs the cross-rank agreement; later calls with the
+same signature are one dict lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from hocket.env import agreement_every_call, disabled
+from hocket.ops.agreement import Descriptor, agree
+from hocket.ops.context import context_for
+from hocket.ops.lowering import executor_for
+from hocket.ops.lowering.runtime import Runtime
+from hocket.ops.planning import OP_NAMES, resolve_plan
+from hocket.plan.plan import Plan
+from hocket.site import Site
+from hocket.transport.group import GroupHandle, resolve_group
+from hocket.transport.registry import get_transport
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    group: GroupHandle
+    site: Site
+    plan: Plan
+    dim: int
+    runtime: Runtime
+    run: Callable
+    """the strategy's executor for this operator."""
+    label: str
+    """the ``record_function`` range name: ``hocket::<op>[<plan>]``."""
+
+
+_PREPARED: dict[tuple, Prepared] = {}
+
+
+def clear_prepared_cache() -> None:
+    _PREPARED.clear()
+
+
+def _signature(tensors: Sequence[torch.Tensor]) -> tuple:
+    return tuple((tuple(t.shape), t.dtype, t.device) for t in tensors)
+
+
+def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_arg: int, plan_text: str,
+            flags: dict, direction: str, check: Callable[[int], int],
+            site_of: Callable[[GroupHandle, int], Site]) -> Prepared:
+    """Checks + Site + Plan + agreement for one call (cached by the call's signature).
+
+    ``check(world)`` runs the local checks and returns the normalised dim;
+    ``site_of(group, dim)`` builds the Site.
+    """
+    group = resolve_group(group_name)
+    key = (kind, group_name, id(group.pg), _signature(tensors), dim_arg, plan_text,
+           tuple(sorted(flags.items())), direction, disabled())
+    hit = _PREPARED.get(key)
+    if hit is not None and not agreement_every_call():
+        return hit
+    op = OP_NAMES[kind]
+    device = tensors[0].device if tensors and isinstance(tensors[0], torch.Tensor) else torch.device("cpu")
+    site = plan = None
+    dim = 0
+    local_error: ValueError | TypeError | None = None
+    try:
+        dim = check(group.world)
+        site = site_of(group, dim)
+        plan = resolve_plan(plan_text, site)
+        transport = get_transport(plan.transport, group)
+        run = executor_for(kind, plan.strategy)
+    except (ValueError, TypeError) as exc:
+        local_error = exc
+    descriptor = Descriptor(
+        op=op, site=site.to_dict() if site else {}, plan=plan.to_dict() if plan else {},
+        flags={**flags, "direction": direction, "disabled": disabled()},
+        error=f"{type(local_error).__name__}: {local_error}" if local_error else "")
+    agree(group, descriptor, device=device, local_error=local_error)
+    runtime = Runtime(group=group, ctx=context_for(group.name, device, tensors[0].dtype), transport=transport)
+    prepared = Prepared(group=group, site=site, plan=plan, dim=dim, runtime=runtime, run=run,
+                        label=f"hocket::{op}[{plan.describe()}]")
+    _PREPARED[key] = prepared
+    return prepared

@@ -1,0 +1,69 @@
+"""``matmul_reduce_scatter``: ``reduce_scatter(A @ B, scatter_dim)``, overlapped.
+
+Autograd: the input gradient is an all-gather + matmul (``dA = all_gather(dOut) @ B^T``),
+run as its own ``hocket.all_gather_matmul`` call with its own backward Site and plan;
+that call also returns the gathered ``dOut`` the weight gradient ``dB = A^T @ dOut``
+needs. ``reduce_op="avg"`` scales the incoming gradient by ``1/world`` first.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.profiler import record_function
+
+from hocket.ops._layout import merge_rank_axis
+from hocket.ops.dispatch import prepare
+from hocket.ops.planning import plan_text
+from hocket.ops.sites import site_for_call
+from hocket.ops.validation import check_backend_device, check_dim, check_matmul_reduce_scatter
+from hocket.transport.group import group_name_of
+
+
+def matmul_reduce_scatter(A: torch.Tensor, B: torch.Tensor, reduce_op: str, scatter_dim: int, group: object, *,
+                          plan: object = None) -> torch.Tensor:
+    """``reduce_scatter(A @ B)`` along ``scatter_dim`` of the output over ``group``.
+
+    Same semantics as PyTorch's ``torch.ops.symm_mem.fused_matmul_reduce_scatter``:
+    ``reduce_op`` is ``"sum"`` or ``"avg"``; rank ``r`` gets block ``r`` of ``scatter_dim``.
+    ``plan``: a :class:`hocket.Plan`, dict, JSON string, strategy name, or None (choose).
+    """
+    return torch.ops.hocket.matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name_of(group),
+                                                  plan_text(plan), "forward")
+
+
+def prepare_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name, plan, direction):
+    def check(world: int) -> int:
+        return check_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, world)
+
+    def site_of(group, dim):
+        check_backend_device(group.backend, A, "A")
+        return site_for_call("mm_rs", A=A, Bs=[B], dim=dim, world=group.world, ranks=group.ranks,
+                             direction=direction)
+
+    return prepare("mm_rs", group_name=group_name, tensors=[A, B], dim_arg=scatter_dim, plan_text=plan,
+                   flags={"reduce_op": reduce_op}, direction=direction, check=check, site_of=site_of)
+
+
+def run_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name, plan, direction):
+    """The real implementation behind ``torch.ops.hocket.matmul_reduce_scatter``."""
+    prep = prepare_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name, plan, direction)
+    with record_function(prep.label):
+        return prep.run(A, B, reduce_op, prep.dim, prep.runtime, prep.plan)
+
+
+def run_matmul_reduce_scatter_and_gather(A, B, reduce_op, scatter_dim, gather_input, gather_dim, group_name, plan,
+                                         direction):
+    """``matmul_reduce_scatter`` while ``all_gather(gather_input, gather_dim)`` runs in the background.
+
+    The backward of ``all_gather_matmul(save_gathered=False)`` uses it: the gathered A
+    the weight gradient needs travels while the input gradient is computed.
+    """
+    prep = prepare_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name, plan, direction)
+    dim = check_dim("gather_dim", gather_dim, gather_input.dim(), f"gather_input of shape {tuple(gather_input.shape)}")
+    rt = prep.runtime
+    stacked = gather_input.new_empty((rt.world, *gather_input.shape))
+    pending = rt.transport.all_gather(stacked, gather_input.contiguous())
+    with record_function(prep.label + "+regather"):
+        out = prep.run(A, B, reduce_op, prep.dim, rt, prep.plan)
+        pending.wait()
+    return out, merge_rank_axis(stacked, dim)

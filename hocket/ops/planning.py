@@ -1,0 +1,79 @@
+"""Which Plan an operator call runs.
+
+:func:`choose_plan` is the one function the planner issue replaces: today it returns a
+default, cached per ``site.key`` so the hot path is one dict lookup. The default is
+``sequential``: DESIGN.md says a plan that is not predicted (or measured) to beat
+sequential is never chosen, and nothing predicts yet.
+
+Plans are deterministic functions of the Site, which the agreement step checks to be
+identical on every rank (its descriptor carries the plan hash too), so no two ranks run
+different plans. A planner that measures must decide on rank 0 and broadcast.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hocket.env import disabled
+from hocket.plan.plan import SEQUENTIAL, Plan, as_plan
+from hocket.site import Site
+
+SUPPORTED: dict[str, tuple[str, ...]] = {
+    "ag_mm": ("sequential", "bulk", "chunked", "ring", "bidir_ring"),
+    "mm_rs": ("sequential", "bulk", "chunked", "ring", "bidir_ring"),
+    "mm_ar": ("sequential", "bulk", "chunked", "ring", "bidir_ring", "substituted"),
+}
+"""(operator kind) -> strategies it has an executor for."""
+
+OP_NAMES = {"ag_mm": "all_gather_matmul", "mm_rs": "matmul_reduce_scatter", "mm_ar": "matmul_all_reduce"}
+
+_CHOSEN: dict[str, Plan] = {}
+
+
+def default_plan(site: Site) -> Plan:
+    """The plan used when nothing better is known (see module docstring)."""
+    return SEQUENTIAL
+
+
+def choose_plan(site: Site) -> Plan:
+    """The plan for ``site``; cached per ``site.key``."""
+    plan = _CHOSEN.get(site.key)
+    if plan is None:
+        plan = default_plan(site)
+        _CHOSEN[site.key] = plan
+    return plan
+
+
+def clear_plan_cache() -> None:
+    _CHOSEN.clear()
+
+
+def plan_text(plan: object) -> str:
+    """The ``plan`` argument as the string the custom-op schemas carry ("" = choose for me)."""
+    if plan is None:
+        return ""
+    if isinstance(plan, Plan):
+        return plan.to_json()
+    if isinstance(plan, dict):
+        return json.dumps(plan, sort_keys=True)
+    if isinstance(plan, str):
+        return plan
+    raise TypeError(f"plan={plan!r} must be a hocket.Plan, a dict, a JSON string, a strategy name or None")
+
+
+def check_supported(kind: str, plan: Plan) -> Plan:
+    supported = SUPPORTED[kind]
+    if plan.strategy not in supported:
+        raise ValueError(
+            f"plan strategy {plan.strategy!r} is not available for {OP_NAMES[kind]} ({kind}); "
+            f"it supports {supported}"
+        )
+    return plan
+
+
+def resolve_plan(text: str, site: Site) -> Plan:
+    """Parse the schema's plan string, apply ``HOCKET_DISABLE``, choose when empty, check support."""
+    if disabled():
+        return SEQUENTIAL
+    plan = choose_plan(site) if text == "" else as_plan(text)
+    return check_supported(site.kind, plan)

@@ -1,0 +1,40 @@
+"""Which transport moves a plan's bytes: a name -> factory table.
+
+``collective`` and ``p2p`` are torch.distributed (collectives and P2P ops); the
+copy-engine (symmetric memory) and host-staged transports register themselves here
+with :func:`register_transport` when their modules land.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hocket.transport.group import GroupHandle
+from hocket.transport.torch_dist import TorchDistTransport
+
+TransportFactory = Callable[[GroupHandle], object]
+
+_FACTORIES: dict[str, TransportFactory] = {
+    "collective": TorchDistTransport,
+    "p2p": TorchDistTransport,
+}
+
+
+def register_transport(name: str, factory: TransportFactory) -> None:
+    """Make ``Plan(transport=name)`` usable; ``factory(group)`` returns the transport object."""
+    _FACTORIES[name] = factory
+
+
+def available_transports() -> tuple[str, ...]:
+    return tuple(sorted(_FACTORIES))
+
+
+def get_transport(name: str, group: GroupHandle):
+    try:
+        factory = _FACTORIES[name]
+    except KeyError:
+        raise ValueError(
+            f"plan.transport={name!r} is not available in this build; available: {available_transports()}. "
+            "Use transport='collective' (torch.distributed) or install the transport's module"
+        ) from None
+    return factory(group)

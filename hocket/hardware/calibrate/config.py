@@ -1,0 +1,71 @@
+"""What ``hocket calibrate`` measures: shape grid, transfer sizes, repetitions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hocket.site import canonical_dtype
+
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+KiB, MiB = 1024, 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrateConfig:
+    """One calibration run. Shapes are (m, k, n) of a single GEMM; each is also timed
+    split into ``gemm_chunks`` row chunks (m/c rows each), the chunking penalty."""
+
+    quick: bool
+    dtype: str
+    gemm_shapes: tuple[tuple[int, int, int], ...]
+    gemm_chunks: tuple[int, ...] = (1, 4, 16)
+    sizes_bytes: tuple[int, ...]
+    collectives: tuple[str, ...] = COLLECTIVES
+    contention_shape: tuple[int, int, int]
+    contention_bytes: int
+    warmup: int = 1
+    iters: int = 5
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+        for shape in self.gemm_shapes + (self.contention_shape,):
+            if len(shape) != 3 or any(not isinstance(d, int) or d < 1 for d in shape):
+                raise ValueError(f"GEMM shape {shape!r} must be three positive ints (m, k, n)")
+        for c in self.gemm_chunks:
+            if not isinstance(c, int) or c < 1:
+                raise ValueError(f"gemm_chunks has {c!r}; chunk counts must be ints >= 1")
+        if not self.sizes_bytes or any(not isinstance(b, int) or b < 1 for b in self.sizes_bytes):
+            raise ValueError(f"sizes_bytes={self.sizes_bytes!r} must be non-empty positive byte counts")
+        unknown = set(self.collectives) - set(COLLECTIVES)
+        if unknown:
+            raise ValueError(f"collectives {sorted(unknown)} are unknown; use a subset of {COLLECTIVES}")
+        if self.contention_bytes < 1:
+            raise ValueError(f"contention_bytes={self.contention_bytes} must be >= 1")
+        if self.warmup < 0 or self.iters < 1:
+            raise ValueError(f"warmup={self.warmup} must be >= 0 and iters={self.iters} >= 1")
+
+
+def default_config(*, quick: bool, device_type: str, dtype: str | None = None) -> CalibrateConfig:
+    """The grid for a CPU or CUDA device; ``quick`` finishes in seconds (CI, tests)."""
+    if device_type not in ("cpu", "cuda"):
+        raise ValueError(f"device_type={device_type!r} must be 'cpu' or 'cuda'")
+    if device_type == "cpu":
+        if quick:
+            return CalibrateConfig(quick=True, dtype=dtype or "float32", gemm_shapes=((256, 256, 256),),
+                                   gemm_chunks=(1, 4), sizes_bytes=(16 * KiB, 256 * KiB, 2 * MiB),
+                                   contention_shape=(256, 256, 256), contention_bytes=1 * MiB,
+                                   warmup=1, iters=3)
+        return CalibrateConfig(quick=False, dtype=dtype or "float32",
+                               gemm_shapes=((512, 512, 512), (1024, 1024, 1024), (2048, 1024, 1024),
+                                            (1024, 2048, 512)),
+                               gemm_chunks=(1, 4, 16), sizes_bytes=tuple(2 ** e for e in range(12, 27, 2)),
+                               contention_shape=(1024, 1024, 1024), contention_bytes=16 * MiB, warmup=2, iters=7)
+    if quick:
+        return CalibrateConfig(quick=True, dtype=dtype or "bfloat16", gemm_shapes=((4096, 4096, 4096),),
+                               gemm_chunks=(1, 4, 16), sizes_bytes=(1 * MiB, 16 * MiB, 64 * MiB),
+                               contention_shape=(8192, 8192, 8192), contention_bytes=64 * MiB, warmup=2, iters=5)
+    return CalibrateConfig(quick=False, dtype=dtype or "bfloat16",
+                           gemm_shapes=((8192, 7168, 8192), (8192, 8192, 8192), (4096, 4096, 14336),
+                                        (16384, 8192, 1024), (2048, 4096, 4096), (8192, 14336, 4096)),
+                           gemm_chunks=(1, 2, 4, 8, 16, 32), sizes_bytes=tuple(2 ** e for e in range(16, 31, 2)),
+                           contention_shape=(8192, 8192, 8192), contention_bytes=256 * MiB, warmup=3, iters=10)

@@ -1,0 +1,142 @@
+"""Run a calibration on ranks (self-spawned or under torchrun) and assemble the profile."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from hocket.bench.progress import RankProgress
+from hocket.bench.timer import TimingConfig, time_callable
+from hocket.hardware.calibrate.config import CalibrateConfig, default_config
+from hocket.hardware.calibrate.contention import kinds_for, measure_pair
+from hocket.hardware.calibrate.gemm import gemm_call, gemm_point
+from hocket.hardware.calibrate.transfers import make_transfer
+from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint
+
+CURVE_TRANSFERS = ("p2p", "copy_engine", "host_link")
+
+
+@dataclass(kw_only=True)
+class Measurements:
+    """What one rank measured (identical on every rank: times are maxima over ranks)."""
+
+    gemm: list[GemmPoint] = field(default_factory=list)
+    curves: dict[str, list[CurvePoint]] = field(default_factory=dict)
+    contention: dict[str, ContentionPoint] = field(default_factory=dict)
+    world_size: int = 1
+    backend: str = "gloo"
+    device_type: str = "cpu"
+
+
+def _steps(config: CalibrateConfig, device: torch.device) -> int:
+    gemm = sum(1 for m, _, _ in config.gemm_shapes for c in config.gemm_chunks if c <= m)
+    return gemm + (len(config.collectives) + len(CURVE_TRANSFERS)) * len(config.sizes_bytes) + len(kinds_for(device))
+
+
+def measure(config: CalibrateConfig, *, group=None, device: torch.device | str = "cpu",
+            show_progress: bool = True) -> Measurements:
+    """Every rank of ``group`` calls this with the same config."""
+    device = torch.device(device)
+    timing = TimingConfig(warmup=config.warmup, iters=config.iters)
+    distributed = dist.is_initialized()
+    rank = dist.get_rank(group) if distributed else 0
+    out = Measurements(world_size=dist.get_world_size(group) if distributed else 1,
+                       backend=str(dist.get_backend(group)) if distributed else "none", device_type=device.type)
+    with RankProgress(total=_steps(config, device), enabled=show_progress and rank == 0) as progress:
+        for m, k, n in config.gemm_shapes:
+            for chunks in config.gemm_chunks:
+                if chunks > m:
+                    continue
+                progress.step(f"GEMM {m}x{k}x{n} in {chunks} row chunk(s)")
+                call = gemm_call(m, k, n, dtype=config.dtype, device=device, chunks=chunks)
+                ms = time_callable(call, config=timing, group=group, device=device).median_ms
+                out.gemm.append(gemm_point(m, k, n, dtype=config.dtype, chunks=chunks, total_ms=ms))
+        for name in config.collectives + CURVE_TRANSFERS:
+            for nbytes in config.sizes_bytes:
+                progress.step(f"{name} {nbytes} B")
+                made = make_transfer(name, nbytes, dtype=config.dtype, group=group, device=device)
+                if made is None:
+                    continue
+                call, moved = made
+                ms = time_callable(call, config=timing, group=group, device=device).median_ms
+                out.curves.setdefault(name, []).append(CurvePoint(bytes=moved, ms=ms))
+        m, k, n = config.contention_shape
+        gemm = gemm_call(m, k, n, dtype=config.dtype, device=device)
+        for kind, transfer_name in kinds_for(device).items():
+            progress.step(f"contention: GEMM beside {kind}")
+            made = make_transfer(transfer_name, config.contention_bytes, dtype=config.dtype, group=group,
+                                 device=device)
+            if made is not None:
+                out.contention[kind] = measure_pair(gemm, made[0], timing=timing, group=group, device=device)
+    return out
+
+
+def build_profile(measured: Measurements, *, config: CalibrateConfig, fingerprint: dict) -> CalibrationProfile:
+    curves = {name: tuple(points) for name, points in measured.curves.items()}
+    return CalibrationProfile(
+        fingerprint=fingerprint["hash"], fingerprint_data=fingerprint, world_size=measured.world_size,
+        backend=measured.backend, device_type=measured.device_type, quick=config.quick,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        gemm=tuple(measured.gemm),
+        collectives={op: curves[op] for op in config.collectives if op in curves},
+        p2p=curves.get("p2p", ()), copy_engine=curves.get("copy_engine", ()), host_link=curves.get("host_link", ()),
+        contention=dict(measured.contention))
+
+
+def rank_entry(rank: int, world_size: int, config: CalibrateConfig | None, quick: bool,
+               show_progress: bool) -> Measurements:
+    """Entry point of a self-spawned rank (``hocket.launch.spawn``)."""
+    from hocket.launch.backend import device_for_rank
+
+    device = device_for_rank(rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    config = config or default_config(quick=quick, device_type=device.type)
+    return measure(config, device=device, show_progress=show_progress)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationRun:
+    """A finished calibration: the profile, and whether this process should report it."""
+
+    profile: CalibrationProfile | None
+    is_reporter: bool
+    launcher: str
+
+
+def calibrate(*, quick: bool = False, config: CalibrateConfig | None = None, world_size: int = 2,
+              backend: str = "auto", threads_per_rank: int | None = None, timeout_s: float = 1800.0,
+              show_progress: bool = True) -> CalibrationRun:
+    """Calibrate this machine: under torchrun when launched by it, else on self-spawned ranks.
+
+    The fingerprint is taken by the launching process (torchrun: rank 0), so a later
+    ``load_profile()`` in the same environment finds the profile.
+    """
+    from hocket.hardware.fingerprint import fingerprint
+    from hocket.launch.torchrun import detect_torchrun
+
+    if detect_torchrun() is not None:
+        from hocket.launch.process_group import init_torchrun
+
+        ctx = init_torchrun(backend=backend, timeout_s=timeout_s)
+        if ctx.device.type == "cuda":
+            torch.cuda.set_device(ctx.device)
+        chosen = config or default_config(quick=quick, device_type=ctx.device.type)
+        measured = measure(chosen, device=ctx.device, show_progress=show_progress)
+        dist.barrier()
+        profile = build_profile(measured, config=chosen, fingerprint=fingerprint()) if ctx.rank == 0 else None
+        return CalibrationRun(profile=profile, is_reporter=ctx.rank == 0, launcher="torchrun")
+    from hocket.launch.backend import choose_backend
+    from hocket.launch.spawn import spawn
+
+    resolved = choose_backend(backend, local_world_size=world_size)
+    fp = fingerprint()
+    results = spawn(rank_entry, world_size=world_size, backend=resolved, args=(config, quick, show_progress),
+                    timeout_s=timeout_s, threads_per_rank=threads_per_rank)
+    measured = results[0]
+    chosen = config or default_config(quick=quick, device_type=measured.device_type)
+    return CalibrationRun(profile=build_profile(measured, config=chosen, fingerprint=fp), is_reporter=True,
+                          launcher="spawn")

@@ -1,0 +1,75 @@
+"""Transfer callables for bandwidth curves: collectives, P2P ring, peer copy, host copy.
+
+Byte conventions follow ``hocket.hardware.profile`` (and ``Site.comm_bytes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from hocket.hardware.calibrate.config import COLLECTIVES
+from hocket.hardware.calibrate.gemm import torch_dtype
+
+TRANSFERS = COLLECTIVES + ("p2p", "copy_engine", "host_link")
+
+
+def _random(numel: int, dtype: torch.dtype, device: torch.device, *, pin: bool = False) -> torch.Tensor:
+    t = torch.randn(numel).to(dtype)
+    if device.type == "cpu":
+        return t.pin_memory() if pin else t
+    return t.to(device)
+
+
+def make_transfer(name: str, nbytes: int, *, dtype: str, group, device: torch.device
+                  ) -> tuple[Callable[[], None], int] | None:
+    """(callable, bytes it moves in this file's convention), or None where ``name`` does
+    not exist here (a single rank; peer/host copies without a second GPU / a GPU)."""
+    if name not in TRANSFERS:
+        raise ValueError(f"transfer {name!r} is unknown; use one of {TRANSFERS}")
+    dt = torch_dtype(dtype)
+    itemsize = torch.empty((), dtype=dt).element_size()
+    world = dist.get_world_size(group) if dist.is_initialized() else 1
+    numel = max(world, nbytes // itemsize) // world * world
+    moved = numel * itemsize
+    if name in ("copy_engine", "host_link"):
+        return _device_copy(name, numel, dt, device, moved)
+    if world < 2:
+        return None
+    from hocket.transport import TorchDistTransport, resolve_group
+
+    handle = resolve_group(group if group is not None else dist.group.WORLD)
+    transport = TorchDistTransport(handle)
+    if name == "all_gather":
+        shard, out = _random(numel // world, dt, device), torch.empty(numel, dtype=dt, device=device)
+        return (lambda: transport.all_gather(out, shard).wait()), moved
+    if name == "reduce_scatter":
+        full, out = _random(numel, dt, device), torch.empty(numel // world, dtype=dt, device=device)
+        return (lambda: transport.reduce_scatter(out, full).wait()), moved
+    if name == "all_reduce":
+        buf = _random(numel, dt, device)
+        return (lambda: transport.all_reduce(buf).wait()), moved
+    if name == "all_to_all":
+        src, out = _random(numel, dt, device), torch.empty(numel, dtype=dt, device=device)
+        return (lambda: dist.all_to_all_single(out, src, group=handle.pg)), moved
+    send, recv = _random(numel, dt, device), torch.empty(numel, dtype=dt, device=device)
+    to_next, from_prev = (handle.rank + 1) % world, (handle.rank - 1) % world
+    return (lambda: transport.exchange([(send, to_next)], [(recv, from_prev)]).wait()), moved
+
+
+def _device_copy(name: str, numel: int, dt: torch.dtype, device: torch.device, moved: int
+                 ) -> tuple[Callable[[], None], int] | None:
+    if device.type != "cuda":
+        return None
+    src = _random(numel, dt, device)
+    if name == "host_link":
+        host = _random(numel, dt, torch.device("cpu"), pin=True)
+        return (lambda: src.copy_(host, non_blocking=True)), moved
+    count = torch.cuda.device_count()
+    if count < 2:
+        return None
+    peer = torch.device("cuda", ((device.index or 0) + 1) % count)
+    dst = torch.empty(numel, dtype=dt, device=peer)
+    return (lambda: dst.copy_(src, non_blocking=True)), moved

@@ -17,7 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 SITE_VERSION = 1
 
-SITE_KINDS = ("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a")
+SITE_KINDS = ("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a", "h2d_mm", "mm_d2h")
+"""``h2d_mm``: ``A [m, k]`` arrives from pinned host memory, then ``@ B``; ``mm_d2h``: ``A @ B``
+goes to pinned host memory (single-device offload, ``world=1``; hocket.ops.offload)."""
 DIRECTIONS = ("forward", "backward")
 
 _DTYPE_ALIASES = {
@@ -118,7 +120,7 @@ class Site:
     @property
     def comm_bytes(self) -> int:
         """Bytes of the collective's full per-rank buffer (gathered A or the un-scattered output)."""
-        if self.kind == "ag_mm":
+        if self.kind in ("ag_mm", "h2d_mm"):
             return self.m * self.k * self.itemsize
         return self.m * self.n * self.num_b * self.itemsize
 

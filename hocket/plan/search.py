@@ -173,14 +173,27 @@ def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | Non
 
 
 def predict_cost_fn(cluster: object, profile: object = None) -> CostFn:
-    """A CostFn backed by ``hocket.cost.predict`` (total predicted ms)."""
-    from hocket.cost import predict
-    from hocket.cost.calibration import calibration_view
+    """A CostFn equal to ``hocket.cost.predict(site, plan, cluster, profile).total_ms``.
 
-    view = calibration_view(profile)  # built once, not per prediction
+    It runs predict's two steps itself (``pipeline_stages`` then ``schedule``) so that the
+    calibration view and each group's topology are built once, not once per candidate;
+    ``tests/unit/test_plan_search.py`` checks it against ``predict``.
+    """
+    from hocket.cost import pipeline_stages, schedule
+    from hocket.cost.calibration import calibration_view
+    from hocket.cost.comm import group_topology
+    from hocket.cost.predict import prediction_from
+
+    view = calibration_view(profile)
+    topologies: dict[tuple[int, ...], object] = {}
 
     def cost(site: Site, plan: Plan) -> float:
-        return float(predict(site, plan, cluster, view).total_ms)
+        ranks = site.group_ranks
+        topology = topologies.get(ranks)
+        if topology is None:
+            topology = topologies[ranks] = group_topology(cluster, ranks)
+        stages = pipeline_stages(site, plan, cluster, view, topology=topology)
+        return float(prediction_from(stages, schedule(stages)).total_ms)
 
     return cost
 

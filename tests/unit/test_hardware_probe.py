@@ -68,12 +68,14 @@ def test_fingerprint_is_stable_and_hash_matches_content():
 
 
 def test_fingerprint_changes_with_transport_env_and_hardware(monkeypatch):
-    base = fingerprint(load_preset("h100x8"))["hash"]
+    monkeypatch.delenv("NCCL_P2P_DISABLE", raising=False)
+    base_fp = fingerprint(load_preset("h100x8"))
+    base = base_fp["hash"]
     assert fingerprint(load_preset("h800x8"))["hash"] != base
     assert fingerprint(load_preset("h100-ib-2node"))["hash"] != base
     monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
     changed = fingerprint(load_preset("h100x8"))
-    assert changed["env"] == {"NCCL_P2P_DISABLE": "1"} and changed["hash"] != base
+    assert changed["env"] == {**base_fp["env"], "NCCL_P2P_DISABLE": "1"} and changed["hash"] != base
     monkeypatch.delenv("NCCL_P2P_DISABLE")
     monkeypatch.setenv("HOCKET_DISABLE", "1")  # not transport-affecting
     assert fingerprint(load_preset("h100x8"))["hash"] == base

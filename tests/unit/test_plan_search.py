@@ -154,3 +154,22 @@ def test_structurally_equal_groups_are_searched_once_and_predict_alike():
     direct = [search(s, cluster) for s in sites]
     assert [r.sequential_ms for r in direct] == [direct[0].sequential_ms] * 2
     assert direct[0].chosen == direct[1].chosen and direct[0].chosen_ms == direct[1].chosen_ms
+
+
+@pytest.mark.parametrize("preset,ranks", [("h100x8", range(8)), ("h100-ib-2node", range(4, 12)),
+                                          ("mixed-nvidia-amd", range(4))])
+def test_predict_cost_fn_equals_hocket_cost_predict(preset, ranks):
+    hardware = pytest.importorskip("hocket.hardware")
+    from hocket.cost import predict
+    from hocket.plan.search import predict_cost_fn
+    from hocket.plan.space import group_facts
+
+    cluster = hardware.load_preset(preset)
+    rng = random.Random()
+    world = len(ranks)
+    site = Site(kind=rng.choice(["ag_mm", "mm_rs", "mm_ar"]), m=world * rng.randint(64, 1024),
+                k=rng.randint(256, 8192), n=rng.randint(256, 8192), world=world, ranks=tuple(ranks))
+    space = enumerate_plans(site, group_facts(site, cluster))
+    cost = predict_cost_fn(cluster)
+    for plan in rng.sample(space.candidates, min(12, len(space.candidates))):
+        assert cost(site, plan) == predict(site, plan, cluster).total_ms

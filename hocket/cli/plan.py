@@ -1,0 +1,151 @@
+"""`hocket plan`: choose every site's decomposition for a model's training step on a cluster.
+
+Nothing runs: each site of one training step (Megatron-style TP with sequence
+parallelism, PP, DP) is planned with the cost model on the described cluster; a plan
+other than sequential is chosen only when predicted faster by more than the margin.
+
+  hocket plan --model llama3-70b --cluster h100x8 --tp 8 --seq 8192 --batch 1
+  hocket plan --model llama3-405b --cluster h100-16k --tp 8 --pp 16 --dp 128 --seq 8192 --json plan.json
+
+The table shows each site (merged across pipeline stages when identical), its per-rank
+shapes (m k n, DESIGN.md's convention), the chosen plan, predicted sequential and
+chosen ms per occurrence and the saving; then totals per layer and per step.
+``--json`` writes the report that ``hocket simulate`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hocket.cli._ranks import positive_int
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a fraction such as 0.03") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a fraction in [0, 1), e.g. 0.03 for 3%")
+    return value
+
+
+def _stages(text: str) -> object:
+    if text == "auto":
+        return "auto"
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--stages {text!r}: give 'auto' or layers per stage, e.g. 8,8,7") from None
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plan", help="choose every site's decomposition for a model step on a cluster (predicted)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="model preset (e.g. llama3-70b) or a config.json path")
+    parser.add_argument("--cluster", required=True, help="cluster preset name or YAML path (e.g. h100x8)")
+    parser.add_argument("--tp", type=positive_int, required=True, help="tensor-parallel degree")
+    parser.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel degree (default 1)")
+    parser.add_argument("--dp", type=positive_int, default=1, help="data-parallel degree (default 1)")
+    parser.add_argument("--seq", type=positive_int, required=True, help="sequence length in tokens")
+    parser.add_argument("--batch", type=positive_int, default=1, help="sequences per micro-batch (default 1)")
+    parser.add_argument("--micro-batches", type=positive_int, default=None,
+                        help="micro-batches per step and DP replica (default: pp)")
+    parser.add_argument("--stages", type=_stages, default=None,
+                        help="layers per pipeline stage, e.g. 8,8,7 (default: balanced by device speed)")
+    parser.add_argument("--dtype", default="bf16", help="bf16, fp16, fp32, fp8 (default bf16)")
+    parser.add_argument("--profile", default=None, help="calibration profile JSON of that cluster")
+    parser.add_argument("--margin", type=_fraction, default=0.03,
+                        help="saving over sequential a plan needs to be chosen (default 0.03)")
+    parser.add_argument("--exhaustive", action="store_true", help="price every candidate (slower)")
+    parser.add_argument("--json", dest="json_out", default=None, metavar="OUT.json",
+                        help="write the report as JSON ('-' for stdout instead of the table)")
+    parser.set_defaults(func=run)
+
+
+def build(args) -> dict:
+    from hocket.hardware import load_cluster
+    from hocket.plan.report import plan_model
+    from hocket.plan.search import SearchConfig
+
+    cluster = load_cluster(args.cluster)
+    profile = None
+    if args.profile:
+        from hocket.hardware.profile import load_profile
+
+        profile = load_profile(args.profile, expected=None)
+    return plan_model(args.model, cluster, tp=args.tp, pp=args.pp, dp=args.dp, seq=args.seq, batch=args.batch,
+                      micro_batches=args.micro_batches, dtype=args.dtype, stages=args.stages, profile=profile,
+                      config=SearchConfig(margin=args.margin, exhaustive=args.exhaustive))
+
+
+def _stages_label(stages: list[int]) -> str:
+    if len(stages) == 1:
+        return str(stages[0])
+    if stages == list(range(stages[0], stages[-1] + 1)):
+        return f"{stages[0]}-{stages[-1]}"
+    return ",".join(str(s) for s in stages)
+
+
+def render(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from hocket.plan.report import summary_rows
+
+    console = Console()
+    if not console.is_terminal or console.width < 120:
+        console = Console(width=max(console.width, 132))
+    par = report["parallel"]
+    title = (f"{report['model']} on {report['cluster']}: tp={par['tp']} pp={par['pp']} dp={par['dp']} "
+             f"seq={par['seq']} batch={par['batch']} micro-batches={par['micro_batches']} ({report['dtype']})")
+    table = Table(title=title, title_justify="left")
+    for column, justify in (("stage", "right"), ("site", "left"), ("kind", "left"), ("m k n", "right"),
+                            ("x/step", "right"), ("plan", "left"), ("seq ms", "right"), ("chosen ms", "right"),
+                            ("saving", "right")):
+        table.add_column(column, justify=justify, no_wrap=column in ("site", "m k n", "plan"))
+    for row in summary_rows(report):
+        seq_ms, chosen_ms = row["predicted_ms"]["sequential"], row["predicted_ms"]["chosen"]
+        shape = f"{row['m']} {row['k']} {row['n']}" + (f" x{row['num_b']}" if row["num_b"] > 1 else "")
+        table.add_row(_stages_label(row["stages"]), row["name"], row["kind"], shape, str(row["count"]),
+                      row["plan_label"], f"{seq_ms:.3f}", f"{chosen_ms:.3f}",
+                      f"{(seq_ms - chosen_ms) / seq_ms:.1%}" if seq_ms > 0 else "-")
+    console.print(table)
+    layers = Table(title="per stage (sites only)", title_justify="left")
+    for column in ("stage", "layers", "per layer seq ms", "per layer chosen ms", "stage seq ms", "stage chosen ms"):
+        layers.add_column(column, justify="right")
+    for stage in report["per_stage"]:
+        layers.add_row(str(stage["stage"]), str(stage["layers"]), f"{stage['per_layer_ms']['sequential']:.3f}",
+                       f"{stage['per_layer_ms']['chosen']:.3f}", f"{stage['sites_ms']['sequential']:.2f}",
+                       f"{stage['sites_ms']['chosen']:.2f}")
+    console.print(layers)
+    step = report["predicted_step_ms"]
+    saving = (step["sequential"] - step["chosen"]) / step["sequential"] if step["sequential"] > 0 else 0.0
+    console.print(f"predicted step (communicating sites of the busiest stage): sequential {step['sequential']:.2f} ms, "
+                  f"chosen {step['chosen']:.2f} ms ({saving:.1%} saved); {len(report['sites'])} sites, "
+                  f"{report['searches']} searches in {report['planning_s']:.2f} s")
+    for note in report["notes"]:
+        console.print(f"note: {note}")
+
+
+def run(args) -> int:
+    try:
+        report = build(args)
+    except (ValueError, TypeError) as exc:
+        print(f"hocket plan: {exc}", file=sys.stderr)
+        return 2
+    if args.json_out == "-":
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    render(report)
+    if args.json_out:
+        path = Path(args.json_out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {path}")
+    return 0

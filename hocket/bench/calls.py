@@ -46,9 +46,9 @@ def reference_output(site: Site, operands: Operands, group) -> torch.Tensor:
 
 def compare(site: Site, got: torch.Tensor, expected: torch.Tensor) -> tuple[float, bool, float]:
     """(max error relative to the reference's largest magnitude, within tolerance?, atol used)."""
-    from hocket.ops import tolerance
+    from hocket.ops.tolerance import max_error, tolerance, within_tolerance
 
-    tol = tolerance.tolerance(expected.dtype, world=site.world)
+    tol = tolerance(expected.dtype, world=site.world)
     if got.shape != expected.shape or got.dtype != expected.dtype:
         return float("inf"), False, tol.atol
-    return tolerance.max_error(got, expected), tolerance.within_tolerance(got, expected, world=site.world), tol.atol
+    return max_error(got, expected), within_tolerance(got, expected, world=site.world), tol.atol

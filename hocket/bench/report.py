@@ -12,6 +12,10 @@ from hocket.bench.session import RunResult
 from hocket.bench.table import results_table
 
 
+TABLE_WIDTH = 200
+"""columns used when printing to a pipe or file (rich would otherwise assume 80)."""
+
+
 def hardware_fingerprint() -> dict:
     """This machine's fingerprint (hocket.hardware), as recorded in every results line."""
     from hocket.hardware import fingerprint
@@ -40,7 +44,10 @@ def report(result: RunResult, *, title: str, command: str, out: str | Path | Non
     failed = [p for o in result.outcomes for p in o.plans if not p.passed]
     if not result.is_reporter:
         return 1 if failed else 0
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # a pipe or file: keep every column whole
+            console = Console(width=max(console.width, TABLE_WIDTH))
     info = result.run_info()
     console.print(results_table(result.outcomes, title=f"{title} — {info['backend']}, world {info['world_size']}, "
                                                         f"{info['threads_per_rank']} thread(s)/rank"))

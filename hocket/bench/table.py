@@ -10,6 +10,7 @@ from hocket.bench.outcome import SiteOutcome
 
 COLUMNS = ("op", "m×k×n", "dtype", "strategy", "measured ms", "p10–p90 ms", "sequential ms", "compute-alone ms",
            "comm-alone ms", "overlap eff.", "max error", "check")
+TEXT_COLUMNS = ("op", "m×k×n", "dtype", "strategy", "check")
 
 
 def _ms(value: float | None) -> str:
@@ -31,7 +32,7 @@ def outcome_rows(outcome: SiteOutcome) -> list[tuple[str, ...]]:
         else:
             check = "ok" if p.passed else f"FAIL (tol {p.tolerance:.1e})"
         rows.append((
-            site.kind, f"{site.m}×{site.k}×{site.n}", site.dtype, label,
+            f"{site.kind} {site.name}".rstrip(), f"{site.m}×{site.k}×{site.n}", site.dtype, label,
             _ms(None if p.timing is None else p.timing.median_ms), spread,
             _ms(None if sequential is None else sequential.timing.median_ms),
             _ms(outcome.compute_alone.median_ms), _ms(outcome.comm_alone.median_ms),
@@ -50,10 +51,11 @@ def results_table(outcomes: Iterable[SiteOutcome], *, title: str) -> Table:
     table = Table(title=title, caption="* fastest plan of the site; '1.05x' = speedup shown when overlap could "
                                        "save < 15% of sequential", header_style="bold")
     for name in COLUMNS:
-        table.add_column(name, justify="left" if name in ("op", "dtype", "strategy", "check") else "right",
-                         no_wrap=name != "check")
+        table.add_column(name, justify="left" if name in TEXT_COLUMNS else "right", no_wrap=name != "check",
+                         overflow="fold")
     for outcome in outcomes:
         rows = outcome_rows(outcome)
         for i, (row, plan_outcome) in enumerate(zip(rows, outcome.plans)):
-            table.add_row(*row, style=None if plan_outcome.passed else "red", end_section=i == len(rows) - 1)
+            shown = row if i == 0 else ("", "", "", *row[3:6], "", "", "", *row[9:])
+            table.add_row(*shown, style=None if plan_outcome.passed else "red", end_section=i == len(rows) - 1)
     return table

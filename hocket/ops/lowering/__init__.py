@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hocket.ops.lowering import bulk, chunked, sequential
+from hocket.ops.lowering import bidir_ring, bulk, chunked, ring, sequential, substituted
 from hocket.ops.planning import OP_NAMES, SUPPORTED
 
-_MODULES = {"sequential": sequential, "bulk": bulk, "chunked": chunked}
+_MODULES = {
+    "sequential": sequential, "bulk": bulk, "chunked": chunked, "ring": ring, "bidir_ring": bidir_ring,
+    "substituted": substituted,
+}
 
 
 def executor_for(kind: str, strategy: str) -> Callable:

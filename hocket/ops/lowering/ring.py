@@ -1,0 +1,244 @@
+"""``ring``: P2P send/recv around the group, ``world`` steps, computing on the shard in hand.
+
+A *lane* is a direction (+1: send to rank+1, receive from rank-1; -1: the reverse) and a
+range of rows; ``ring`` runs one lane over all rows, ``bidir_ring`` two lanes over the
+two halves. Each lane's rows are cut into ``plan.chunks`` pieces, transferred and
+computed piece by piece, so a piece can be forwarded and consumed as soon as it lands.
+
+* all-gather + matmul: at step ``s`` a lane holds the shard of rank ``rank - d*s``,
+  computes its output rows and passes it on (received shards land straight in the
+  gathered ``A`` when it is returned, else in two rotating context buffers). Gathering
+  K (last dim) accumulates ``shard @ B[k block]`` (in float32 for 16-bit dtypes).
+* matmul + reduce-scatter: at step ``s`` a lane computes this rank's partial of block
+  ``rank - d*(s+1)``, adds the running sum received from the previous rank and passes it
+  on; after ``world`` steps the sum of block ``rank`` is complete here.
+* matmul + all-reduce: the reduce-scatter ring over ``world`` row blocks (uneven when
+  the rows do not divide), then an all-gather ring of the reduced blocks.
+
+Both sides of every transfer derive the same piece layout from the (agreed) shapes, so
+sends and receives always pair up, including empty and uneven blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hocket.ops._pipeline import block_bounds, piece_bounds
+from hocket.ops.lowering.problems import LOW_PRECISION, AllReduceMatmul, GatherMatmul, ScatterMatmul
+
+
+@dataclass(frozen=True)
+class Lane:
+    direction: int
+    lo: int
+    hi: int
+    """rows ``lo:hi`` of every block travel in this lane."""
+
+
+def lanes_for(rows: int, bidirectional: bool) -> list[Lane]:
+    if not bidirectional:
+        return [Lane(1, 0, rows)]
+    (a, b), (c, d) = block_bounds(rows, 2)
+    return [Lane(1, a, b), Lane(-1, c, d)]
+
+
+def _pieces(lane: Lane, chunks: int) -> list[tuple[int, int]]:
+    return [(lane.lo + lo, lane.lo + hi) for lo, hi in piece_bounds(lane.hi - lane.lo, chunks)]
+
+
+def _schedule(lanes: list[Lane], chunks: int) -> list[tuple[int, Lane, tuple[int, int]]]:
+    """(lane index, lane, piece) in issue order: pieces of the lanes interleaved."""
+    per_lane = [_pieces(lane, chunks) for lane in lanes]
+    order = []
+    for p in range(max((len(x) for x in per_lane), default=0)):
+        for li, lane in enumerate(lanes):
+            if p < len(per_lane[li]):
+                order.append((li, lane, per_lane[li][p]))
+    return order
+
+
+# -- all-gather + matmul -------------------------------------------------------------------
+
+def gather_matmul(A_shard, Bs, dim, need_A, rt, plan, *, bidirectional: bool):
+    w, rank = rt.world, rt.rank
+    g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
+    R, Kc = g.R, g.Kc
+    direct = g.A_c is not None and not g.k_gather
+    bufs = None if direct else [rt.ctx.buffer(f"ring.ag{i}", (R, Kc)) for i in range(2)]
+    acc = _k_accumulators(g, rt) if g.k_gather else None
+
+    def holder(step: int, src: int) -> torch.Tensor:
+        if step == 0:
+            return g.local
+        return g.gathered_rows(src) if direct else bufs[step % 2]
+
+    order = _schedule(lanes_for(R, bidirectional), plan.chunks)
+    pending = {}
+    for s in range(w):
+        for li, lane, (lo, hi) in order:
+            d = lane.direction
+            src = (rank - d * s) % w
+            cur = holder(s, src)
+            prev = pending.pop((li, lo), None)
+            if prev is not None:
+                prev.wait()
+            if s < w - 1:
+                nxt = holder(s + 1, (rank - d * (s + 1)) % w)
+                pending[(li, lo)] = rt.transport.exchange([(cur[lo:hi], (rank + d) % w)],
+                                                          [(nxt[lo:hi], (rank - d) % w)])
+            blk = cur[lo:hi]
+            if g.k_gather:
+                _k_accumulate(g, acc, src, lo, hi, blk, first=s == 0, rt=rt)
+                if g.A_c is not None:
+                    g.A_c[lo:hi, src * Kc:(src + 1) * Kc].copy_(blk)
+            else:
+                if direct and s == 0:
+                    g.gathered_rows(src)[lo:hi].copy_(blk)
+                g.compute_rows(src, lo, hi, blk)
+    if acc is not None:
+        for a, out in zip(acc, g.outs_c):
+            if a is not out:
+                out.copy_(a)
+    return g.finish()
+
+
+def _k_accumulators(g: GatherMatmul, rt) -> list[torch.Tensor]:
+    """Where K-gather partial products are summed: the outputs, or float32 buffers for 16-bit dtypes."""
+    if g.local.dtype not in LOW_PRECISION:
+        return list(g.outs_c)
+    return [rt.ctx.buffer(f"ring.kacc{i}", tuple(out.shape), torch.float32) for i, out in enumerate(g.outs_c)]
+
+
+def _k_accumulate(g: GatherMatmul, acc, src, lo, hi, blk, *, first: bool, rt) -> None:
+    for i, (B, a) in enumerate(zip(g.Bs, acc)):
+        Bk = g.k_block(B, src)
+        if a.dtype == blk.dtype:
+            if first:
+                torch.mm(blk, Bk, out=a[lo:hi])
+            else:
+                a[lo:hi].addmm_(blk, Bk)
+            continue
+        tmp = rt.ctx.buffer(f"ring.ktmp{i}", (hi - lo, Bk.shape[1]))
+        torch.mm(blk, Bk, out=tmp)
+        if first:
+            a[lo:hi].copy_(tmp)
+        else:
+            a[lo:hi].add_(tmp)
+
+
+# -- reduce-scatter rings ------------------------------------------------------------------
+
+class BlockPieces:
+    """The lane pieces of every block, in issue order: ``pieces(b, d)`` -> [(lo, hi)] (rows within block ``b``).
+
+    Blocks may differ in size (uneven all-reduce blocks), so sends and receives are
+    posted separately, each side walking the pieces of the block that travels.
+    """
+
+    def __init__(self, sizes: list[int], bidirectional: bool, chunks: int) -> None:
+        self.directions = (1, -1) if bidirectional else (1,)
+        self._by_block = []
+        for size in sizes:
+            by_dir = {d: [] for d in self.directions}
+            for _, lane, piece in _schedule(lanes_for(size, bidirectional), chunks):
+                by_dir[lane.direction].append(piece)
+            self._by_block.append(by_dir)
+
+    def __call__(self, b: int, d: int) -> list[tuple[int, int]]:
+        return self._by_block[b][d]
+
+
+def reduce_ring(rt, pieces: BlockPieces, partial, block_rows: int, cols: int, final, *, tag: str) -> None:
+    """Ring reduce-scatter with compute; block ``rank``'s sum lands in ``final(lo, hi)``.
+
+    ``partial(b, lo, hi, out)`` writes this rank's part of rows ``lo:hi`` of block ``b``.
+    Step ``s``: compute the partial of block ``rank - d*(s+1)`` while its running sum
+    arrives from rank ``rank - d``, add, pass on to ``rank + d``.
+    """
+    w, rank = rt.world, rt.rank
+    send = [rt.ctx.buffer(f"{tag}.send{i}", (block_rows, cols)) for i in range(2)]
+    recv = [rt.ctx.buffer(f"{tag}.recv{i}", (block_rows, cols)) for i in range(2)]
+    recvs, sends = {}, {}
+
+    def post_recvs(step: int) -> None:
+        for d in pieces.directions:
+            for lo, hi in pieces((rank - d * (1 + step)) % w, d):
+                recvs[(step, d, lo)] = rt.transport.exchange([], [(recv[step % 2][lo:hi], (rank - d) % w)])
+
+    for s in range(w):
+        if s + 1 < w:
+            post_recvs(s + 1)
+        for d in pieces.directions:
+            b = (rank - d * (1 + s)) % w
+            for lo, hi in pieces(b, d):
+                target = final(lo, hi) if s == w - 1 else send[s % 2][lo:hi]
+                partial(b, lo, hi, target)
+                if s > 0:
+                    recvs.pop((s, d, lo)).wait()
+                    target.add_(recv[s % 2][lo:hi])
+                if s < w - 1:
+                    sends.setdefault(s, []).append(rt.transport.exchange([(target, (rank + d) % w)], []))
+        for p in sends.pop(s - 1, ()):  # send buffer s-1 is reused at step s+1
+            p.wait()
+    for group in sends.values():
+        for p in group:
+            p.wait()
+
+
+def gather_ring(rt, pieces: BlockPieces, rows_of) -> None:
+    """Ring all-gather of finished blocks in place: ``rows_of(b, lo, hi)`` is where block ``b``'s rows live."""
+    w, rank = rt.world, rt.rank
+    recvs, sends = {}, []
+    for s in range(w - 1):
+        for d in pieces.directions:
+            send_b, recv_b = (rank - d * s) % w, (rank - d * (s + 1)) % w
+            for lo, hi in pieces(recv_b, d):
+                recvs[(s, d, lo)] = rt.transport.exchange([], [(rows_of(recv_b, lo, hi), (rank - d) % w)])
+            for lo, hi in pieces(send_b, d):
+                if s > 0:
+                    recvs.pop((s - 1, d, lo)).wait()
+                sends.append(rt.transport.exchange([(rows_of(send_b, lo, hi), (rank + d) % w)], []))
+    for p in [*recvs.values(), *sends]:
+        p.wait()
+
+
+def matmul_scatter(A, B, reduce_op, dim, rt, plan, *, bidirectional: bool):
+    s = ScatterMatmul(A, B, dim, rt.world)
+    pieces = BlockPieces([s.rows] * rt.world, bidirectional, plan.chunks)
+    reduce_ring(rt, pieces, s.partial, s.rows, s.cols, lambda lo, hi: s.out_c[lo:hi], tag="ring.rs")
+    return s.finish(reduce_op)
+
+
+def matmul_all_reduce(A, B, reduce_op, rt, plan, *, bidirectional: bool):
+    w, rank = rt.world, rt.rank
+    r = AllReduceMatmul(A, B, w)
+    blocks = block_bounds(r.rows, w)
+    pieces = BlockPieces([hi - lo for lo, hi in blocks], bidirectional, plan.chunks)
+
+    def partial(b, lo, hi, out):
+        r.partial(blocks[b][0] + lo, blocks[b][0] + hi, out)
+
+    def rows_of(b, lo, hi):
+        return r.out_c[blocks[b][0] + lo:blocks[b][0] + hi]
+
+    block_rows = max(hi - lo for lo, hi in blocks)
+    reduce_ring(rt, pieces, partial, block_rows, r.cols, lambda lo, hi: rows_of(rank, lo, hi), tag="ring.ar")
+    gather_ring(rt, pieces, rows_of)
+    return r.finish(reduce_op)
+
+
+def ag_mm(A_shard, Bs, dim, need_A, rt, plan):
+    return gather_matmul(A_shard, Bs, dim, need_A, rt, plan, bidirectional=False)
+
+
+def mm_rs(A, B, reduce_op, dim, rt, plan):
+    return matmul_scatter(A, B, reduce_op, dim, rt, plan, bidirectional=False)
+
+
+def mm_ar(A, B, reduce_op, rt, plan):
+    return matmul_all_reduce(A, B, reduce_op, rt, plan, bidirectional=False)
+
+
+EXECUTORS = {"ag_mm": ag_mm, "mm_rs": mm_rs, "mm_ar": mm_ar}

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from hocket.cli._ranks import positive_int
+from hocket.plan.report import plan_label
 
 KINDS = ("ag_mm", "mm_rs", "mm_ar")
 
@@ -68,21 +69,12 @@ def requested_plan(args):
     return Plan(**given) if given else None
 
 
-def plan_label(plan) -> str:
-    """``Plan.describe()`` plus the fields it leaves out (hierarchy, SM budget)."""
-    label = plan.describe()
-    if plan.hierarchy:
-        label += f"/{plan.hierarchy}"
-    if plan.comm_sms is not None:
-        label += f"/sms={plan.comm_sms}"
-    return label
-
-
 def build(args) -> dict:
     """Everything `hocket predict` reports, as plain data (the --json object)."""
-    from hocket.cost import candidate_plans, predict
+    from hocket.cost import predict
     from hocket.cost.calibration import calibration_view
     from hocket.hardware import load_cluster
+    from hocket.plan.search import search
     from hocket.site import Site
 
     cluster = load_cluster(args.cluster)
@@ -98,12 +90,17 @@ def build(args) -> dict:
 
         profile = load_profile(args.profile, expected=None)
     view = calibration_view(profile)
-    plans = candidate_plans(site, cluster)
     requested = requested_plan(args)
-    rows = []
-    for plan in plans:
-        pred = predict(site, plan, cluster, view)
-        rows.append({"plan": plan.to_dict(), "label": plan_label(plan), **pred.to_dict()})
+    # the planner's candidate space, priced once each (hocket.plan.search keeps the sequential baseline)
+    predictions = {}
+
+    def cost(site, plan):
+        predictions[plan] = predict(site, plan, cluster, view)
+        return predictions[plan].total_ms
+
+    result = search(site, cluster, cost_fn=cost)
+    plans = [result.sequential] + [s.plan for s in result.ranked if s.plan != result.sequential]
+    rows = [{"plan": plan.to_dict(), "label": plan_label(plan), **predictions[plan].to_dict()} for plan in plans]
     sequential = rows[0]
     for row in rows:
         row["speedup"] = sequential["total_ms"] / row["total_ms"] if row["total_ms"] > 0 else 1.0

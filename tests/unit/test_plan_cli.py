@@ -88,3 +88,19 @@ def test_bad_flags_fail_in_argparse(capsys):
     with pytest.raises(SystemExit):
         main(["plan", "--model", "llama3-8b", "--cluster", "h100x8", "--tp", "8", "--seq", "512", "--margin", "2"])
     assert "fraction" in capsys.readouterr().err
+
+
+def test_predict_cli_prices_the_planner_space(capsys):
+    from hocket.hardware import load_preset
+    from hocket.plan.search import search
+    from hocket.site import Site
+
+    assert main(["predict", "mm_rs", "--m", "4096", "--k", "1536", "--n", "4096", "--world", "8",
+                 "--cluster", "h800x8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    site = Site(kind="mm_rs", m=4096, k=1536, n=4096, world=8)
+    result = search(site, load_preset("h800x8"))
+    assert len(out["candidates"]) == len(result.ranked)
+    assert out["candidates"][0]["plan"] == result.sequential.to_dict()
+    assert out["best_ms"] == pytest.approx(result.ranked[0].predicted_ms)
+    assert {c["plan"]["strategy"] for c in out["candidates"]} >= {"sequential", "chunked", "ring"}

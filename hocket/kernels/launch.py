@@ -7,7 +7,7 @@ from triton.runtime.interpreter import InterpretedFunction
 
 from hocket.kernels.consumer import consumer_gemm_kernel
 from hocket.kernels.errors import COPY_WAIT_SLOT
-from hocket.kernels.flags import set_flag_on_stream, stream_write_available, wait_flag_kernel
+from hocket.kernels.flags import set_flag_on_stream, wait_flag_kernel
 from hocket.kernels.producer import producer_gemm_kernel
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace, signature
 

@@ -173,11 +173,12 @@ def _chunk_offsets(m: int, chunks: int) -> tuple[int, ...]:
     return even_row_offsets(m, min(chunks, cdiv(m, CHUNK_ALIGN_ROWS)), align=CHUNK_ALIGN_ROWS)
 
 
-def matmul_from_host(A_host: torch.Tensor, B: torch.Tensor, *, plan=None,
+def matmul_from_host(A_host: torch.Tensor, B: torch.Tensor, *, out: torch.Tensor | None = None, plan=None,
                      context: OffloadContext | None = None) -> torch.Tensor:
     """``A_host @ B`` on B's GPU, where ``A_host`` [m, k] lives in pinned host memory.
 
-    The result is a new device tensor, ordered on the current stream like any CUDA op. A
+    The result (``out``, a contiguous [m, n] tensor on B's device, or a new one) is ordered
+    on the current stream like any CUDA op. A
     tile-fused call's flag timeouts (never expected) raise on a later call or on
     ``context.check()``.
     """
@@ -189,12 +190,25 @@ def matmul_from_host(A_host: torch.Tensor, B: torch.Tensor, *, plan=None,
     _check_cuda("B", B)
     m, k = A_host.shape
     n = B.shape[1]
+    if out is None:
+        out = torch.empty(m, n, dtype=B.dtype, device=B.device)
+    _matrix("out", out)
+    if tuple(out.shape) != (m, n) or out.dtype != B.dtype or out.device != B.device or not out.is_contiguous():
+        raise ValueError(f"out is {tuple(out.shape)} {out.dtype} on {out.device}; it must be a contiguous "
+                         f"[{m}, {n}] {B.dtype} tensor on {B.device}")
     plan = _resolve_plan(plan, m)
     ctx = context or offload_context(B.device)
     if B.device != ctx.device:
         raise ValueError(f"B is on {B.device} but the offload context is on {ctx.device}")
     ctx.timeouts.poll(block=False)
-    out = torch.empty(m, n, dtype=B.dtype, device=B.device)
+    with torch.cuda.device(ctx.device):  # Triton launches on the current device
+        return _from_host(ctx, A_host, B, out, plan)
+
+
+def _from_host(ctx: OffloadContext, A_host: torch.Tensor, B: torch.Tensor, out: torch.Tensor,
+               plan: Plan) -> torch.Tensor:
+    m, k = A_host.shape
+    n = B.shape[1]
     a_dev = ctx.staged.device_buffer("from_host.A", (m, k), A_host.dtype)
     current = torch.cuda.current_stream(ctx.device)
     if plan.strategy == "sequential":
@@ -252,6 +266,16 @@ def matmul_to_host(A: torch.Tensor, B: torch.Tensor, *, out: torch.Tensor | None
     if A.device != ctx.device:
         raise ValueError(f"A is on {A.device} but the offload context is on {ctx.device}")
     ctx.timeouts.poll(block=False)
+    with torch.cuda.device(ctx.device):  # Triton launches on the current device
+        _to_host(ctx, A, B, out, plan)
+        if not non_blocking:
+            torch.cuda.current_stream().synchronize()
+            ctx.timeouts.poll(block=True)
+    return out
+
+
+def _to_host(ctx: OffloadContext, A: torch.Tensor, B: torch.Tensor, out: torch.Tensor, plan: Plan) -> None:
+    m, n = A.shape[0], B.shape[1]
     c_dev = ctx.staged.device_buffer("to_host.C", (m, n), A.dtype)
     current = torch.cuda.current_stream(ctx.device)
     done = None
@@ -265,7 +289,7 @@ def matmul_to_host(A: torch.Tensor, B: torch.Tensor, *, out: torch.Tensor | None
             rows = slice(offsets[i], offsets[i + 1])
             torch.mm(A[rows], B, out=c_dev[rows])
             events.append(current.record_event())
-        done = ctx.staged.d2h_groups(c_dev, out, offsets, events=events)
+        done = ctx.staged.d2h_groups(c_dev, out, offsets, events=events)[-1]
     else:
         from hocket.kernels.launch import producer_gemm, reset_producer, warmup_producer
 
@@ -276,12 +300,8 @@ def matmul_to_host(A: torch.Tensor, B: torch.Tensor, *, out: torch.Tensor | None
         start = current.record_event()
         producer_gemm(A, B, workspace=ws, out=c_dev)
         done = ctx.staged.d2h_groups(c_dev, out, ws.schedule.group_offsets, flags=ws.flags, errors=ws.errors,
-                                     max_spins=ws.max_spins, after=start)
+                                     max_spins=ws.max_spins, after=start)[-1]
         current.wait_event(done)  # the error mirror below must follow the copy-side waits
         ctx.timeouts.watch(ws.errors, max_spins=ws.max_spins, what="matmul_to_host (tile_fused)")
     if done is not None and plan.strategy == "chunked":
         current.wait_event(done)
-    if not non_blocking:
-        current.synchronize()
-        ctx.timeouts.poll(block=True)
-    return out

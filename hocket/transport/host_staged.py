@@ -95,7 +95,7 @@ class HostStagedContext:
     # -- transfers ------------------------------------------------------------
     def h2d_chunks(self, src: torch.Tensor, dst: torch.Tensor, row_offsets: Sequence[int], *,
                    order: Sequence[int] | None = None, flags: torch.Tensor | None = None,
-                   after: torch.cuda.Event | None = None) -> list[torch.cuda.Event]:
+                   after: torch.cuda.Event | None = None, timing: bool = False) -> list[torch.cuda.Event]:
         """Copy row chunks ``src[rows] -> dst[rows]`` (pinned host -> device) on the H2D stream,
         in ``order``; after each chunk raise ``flags[chunk]`` (if given) and record an event.
 
@@ -121,17 +121,19 @@ class HostStagedContext:
     def d2h_groups(self, src: torch.Tensor, dst: torch.Tensor, row_offsets: Sequence[int], *,
                    flags: torch.Tensor | None = None, errors: torch.Tensor | None = None,
                    max_spins: int | None = None, events: Sequence[torch.cuda.Event] | None = None,
-                   after: torch.cuda.Event | None = None) -> torch.cuda.Event:
+                   after: torch.cuda.Event | None = None, timing: bool = False) -> list[torch.cuda.Event]:
         """Copy row groups ``src[rows] -> dst[rows]`` (device -> pinned host) on the D2H stream,
         each once it is ready: after ``flags[g]`` rises (a bounded spin kernel; pass the
         producer workspace's ``errors`` and ``max_spins``) or after ``events[g]``.
 
-        Returns an event recorded after the last copy.
+        Returns one event per group, recorded after its copy (the last one marks the end;
+        ``timing=True`` makes them timing events).
         """
         from hocket.kernels.flags import wait_flag_on_stream
 
         if flags is not None and (errors is None or max_spins is None):
             raise ValueError("d2h_groups with flags needs errors= and max_spins= (the producer workspace's)")
+        copied = []
         with torch.cuda.stream(self.d2h_stream):
             if after is not None:
                 self.d2h_stream.wait_event(after)
@@ -142,9 +144,9 @@ class HostStagedContext:
                     self.d2h_stream.wait_event(events[group])
                 rows = _rows(row_offsets, group)
                 dst[rows].copy_(src[rows], non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(self.d2h_stream)
-        return done
+                copied.append(torch.cuda.Event(enable_timing=timing))
+                copied[-1].record(self.d2h_stream)
+        return copied
 
     # -- lifetime -------------------------------------------------------------
     def close(self) -> None:

@@ -71,3 +71,10 @@ def test_flag_kernels_compile():
     assert re.search(r"(ld|atom)\.global\.(sys\.acquire|acquire\.sys)", wait.asm["ptx"])
     setter = _compile(set_flag_kernel, {"flags_ptr": "*i32"}, {}, num_warps=1)
     assert re.search(r"atom\.global\.(sys\.release|release\.sys)\.exch", setter.asm["ptx"])
+
+
+def test_sm_copy_compiles():
+    from hocket.kernels.sm_copy import COPY_BLOCK, sm_copy_kernel
+
+    kernel = _compile(sm_copy_kernel, {"src_ptr": "*bf16", "dst_ptr": "*bf16"}, {"BLOCK": COPY_BLOCK}, num_warps=8)
+    assert "ld.global" in kernel.asm["ptx"] and "st.global" in kernel.asm["ptx"]

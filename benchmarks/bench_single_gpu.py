@@ -1,0 +1,372 @@
+"""Single-GPU offload benchmark: GEMM -> pinned host and pinned host -> GEMM, overlapped.
+
+For each bf16 shape (m, k, n) and direction (``to_host``: ``A @ B`` into pinned host
+memory; ``from_host``: A in pinned host memory, ``A @ B`` on the GPU) it measures, all in
+one run and after a correctness check (output poisoned with NaN, compared with an fp32
+reference):
+
+* compute alone (``torch.mm``, the whole problem) and transfer alone (one copy of the bytes);
+* ``sequential`` (copy then mm / mm then copy), ``chunked`` (two streams) for several
+  chunk counts, ``tile_fused`` for several flag-group counts (the Triton kernels, tile
+  config chosen first by timing the kernel alone with flags pre-set);
+* the tile-fused GEMM alone vs cuBLAS (TFLOP/s).
+
+Times are CUDA-event medians of >= 50 back-to-back runs with p10/p90; overlap efficiency
+is DESIGN.md section 4's (or the speedup when the possible saving is under 15%). Results
+go as JSON lines (hocket.bench.record schema) to ``--out`` or ``$OUT/bench_single_gpu.jsonl``;
+the table prints last. ``--smoke``: one shape, few runs, every check (< 2 minutes).
+``--calibrate``: contention calibration (GEMM beside an SM-driven copy with k programs,
+beside a device-to-device copy_, beside H2D/D2H copies; each transfer beside the GEMM),
+written as a calibration profile (hocket.hardware.profile) next to the results.
+
+    python benchmarks/bench_single_gpu.py --smoke --calibrate
+    python benchmarks/bench_single_gpu.py --calibrate
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from hocket.bench.efficiency import overlap_score
+from hocket.bench.provenance import collect, command_line
+from hocket.bench.record import Baselines, make_record, write_records
+from hocket.bench.stats import summarize
+from hocket.hardware.fingerprint import fingerprint
+from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint
+from hocket.kernels import (ConsumerWorkspace, ProducerWorkspace, candidate_configs, consumer_gemm, even_row_offsets,
+                            producer_gemm, reset_producer, warmup_consumer, warmup_producer)
+from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host
+from hocket.ops.tolerance import max_error, tolerance
+from hocket.plan.plan import Plan
+from hocket.site import Site
+
+SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
+SMOKE_SHAPES = ((8192, 8192, 7168),)
+DIRECTIONS = ("to_host", "from_host")
+CHUNKS = (4, 8, 16)
+FUSED_CHUNKS = (4, 8, 16, 32)
+CALIBRATION_PROGRAMS = (8, 16, 32, 66, 100, 132)
+SMOKE_PROGRAMS = (8, 132)
+SM_COLLECTIVE_PROGRAMS = 32
+"""the SM-copy point reported as ``sm_collective`` (NCCL on H100/H200 runs 16-32 channels)."""
+DTYPE = torch.bfloat16
+
+
+# -- timing -------------------------------------------------------------------
+def samples_ms(fn, *, iters: int, warmup: int) -> list[float]:
+    """Per-run CUDA-event times of ``fn`` run back to back on the current stream."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    pairs = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        pairs.append((start, end))
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in pairs]
+
+
+def median_ms(fn, *, iters: int, warmup: int = 3) -> float:
+    return statistics.median(samples_ms(fn, iters=iters, warmup=warmup))
+
+
+def check(actual: torch.Tensor, expected_fp32: torch.Tensor, what: str) -> float:
+    """Raise if any element was not written (NaN) or is beyond bf16 tolerance; return the max error."""
+    actual = actual.to(expected_fp32.device)
+    nan = int(actual.isnan().sum())
+    if nan:
+        raise AssertionError(f"{what}: {nan} output elements never written (still NaN)")
+    tol = tolerance(actual.dtype)
+    ref = expected_fp32.double()
+    scale = max(1.0, float(ref.abs().max()))
+    err = (actual.double() - ref).abs()
+    if not bool((err <= tol.atol * scale + tol.rtol * ref.abs()).all()):
+        raise AssertionError(f"{what}: max error {float(err.max()) / scale:.3g} (relative to the largest value) "
+                             f"beyond bf16 tolerance rtol={tol.rtol} atol={tol.atol}")
+    return max_error(actual.float(), expected_fp32)
+
+
+# -- the tile-fused GEMM alone -------------------------------------------------
+def choose_tile_config(direction: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, configs, iters: int):
+    """Time the tile-fused GEMM alone (consumer: flags pre-set; producer: signalling) per
+    config; return (best config, its ms, {label: ms})."""
+    m, k = a.shape
+    n = b.shape[1]
+    results = {}
+    for cfg in configs:
+        if direction == "from_host":
+            ws = ConsumerWorkspace(m=m, n=n, k=k, dtype=a.dtype, device=a.device, config=cfg,
+                                   chunk_offsets=even_row_offsets(m, 16, align=cfg.block_m))
+            warmup_consumer(ws, a, b, out)
+            ws.flags.fill_(1)
+            results[cfg] = median_ms(lambda: consumer_gemm(a, b, workspace=ws, out=out), iters=iters)
+        else:
+            ws = ProducerWorkspace(m=m, n=n, k=k, dtype=a.dtype, device=a.device, config=cfg, groups=16)
+            warmup_producer(ws, a, b, out)
+
+            def run(ws=ws):
+                reset_producer(ws)
+                producer_gemm(a, b, workspace=ws, out=out)
+
+            results[cfg] = median_ms(run, iters=iters)
+    best = min(results, key=results.get)
+    return best, results[best], {cfg.label(): ms for cfg, ms in results.items()}
+
+
+# -- one shape and direction -------------------------------------------------------
+def measure(direction: str, shape, *, iters: int, chunk_counts, fused_counts, configs, provenance, log) -> dict:
+    m, k, n = shape
+    dev = torch.device("cuda", torch.cuda.current_device())
+    a_dev = torch.randn(m, k, device=dev).to(DTYPE)
+    b = torch.randn(k, n, device=dev).to(DTYPE)
+    c_dev = torch.empty(m, n, dtype=DTYPE, device=dev)
+    expected = torch.mm(a_dev.float(), b.float())
+    a_host = a_dev.cpu().pin_memory()
+    host_out = torch.empty(m, n, dtype=DTYPE, pin_memory=True)
+    flops = 2 * m * k * n
+
+    compute_ms = median_ms(lambda: torch.mm(a_dev, b, out=c_dev), iters=iters)
+    if direction == "to_host":
+        comm_bytes = m * n * 2
+        comm_ms = median_ms(lambda: host_out.copy_(c_dev, non_blocking=True), iters=iters)
+    else:
+        comm_bytes = m * k * 2
+        comm_ms = median_ms(lambda: a_dev.copy_(a_host, non_blocking=True), iters=iters)
+    best_cfg, fused_alone_ms, per_config = choose_tile_config(direction, a_dev, b, c_dev, configs=configs,
+                                                              iters=max(10, iters // 5))
+    log(f"  {direction} {m}x{k}x{n}: mm {compute_ms:.3f} ms ({flops / compute_ms / 1e9:.0f} TFLOP/s), "
+        f"copy {comm_ms:.3f} ms ({comm_bytes / comm_ms / 1e6:.1f} GB/s), tile-fused alone {fused_alone_ms:.3f} ms "
+        f"with {best_cfg.label()} ({compute_ms / fused_alone_ms:.0%} of cuBLAS)")
+
+    plans = [Plan(strategy="sequential", transport="host_staged")]
+    plans += [Plan(strategy="chunked", chunks=c, transport="host_staged") for c in chunk_counts]
+    plans += [Plan(strategy="tile_fused", chunks=c, transport="host_staged") for c in fused_counts
+              if c <= -(-m // best_cfg.block_m)]
+    timed = {}
+    with OffloadContext(dev, config=best_cfg) as ctx:
+        for plan in plans:
+            # one warm call (compiles and loads kernels, fills buffers), then a checked call on poisoned
+            # outputs (and, host -> device, a poisoned staging copy of A), then the timed runs
+            if direction == "to_host":
+                matmul_to_host(a_dev, b, out=host_out, plan=plan, context=ctx)
+                host_out.fill_(float("nan"))
+                matmul_to_host(a_dev, b, out=host_out, plan=plan, context=ctx)
+                err = check(host_out, expected, f"matmul_to_host {plan.describe()} {shape}")
+
+                def run(plan=plan):
+                    matmul_to_host(a_dev, b, out=host_out, plan=plan, context=ctx, non_blocking=True)
+            else:
+                matmul_from_host(a_host, b, out=c_dev, plan=plan, context=ctx)
+                c_dev.fill_(float("nan"))
+                ctx.staged.device_buffer("from_host.A", (m, k), DTYPE).fill_(float("nan"))
+                matmul_from_host(a_host, b, out=c_dev, plan=plan, context=ctx)
+                torch.cuda.synchronize()
+                ctx.check()
+                err = check(c_dev, expected, f"matmul_from_host {plan.describe()} {shape}")
+
+                def run(plan=plan):
+                    matmul_from_host(a_host, b, out=c_dev, plan=plan, context=ctx)
+            summary = summarize(samples_ms(run, iters=iters, warmup=3))
+            ctx.check()
+            timed[plan] = (summary, err)
+            log(f"    {plan.describe():28s} {summary.median_ms:.3f} ms (p10 {summary.p10_ms:.3f}, "
+                f"p90 {summary.p90_ms:.3f}), max error {err:.2g}")
+
+    sequential_ms = timed[plans[0]][0].median_ms
+    baselines = Baselines(sequential_ms=sequential_ms, compute_alone_ms=compute_ms, comm_alone_ms=comm_ms)
+    site = Site(kind="mm_d2h" if direction == "to_host" else "h2d_mm", m=m, k=k, n=n, dtype="bfloat16", world=1)
+    run_info = dict(provenance.extra, tile_config=best_cfg.label(), tile_alone_ms=fused_alone_ms,
+                    tile_alone_tflops=flops / fused_alone_ms / 1e9, cublas_tflops=flops / compute_ms / 1e9,
+                    tile_configs_ms=per_config, comm_bytes=comm_bytes)
+    records = [make_record(site=site, plan=plan, timing=summary, baselines=baselines,
+                           provenance=replace(provenance, extra=run_info), max_error=err)
+               for plan, (summary, err) in timed.items()]
+
+    def best(strategy):
+        options = [(s.median_ms, p) for p, (s, _) in timed.items() if p.strategy == strategy]
+        return min(options, key=lambda o: o[0]) if options else (float("nan"), None)
+
+    row = dict(direction=direction, shape=shape, compute_ms=compute_ms, comm_ms=comm_ms, sequential_ms=sequential_ms,
+               fused_alone_pct=compute_ms / fused_alone_ms, tile_config=best_cfg.label())
+    for strategy in ("chunked", "tile_fused"):
+        ms, plan = best(strategy)
+        score = overlap_score(measured_ms=ms, sequential_ms=sequential_ms, compute_alone_ms=compute_ms,
+                              comm_alone_ms=comm_ms) if plan else None
+        row[strategy] = (ms, plan.chunks if plan else None, score.label() if score else "-")
+    return dict(records=records, row=row)
+
+
+def print_table(rows: list[dict]) -> None:
+    head = (f"{'direction':9s} {'m x k x n':18s} {'mm_ms':>7s} {'copy_ms':>7s} {'seq_ms':>7s} "
+            f"{'chunked_ms (c) eff':>22s} {'fused_ms (c) eff':>22s} {'fusedGEMM/cuBLAS':>16s}")
+    print("\n" + head)
+    print("-" * len(head))
+    for r in rows:
+        shape = "x".join(str(d) for d in r["shape"])
+        cells = []
+        for strategy in ("chunked", "tile_fused"):
+            ms, chunks, label = r[strategy]
+            cells.append(f"{ms:7.3f} ({chunks}) {label:>7s}")
+        print(f"{r['direction']:9s} {shape:18s} {r['compute_ms']:7.3f} {r['comm_ms']:7.3f} {r['sequential_ms']:7.3f} "
+              f"{cells[0]:>22s} {cells[1]:>22s} {r['fused_alone_pct']:16.0%}")
+    print("eff: overlap efficiency (T_seq - T) / (T_seq - max(mm, copy)); 'x' marks a speedup where the "
+          "possible saving is under 15% of T_seq")
+
+
+# -- contention calibration ------------------------------------------------------
+def _concurrent(gemm, transfer, *, reps: int) -> tuple[float, float]:
+    """Median ms of (gemm, transfer) when the transfer starts just before the GEMM on another stream."""
+    side = torch.cuda.Stream()
+    current = torch.cuda.current_stream()
+    g_ms, t_ms = [], []
+    for _ in range(reps + 2):
+        torch.cuda.synchronize()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            events[0].record()
+            transfer()
+            events[1].record()
+        events[2].record()
+        gemm()
+        events[3].record()
+        torch.cuda.synchronize()
+        t_ms.append(events[0].elapsed_time(events[1]))
+        g_ms.append(events[2].elapsed_time(events[3]))
+    return statistics.median(g_ms[2:]), statistics.median(t_ms[2:])
+
+
+def calibrate(*, programs, reps: int, out_dir: Path, log) -> Path:
+    from hocket.kernels.sm_copy import sm_copy
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    m, k, n = 8192, 8192, 7168
+    a = torch.randn(m, k, device=dev).to(DTYPE)
+    b = torch.randn(k, n, device=dev).to(DTYPE)
+    c = torch.empty(m, n, dtype=DTYPE, device=dev)
+
+    def gemm():
+        torch.mm(a, b, out=c)
+
+    gemm_ms = median_ms(gemm, iters=reps * 2)
+    probe_bytes = 256 * 2**20
+    transfers = {}
+    for k_prog in programs:
+        src = torch.empty(probe_bytes // 2, dtype=DTYPE, device=dev).normal_()
+        dst = torch.empty_like(src)
+        sm_copy(src, dst, programs=k_prog)  # compile before anything is timed
+        transfers[f"sm_copy_k{k_prog}"] = ("d2d", lambda s, d, kp=k_prog: sm_copy(s, d, programs=kp))
+    transfers["copy_engine"] = ("d2d", lambda s, d: d.copy_(s))
+    transfers["host_link_h2d"] = ("h2d", lambda s, d: d.copy_(s, non_blocking=True))
+    transfers["host_link_d2h"] = ("d2h", lambda s, d: d.copy_(s, non_blocking=True))
+
+    def buffers(kind: str, nbytes: int):
+        elems = nbytes // 2
+        if kind == "d2d":
+            return torch.empty(elems, dtype=DTYPE, device=dev).normal_(), torch.empty(elems, dtype=DTYPE, device=dev)
+        if kind == "h2d":
+            return torch.randn(elems).to(DTYPE).pin_memory(), torch.empty(elems, dtype=DTYPE, device=dev)
+        return torch.empty(elems, dtype=DTYPE, device=dev).normal_(), torch.empty(elems, dtype=DTYPE, pin_memory=True)
+
+    contention, detail, host_points = {}, {}, []
+    for name, (kind, fn) in transfers.items():
+        src, dst = buffers(kind, probe_bytes)
+        probe_ms = median_ms(lambda: fn(src, dst), iters=5)
+        nbytes = int(min(4 * 2**30, max(16 * 2**20, probe_bytes * gemm_ms / probe_ms)))  # lasts about one GEMM
+        src, dst = buffers(kind, nbytes)
+        alone_ms = median_ms(lambda: fn(src, dst), iters=reps)
+        with_gemm_ms, with_transfer_ms = _concurrent(gemm, lambda: fn(src, dst), reps=reps)
+        point = ContentionPoint(gemm_slowdown=with_gemm_ms / gemm_ms, transfer_slowdown=with_transfer_ms / alone_ms)
+        contention[name] = point
+        detail[name] = dict(bytes=nbytes, transfer_alone_ms=alone_ms, transfer_with_gemm_ms=with_transfer_ms,
+                            gemm_alone_ms=gemm_ms, gemm_with_transfer_ms=with_gemm_ms)
+        if kind != "d2d":
+            host_points.append(CurvePoint(bytes=nbytes, ms=alone_ms))
+        log(f"  {name:16s} {nbytes / 2**20:8.0f} MiB: transfer {alone_ms:.3f} -> {with_transfer_ms:.3f} ms "
+            f"(x{point.transfer_slowdown:.2f}), GEMM {gemm_ms:.3f} -> {with_gemm_ms:.3f} ms (x{point.gemm_slowdown:.2f})")
+    sm_key = f"sm_copy_k{min(programs, key=lambda p: abs(p - SM_COLLECTIVE_PROGRAMS))}"
+    contention["sm_collective"] = contention[sm_key]
+    h2d, d2h = contention["host_link_h2d"], contention["host_link_d2h"]
+    contention["host_link"] = ContentionPoint(gemm_slowdown=max(h2d.gemm_slowdown, d2h.gemm_slowdown),
+                                              transfer_slowdown=max(h2d.transfer_slowdown, d2h.transfer_slowdown))
+    fp = fingerprint()
+    profile = CalibrationProfile(
+        fingerprint=fp["hash"], fingerprint_data=fp, world_size=1, backend="nccl", device_type="cuda",
+        quick=len(programs) < len(CALIBRATION_PROGRAMS),
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        gemm=(GemmPoint(m=m, k=k, n=n, dtype="bfloat16", tflops=2 * m * k * n / gemm_ms / 1e9, ms=gemm_ms),),
+        host_link=tuple(host_points), contention=contention)
+    CalibrationProfile.from_dict(json.loads(json.dumps(profile.to_dict())))  # what hocket.cost will read
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"contention_profile_{fp['hash']}.json"
+    path.write_text(json.dumps(profile.to_dict(), indent=1, sort_keys=True))
+    (out_dir / f"contention_detail_{fp['hash']}.json").write_text(json.dumps(
+        dict(detail=detail, sm_collective_from=sm_key, device=torch.cuda.get_device_name(dev)), indent=1))
+    return path
+
+
+# -- main ----------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="one shape, few runs, every check (< 2 minutes)")
+    parser.add_argument("--calibrate", action="store_true", help="also run the contention calibration")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results JSON lines (default: $OUT/bench_single_gpu.jsonl, else benchmarks/results/)")
+    parser.add_argument("--iters", type=int, default=None, help="timed runs per measurement (default 50; smoke 10)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_single_gpu needs a CUDA GPU (pinned host <-> device copies); none found", file=sys.stderr)
+        return 2
+    iters = args.iters or (10 if args.smoke else 50)
+    if iters < 1:
+        parser.error(f"--iters={iters} must be >= 1")
+    if args.out is not None:
+        out = args.out
+    elif os.environ.get("OUT"):
+        out = Path(os.environ["OUT"]) / "bench_single_gpu.jsonl"
+    else:
+        out = Path(__file__).resolve().parent / "results" / "bench_single_gpu.jsonl"
+
+    def log(text: str) -> None:
+        print(text, flush=True)
+
+    device_name = torch.cuda.get_device_name()
+    provenance = collect(command=command_line(argv), hardware=fingerprint(),
+                         extra={"device": device_name, "mode": "smoke" if args.smoke else "full", "iters": iters})
+    shapes = SMOKE_SHAPES if args.smoke else SHAPES
+    configs = candidate_configs(DTYPE)[:1] if args.smoke else candidate_configs(DTYPE)
+    chunk_counts = (8,) if args.smoke else CHUNKS
+    fused_counts = (8,) if args.smoke else FUSED_CHUNKS
+    log(f"bench_single_gpu on {device_name}: {len(shapes)} shape(s), {iters} timed runs each, results -> {out}")
+    rows, records = [], []
+    for shape in shapes:
+        for direction in DIRECTIONS:
+            result = measure(direction, shape, iters=iters, chunk_counts=chunk_counts, fused_counts=fused_counts,
+                             configs=configs, provenance=provenance, log=log)
+            rows.append(result["row"])
+            records.extend(result["records"])
+            write_records(out, result["records"])
+    if args.calibrate:
+        log("contention calibration (GEMM 8192x8192x7168 bf16 beside each transfer):")
+        path = calibrate(programs=SMOKE_PROGRAMS if args.smoke else CALIBRATION_PROGRAMS,
+                         reps=5 if args.smoke else 15, out_dir=out.parent, log=log)
+        log(f"calibration profile -> {path}")
+    log(f"{len(records)} result lines -> {out}")
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,7 +2,7 @@
 
 from hocket.hardware.catalog import cluster_from_dict, list_presets, load_cluster, load_preset
 from hocket.hardware.fingerprint import fingerprint, fingerprint_hash
-from hocket.hardware.probe import probe
+from hocket.hardware.detect import probe
 from hocket.hardware.spec import (ClusterSpec, DeviceSpec, IslandSpec, LinkSpec, NodeGroup, NodeSpec,
                                   PairOverride)
 from hocket.hardware.yaml_schema import PresetError

@@ -22,7 +22,7 @@ def runtime_versions() -> dict[str, str | None]:
     """torch, CUDA/HIP, NCCL and driver versions of this process (None where absent)."""
     import torch
 
-    from hocket.hardware.probe import driver_version
+    from hocket.hardware.detect import driver_version
 
     nccl = None
     if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
@@ -43,7 +43,7 @@ def fingerprint(cluster: ClusterSpec | None = None) -> dict:
     The returned dict holds a ``"hash"`` entry: ``fingerprint_hash`` of the rest.
     """
     if cluster is None:
-        from hocket.hardware.probe import probe
+        from hocket.hardware.detect import probe
 
         cluster = probe()
     data = {

@@ -492,8 +492,13 @@ class ClusterSpec:
 
     # -- description ----------------------------------------------------------
     def topology_summary(self) -> list[dict]:
-        """Compact, JSON-able description of the structure (used by fingerprints)."""
+        """Compact, JSON-able description of the structure (used by fingerprints).
+
+        NICs are left out of a one-node cluster (no traffic crosses them), so a probed
+        2-GPU host and the matching preset (``h200x2``) share one fingerprint.
+        """
         out = []
+        multi_node = self.num_nodes > 1
         for group in self.groups:
             node = group.node
             out.append({
@@ -502,7 +507,7 @@ class ClusterSpec:
                              "link": i.link.kind, "link_gbps": i.link.gbps_per_direction,
                              "transports": sorted(i.transports)} for i in node.islands],
                 "bridge": node.bridge.kind if node.bridge else None,
-                "nic": node.nic.kind if node.nic else None, "nics": node.nics,
+                "nic": node.nic.kind if node.nic and multi_node else None, "nics": node.nics if multi_node else 0,
                 "overrides": [[ov.a, ov.b, ov.link.kind, ov.link.gbps_per_direction] for ov in node.overrides],
             })
         return out

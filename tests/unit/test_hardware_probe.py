@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hocket.hardware import fingerprint, fingerprint_hash, load_preset, probe
-from hocket.hardware.probe import host_info, match_device, parse_topo_matrix
+from hocket.hardware.detect import host_info, match_device, parse_topo_matrix
 
 TOPO_NVSWITCH = """\
 \tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity
@@ -79,3 +79,38 @@ def test_fingerprint_changes_with_transport_env_and_hardware(monkeypatch):
     monkeypatch.delenv("NCCL_P2P_DISABLE")
     monkeypatch.setenv("HOCKET_DISABLE", "1")  # not transport-affecting
     assert fingerprint(load_preset("h100x8"))["hash"] == base
+
+
+def _fake_gpus(monkeypatch, name: str, count: int, *, nvlinks: int, peer: bool) -> None:
+    from hocket.hardware import detect as probe_module
+
+    gpus = [probe_module._Gpu(index=i, name=name, sm_count=132, memory_gib=139.8, vendor="nvidia")
+            for i in range(count)]
+    matrix = [[0 if a == b else nvlinks for b in range(count)] for a in range(count)]
+    monkeypatch.setattr(probe_module, "_torch_gpus", lambda: gpus)
+    monkeypatch.setattr(probe_module, "nvidia_topology", lambda n: matrix)
+    monkeypatch.setattr(probe_module, "_peer_access", lambda n: peer)
+
+
+def test_probe_of_an_nvswitch_h200_pair_matches_the_preset_fingerprint(monkeypatch):
+    _fake_gpus(monkeypatch, "NVIDIA H200", 2, nvlinks=18, peer=True)
+    cluster = probe()
+    assert cluster.device(0).model == "H200 SXM" and cluster.device(0).memory_gib == 139.8
+    assert cluster.link(0, 1).kind == "nvlink" and cluster.transports(0, 1) == {"collective", "p2p", "copy_engine",
+                                                                                 "host_staged"}
+    assert fingerprint(cluster)["hash"] == fingerprint(load_preset("h200x2"))["hash"]
+
+
+def test_probe_of_pcie_cards_without_peer_access_prunes_transports(monkeypatch):
+    _fake_gpus(monkeypatch, "NVIDIA GeForce RTX 4090", 4, nvlinks=0, peer=False)
+    cluster = probe()
+    assert cluster.link(0, 3).kind == "pcie"
+    assert cluster.group_transports(range(4)) == {"collective", "host_staged"}
+
+
+def test_probe_of_an_unknown_gpu_keeps_its_peaks_unknown(monkeypatch):
+    _fake_gpus(monkeypatch, "Imaginary Accelerator 9000", 2, nvlinks=4, peer=True)
+    cluster = probe()
+    device = cluster.device(1)
+    assert device.model == "Imaginary Accelerator 9000" and device.peak("bfloat16") is None
+    assert device.sm_count == 132 and cluster.link(0, 1).gbps_per_direction == 4 * 25

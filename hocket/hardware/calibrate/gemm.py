@@ -20,7 +20,12 @@ def gemm_call(m: int, k: int, n: int, *, dtype: str, device: torch.device, chunk
     dt = torch_dtype(dtype)
     a = torch.randn(m, k, device=device).to(dt)
     b = torch.randn(k, n, device=device).to(dt)
-    out = torch.empty(m, n, device=device, dtype=dt)
+    return row_chunked_mm(a, b, torch.empty(m, n, device=device, dtype=dt), chunks=chunks)
+
+
+def row_chunked_mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, chunks: int) -> Callable[[], None]:
+    """A callable writing ``a @ b`` into ``out`` as ``chunks`` GEMMs over row blocks of ``a``."""
+    m = a.shape[0]
     bounds = [(i * m) // chunks for i in range(chunks + 1)]
     pieces = [(a[lo:hi], out[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
 

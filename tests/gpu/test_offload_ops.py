@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -113,7 +114,8 @@ def test_shared_host_buffer_feeds_consumer_gemm_across_processes(tmp_path):
     warmup_consumer(ws, a_dev, b, out)
     a_dev.fill_(float("nan"))
     out.fill_(float("nan"))
-    path = tmp_path / "hocket_pair.buf"
+    shm = Path("/dev/shm")  # tmpfs: cudaHostRegister can pin its pages in both processes
+    path = (shm if shm.is_dir() else tmp_path) / f"hocket_pair_{os.getpid()}.buf"
     with SharedHostBuffer.create(path, nbytes=m * k * 2, num_chunks=chunks) as buf:
         sender = subprocess.Popen([sys.executable, "-c", SENDER, str(path), str(tmp_path / "a.pt"), str(chunks)],
                                   stderr=subprocess.PIPE, text=True)

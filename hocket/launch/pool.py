@@ -10,6 +10,7 @@ from hocket.env import wait_timeout_s
 from hocket.launch.backend import choose_backend
 from hocket.launch.errors import RankError, RankExpectationError, RankFailure, RankTimeout
 from hocket.launch.gather import Gathered
+from hocket.launch.procs import resolve_start_method
 from hocket.launch.rank_main import barrier_task, pool_rank_main
 from hocket.launch.ranks import Ranks
 from hocket.launch.validate import check_seconds, check_threads, check_world_size
@@ -32,6 +33,10 @@ class RankPool:
     ``collective_timeout_s`` the process group's own timeout (default: ``timeout_s``), so
     a collective that never completes eventually fails inside the rank as well.
     Ranks run with the driver's environment as it was when they (re)started.
+    ``start_method``: "forkserver" (default: restarts in a fraction of a second; ``fn``
+    must not live in ``__main__``) or "spawn"; ``preload``: modules the forkserver imports
+    once so restarted ranks need not (only before the driver's first forkserver rank).
+    Not thread-safe: one driver thread.
     """
 
     def __init__(
@@ -45,6 +50,7 @@ class RankPool:
         error_grace_s: float = 3.0,
         start_timeout_s: float = 120.0,
         start_method: str = "forkserver",
+        preload: tuple[str, ...] = (),
     ) -> None:
         self.world_size = check_world_size(world_size)
         self.backend = choose_backend(backend, local_world_size=self.world_size)
@@ -55,7 +61,8 @@ class RankPool:
         )
         self.error_grace_s = check_seconds("error_grace_s", error_grace_s)
         self.start_timeout_s = check_seconds("start_timeout_s", start_timeout_s)
-        self.start_method = start_method
+        self.start_method = resolve_start_method(start_method)
+        self.preload = tuple(preload)
         self.generation = 0  # how many times the ranks were (re)started
         self._ranks: Ranks | None = None
         self._finalizer: weakref.finalize | None = None
@@ -74,6 +81,7 @@ class RankPool:
             threads=self.threads_per_rank,
             collective_timeout_s=self.collective_timeout_s,
             start_method=self.start_method,
+            preload=self.preload,
         )
         self._ranks = ranks
         self._finalizer = weakref.finalize(self, ranks.stop)
@@ -144,6 +152,7 @@ class RankPool:
     # -- tasks -----------------------------------------------------------------------
 
     def _execute(self, fn: Callable[..., Any], args: tuple, timeout_s: float) -> tuple[Ranks, Gathered]:
+        resolve_start_method(self.start_method, fn)
         check_picklable_fn(fn)
         payload = Task(task_id=0, fn=dumps(fn), args=dump_args(args))
         self._check_open()

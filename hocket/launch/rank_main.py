@@ -40,6 +40,9 @@ def _prepare(setup: RankSetup) -> IO[str]:
     stack_file = open(setup.stack_path, "w")  # noqa: SIM115 - open for the process's lifetime
     if STACK_SIGNAL is not None:
         faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
+        # A non-empty file tells the driver the signal is safe to send (it would kill us before).
+        stack_file.write(f"rank {setup.rank} pid {os.getpid()}\n")
+        stack_file.flush()
     init_from_store(
         rank=setup.rank,
         world_size=setup.world_size,

@@ -30,9 +30,10 @@ class Ranks:
         threads: int,
         collective_timeout_s: float,
         start_method: str,
+        preload: tuple[str, ...] = (),
         extra_args: tuple = (),
     ) -> None:
-        ctx = mp_context(start_method)
+        ctx = mp_context(start_method, preload=preload)
         self.store = host_store(collective_timeout_s)
         self.tmpdir = Path(tempfile.mkdtemp(prefix="hocket-ranks-"))
         self.stack_paths = {r: self.tmpdir / f"rank{r}.stack" for r in range(world_size)}

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from hocket.env import wait_timeout_s
 from hocket.launch.backend import choose_backend
+from hocket.launch.procs import resolve_start_method
 from hocket.launch.rank_main import spawn_rank_main
 from hocket.launch.ranks import Ranks
 from hocket.launch.threads import default_threads_per_rank
@@ -21,8 +22,9 @@ def spawn(
     args: tuple = (),
     timeout_s: float | None = None,
     threads_per_rank: int | None = None,
-    start_method: str = "spawn",
+    start_method: str = "auto",
     error_grace_s: float = 3.0,
+    preload: tuple[str, ...] = (),
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` new local rank processes.
 
@@ -36,8 +38,12 @@ def spawn(
     and ``RankError`` names the rank with its traceback. If the whole run exceeds
     ``timeout_s`` (default ``HOCKET_TIMEOUT_S``), every rank is killed and ``RankTimeout``
     names the ranks that had not finished, with their Python stacks. No rank outlives
-    this call. ``start_method="forkserver"`` starts ranks faster (torch imported once).
+    this call. ``start_method``: "forkserver" forks ranks from a server that imported
+    torch once (fast), "spawn" starts a fresh interpreter per rank (slow on few cores),
+    "auto" (default) is forkserver unless ``fn`` is defined in ``__main__``; ``preload``
+    names more modules for the forkserver to import once (before its first use only).
     """
+    start_method = resolve_start_method(start_method, fn)
     check_picklable_fn(fn)
     world_size = check_world_size(world_size)
     if not isinstance(args, tuple):
@@ -52,6 +58,7 @@ def spawn(
         threads=threads,
         collective_timeout_s=timeout_s,
         start_method=start_method,
+        preload=tuple(preload),
         extra_args=(dumps(fn), dump_args(args)),
     )
     got = None

@@ -32,8 +32,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(DIST_TEST_TIMEOUT_S))
 
 
+# Imported once by the forkserver, not again by every (re)started rank that unpickles a test function.
+RANK_PRELOAD = ("numpy", "pytest", "hypothesis")
+
+
 def _pool(world_size: int) -> Iterator[RankPool]:
-    with RankPool(world_size, backend="gloo", threads_per_rank=1, timeout_s=POOL_TASK_TIMEOUT_S) as pool:
+    with RankPool(
+        world_size, backend="gloo", threads_per_rank=1, timeout_s=POOL_TASK_TIMEOUT_S, preload=RANK_PRELOAD
+    ) as pool:
         yield pool
 
 

@@ -39,7 +39,9 @@ def choose_plan(site: Site) -> Plan:
     """The plan for ``site``; cached per ``site.key``."""
     plan = _CHOSEN.get(site.key)
     if plan is None:
-        plan = default_plan(site)
+        from hocket.plan.live import plan_for_call  # the planner (issue 4): bucketed, cached, never slower
+
+        plan = plan_for_call(site)
         _CHOSEN[site.key] = plan
     return plan
 

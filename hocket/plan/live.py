@@ -89,7 +89,7 @@ class LivePlanner:
             from hocket.hardware import load_cluster, probe
 
             name = cluster_env()
-            self._cluster = load_cluster(name) if name else probe()
+            self._cluster = load_cluster(name) if name else probe(cpu_ranks=_job_world_size())
         return self._cluster
 
     @property
@@ -114,7 +114,12 @@ class LivePlanner:
         supported = self.config.supported if self.config.supported is not None else _default_supported()
         allowed = set(supported.get(site.kind, ("sequential",)))
         strategies = tuple(s for s in self.config.space.strategies if s in allowed)
-        return replace(self.config.space, strategies=strategies or ("sequential",))
+        transports = self.config.space.transports
+        if self.config.supported is None:  # live executors: only transports this build registers
+            from hocket.transport.registry import available_transports
+
+            transports = tuple(t for t in transports if t in available_transports())
+        return replace(self.config.space, strategies=strategies or ("sequential",), transports=transports)
 
     # -- deciding -----------------------------------------------------------------------
     def decide(self, site: Site, *, group: object = None, runners: RunnersFor | None = None,
@@ -195,11 +200,15 @@ def operator_runners(site: Site, *, group: object, device: object = "cpu", seed:
     """A RunnerFactory that calls the hocket operator for ``site`` on fresh random inputs.
 
     Inputs are drawn once (the same on every rank), so timing compares plans only.
+    ``group`` None means the default process group.
     """
     import torch
+    import torch.distributed as dist
 
     import hocket.ops as ops
 
+    if group is None:
+        group = dist.group.WORLD
     gen = torch.Generator(device="cpu").manual_seed(seed)
     dtype = getattr(torch, site.dtype)
     world = site.world
@@ -231,6 +240,13 @@ def operator_runners(site: Site, *, group: object, device: object = "cpu", seed:
         raise ValueError(f"site.kind={site.kind!r} has no hocket operator to autotune; "
                          f"autotune supports ag_mm, mm_rs and mm_ar")
     return factory
+
+
+def _job_world_size() -> int | None:
+    """Ranks of the running job (CPU ranks for the probe), or None outside torch.distributed."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
 
 
 def _live_device() -> object:

@@ -98,3 +98,70 @@ def follow_rank0_cache(base: str) -> tuple[str, str, dict]:
 def test_every_rank_follows_rank0s_cache(pool, tmp_path):
     results = pool.run(follow_rank0_cache, str(tmp_path))
     assert results == [(SLOW.to_json(), "cache", {})] * pool.world_size
+
+
+# -- with the real operators ----------------------------------------------------------------
+
+def _use_planner(cache_path: str, *, autotune: bool | None = None) -> None:
+    from hocket.plan.live import LiveConfig, LivePlanner, set_process_planner
+
+    set_process_planner(LivePlanner(config=LiveConfig(autotune=autotune, tuning=QUICK),
+                                    cache=PlanCache(ENV, cache_path)))
+
+
+def plan_none_matches_reference(cache_path: str, seed: int, m_per_rank: int, k: int, n: int) -> dict:
+    import torch
+
+    import hocket.ops as ops
+    from hocket.launch.same_case import rank_generator, shared_generator
+    from hocket.ops.reference import reference_all_gather_matmul as ref_ag
+    from hocket.ops.reference import reference_matmul_reduce_scatter as ref_rs
+    from hocket.plan.live import process_planner
+
+    _use_planner(cache_path)
+    world = dist.get_world_size()
+    a = torch.randn(m_per_rank, k, generator=rank_generator(seed))
+    b = torch.randn(k, n, generator=shared_generator(seed))
+    _, (out,) = ops.all_gather_matmul(a, [b], 0, dist.group.WORLD, plan=None)
+    _, (want,) = ref_ag(a, [b], 0, dist.group.WORLD)
+    ops.assert_close(out, want, world=world)
+    c = torch.randn(m_per_rank * world, n, generator=rank_generator(seed + 1))
+    d = torch.randn(n, k, generator=shared_generator(seed + 1))
+    got = ops.matmul_reduce_scatter(c, d, "sum", 0, dist.group.WORLD, plan=None)
+    ops.assert_close(got, ref_rs(c, d, "sum", 0, dist.group.WORLD), world=world)
+    decisions = process_planner().known()
+    return {key: (d.plan.to_json(), d.source) for key, d in decisions.items()}
+
+
+def test_plan_none_runs_the_planner_and_every_rank_agrees(pool, tmp_path):
+    import random
+
+    rng = random.Random()
+    m = rng.randint(8, 40)
+    results = pool.run(plan_none_matches_reference, str(tmp_path / "p.json"), rng.randrange(1 << 30), m,
+                       rng.randint(16, 96), rng.randint(16, 96))
+    assert all(r == results[0] for r in results)
+    assert len(results[0]) == 2 and {src for _, src in results[0].values()} == {"predicted"}
+
+
+def tune_real_ops(cache_path: str, m: int, k: int, n: int) -> tuple[str, str, str]:
+    from hocket.ops.planning import choose_plan
+    from hocket.plan.live import tune
+
+    _use_planner(cache_path)
+    site = Site(kind="mm_ar", m=m, k=k, n=n, world=dist.get_world_size(), dtype="float32")
+    decision = tune(site, autotune=True)
+    nearby = Site(kind="mm_ar", m=m - 3, k=k, n=n, world=dist.get_world_size(), dtype="float32")
+    return decision.plan.to_json(), decision.source, choose_plan(nearby).to_json()
+
+
+def test_tune_measures_real_operators_and_plan_none_reuses_it(pool2, tmp_path):
+    results = pool2.run(tune_real_ops, str(tmp_path / "p.json"), 256, 128, 192)
+    chosen, source, reused = results[0]
+    assert all(r == results[0] for r in results)
+    assert source == "autotune"
+    entry = PlanCache(ENV, tmp_path / "p.json").entries()
+    (cached,) = entry.values()
+    assert cached.plan.to_json() == chosen and cached.source == "autotune"
+    assert Plan().to_json() in cached.timings_ms and len(cached.timings_ms) >= 2
+    assert Plan.from_json(reused).strategy == Plan.from_json(chosen).strategy  # same bucket, fitted

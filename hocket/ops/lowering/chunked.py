@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from hocket.ops._pipeline import piece_bounds, run_pipeline
 from hocket.ops.lowering.problems import AllReduceMatmul, GatherMatmul, ScatterMatmul
+from hocket.ops.lowering.runtime import bind_executors
 
 DEPTH = 2
 
 
-def gather_matmul(A_shard, Bs, dim, need_A, rt, pieces_wanted):
+def gather_matmul(A_shard, Bs, dim, need_A, rt, plan, *, chunks: int | None = None):
     w = rt.world
     g = GatherMatmul(A_shard, Bs, dim, w, rt.rank, need_A=need_A)
-    pieces = piece_bounds(g.R, pieces_wanted)
+    pieces = piece_bounds(g.R, chunks or plan.chunks)
     whole = len(pieces) == 1
 
     def stage(i):
@@ -43,10 +44,10 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, pieces_wanted):
     return g.finish()
 
 
-def matmul_scatter(A, B, reduce_op, dim, rt, pieces_wanted):
+def matmul_scatter(A, B, reduce_op, dim, rt, plan, *, chunks: int | None = None):
     w = rt.world
     s = ScatterMatmul(A, B, dim, w)
-    pieces = piece_bounds(s.rows, pieces_wanted)
+    pieces = piece_bounds(s.rows, chunks or plan.chunks)
 
     def stage(i):
         lo, hi = pieces[i]
@@ -66,9 +67,9 @@ def matmul_scatter(A, B, reduce_op, dim, rt, pieces_wanted):
     return s.finish(reduce_op)
 
 
-def matmul_all_reduce(A, B, reduce_op, rt, pieces_wanted):
+def matmul_all_reduce(A, B, reduce_op, rt, plan, *, chunks: int | None = None):
     r = AllReduceMatmul(A, B, rt.world)
-    pieces = piece_bounds(r.rows, pieces_wanted)
+    pieces = piece_bounds(r.rows, chunks or plan.chunks)
 
     def produce(i):
         lo, hi = pieces[i]
@@ -82,16 +83,4 @@ def matmul_all_reduce(A, B, reduce_op, rt, pieces_wanted):
     return r.finish(reduce_op)
 
 
-def ag_mm(A_shard, Bs, dim, need_A, rt, plan):
-    return gather_matmul(A_shard, Bs, dim, need_A, rt, plan.chunks)
-
-
-def mm_rs(A, B, reduce_op, dim, rt, plan):
-    return matmul_scatter(A, B, reduce_op, dim, rt, plan.chunks)
-
-
-def mm_ar(A, B, reduce_op, rt, plan):
-    return matmul_all_reduce(A, B, reduce_op, rt, plan.chunks)
-
-
-EXECUTORS = {"ag_mm": ag_mm, "mm_rs": mm_rs, "mm_ar": mm_ar}
+EXECUTORS = bind_executors(ag_mm=gather_matmul, mm_rs=matmul_scatter, mm_ar=matmul_all_reduce)

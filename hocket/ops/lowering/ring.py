@@ -27,6 +27,7 @@ import torch
 
 from hocket.ops._pipeline import block_bounds, piece_bounds
 from hocket.ops.lowering.problems import LOW_PRECISION, AllReduceMatmul, GatherMatmul, ScatterMatmul
+from hocket.ops.lowering.runtime import bind_executors
 
 
 @dataclass(frozen=True)
@@ -229,16 +230,5 @@ def matmul_all_reduce(A, B, reduce_op, rt, plan, *, bidirectional: bool):
     return r.finish(reduce_op)
 
 
-def ag_mm(A_shard, Bs, dim, need_A, rt, plan):
-    return gather_matmul(A_shard, Bs, dim, need_A, rt, plan, bidirectional=False)
-
-
-def mm_rs(A, B, reduce_op, dim, rt, plan):
-    return matmul_scatter(A, B, reduce_op, dim, rt, plan, bidirectional=False)
-
-
-def mm_ar(A, B, reduce_op, rt, plan):
-    return matmul_all_reduce(A, B, reduce_op, rt, plan, bidirectional=False)
-
-
-EXECUTORS = {"ag_mm": ag_mm, "mm_rs": mm_rs, "mm_ar": mm_ar}
+EXECUTORS = bind_executors(ag_mm=gather_matmul, mm_rs=matmul_scatter, mm_ar=matmul_all_reduce,
+                           bidirectional=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hocket.ops.lowering.runtime import bind_executors
 from hocket.ops.reference import (
     reference_all_gather_matmul,
     reference_matmul_all_reduce,
@@ -21,4 +22,4 @@ def mm_ar(A, B, reduce_op, rt, plan):
     return reference_matmul_all_reduce(A, B, reduce_op, rt.group)
 
 
-EXECUTORS = {"ag_mm": ag_mm, "mm_rs": mm_rs, "mm_ar": mm_ar}
+EXECUTORS = bind_executors(ag_mm=ag_mm, mm_rs=mm_rs, mm_ar=mm_ar)

@@ -14,6 +14,7 @@ import math
 
 from hocket.ops._pipeline import piece_bounds, run_pipeline
 from hocket.ops.lowering.problems import AllReduceMatmul
+from hocket.ops.lowering.runtime import bind_executors
 
 DEPTH = 2
 
@@ -64,4 +65,4 @@ def mm_ar(A, B, reduce_op, rt, plan):
     return r.finish(reduce_op)
 
 
-EXECUTORS = {"mm_ar": mm_ar}
+EXECUTORS = bind_executors(mm_ar=mm_ar)

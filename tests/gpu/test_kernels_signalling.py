@@ -31,7 +31,7 @@ def _assert_close_fp32(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, what
     ref = torch.mm(a.float(), b.float()).double()
     tol = tolerance(out.dtype)
     scale = max(1.0, float(ref.abs().max()))
-    err = (out.double() - ref).abs()
+    err = (out.to(ref.device).double() - ref).abs()
     assert bool((err <= tol.atol * scale + tol.rtol * ref.abs()).all()), \
         f"{what}: max error {float(err.max()):.3g} (scale {scale:.3g}) beyond {out.dtype} tolerance"
 

@@ -31,6 +31,10 @@ def summary_lines(result: RunResult) -> list[str]:
         if best is None:
             lines.append(f"{site.kind} {site.m}×{site.k}×{site.n}: no plan passed its check")
             continue
+        if best.plan.strategy == "sequential":
+            lines.append(f"{site.kind} {site.m}×{site.k}×{site.n} {site.dtype}: no plan beat sequential "
+                         f"({best.timing.median_ms:.2f} ms)")
+            continue
         score = outcome.score(best)
         metric = "—" if score is None else f"{score.metric.replace('_', ' ')} {score.label()}"
         lines.append(f"{site.kind} {site.m}×{site.k}×{site.n} {site.dtype}: best {best.plan.describe()} "

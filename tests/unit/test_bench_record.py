@@ -108,3 +108,25 @@ def test_table_rows_show_each_plan_and_flag_failures():
 
 def test_command_line_is_shell_quoted():
     assert command_line(["/usr/bin/hocket", "bench", "--strategy", "a b"]) == "hocket bench --strategy 'a b'"
+
+
+def test_report_prints_summary_and_fails_on_a_failed_check(tmp_path):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from hocket.bench.report import report, summary_lines
+    from hocket.bench.session import RunResult
+
+    good, bad = _outcome(), _outcome(failed_plan=True)
+    result = RunResult(outcomes=[good], is_reporter=True, backend="gloo", world_size=2, threads_per_rank=1,
+                       launcher="spawn")
+    buffer = StringIO()
+    assert report(result, title="t", command="hocket bench", console=Console(file=buffer, width=200)) == 0
+    best = good.best()
+    (line,) = summary_lines(result)
+    assert (f"best {best.plan.describe()}" in line) != (best.plan.strategy == "sequential")
+    assert line in buffer.getvalue()
+    failing = RunResult(outcomes=[good, bad], is_reporter=False, backend="gloo", world_size=2, threads_per_rank=1,
+                        launcher="torchrun")
+    assert report(failing, title="t", command="x", console=Console(file=StringIO())) == 1

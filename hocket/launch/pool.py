@@ -154,12 +154,12 @@ class RankPool:
     def _execute(self, fn: Callable[..., Any], args: tuple, timeout_s: float) -> tuple[Ranks, Gathered]:
         resolve_start_method(self.start_method, fn)
         check_picklable_fn(fn)
-        payload = Task(task_id=0, fn=dumps(fn), args=dump_args(args))
+        fn_bytes, args_bytes = dumps(fn), dump_args(args)
         self._check_open()
         ranks = self._ensure_ready()
         task_id = self._next_task
         self._next_task += 1
-        message = dumps(Task(task_id=task_id, fn=payload.fn, args=payload.args))
+        message = dumps(Task(task_id=task_id, fn=fn_bytes, args=args_bytes))  # the same bytes to every rank
         finished = False
         try:
             for conn in ranks.conns:

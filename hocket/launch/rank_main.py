@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import sys
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import IO, Any
@@ -30,12 +31,18 @@ class RankSetup:
     threads: int
     stack_path: str
     environ: dict[str, str]
+    cwd: str
+    sys_path: tuple[str, ...]
 
 
 def _prepare(setup: RankSetup) -> IO[str]:
-    """Driver's environment, thread count, stack dumps on signal, then the process group."""
+    """Driver's environment, directory and import path (a forkserver rank would otherwise
+    see the server's, frozen when it started), thread count, stack dumps on signal, then
+    the process group."""
     os.environ.clear()
     os.environ.update(setup.environ)
+    os.chdir(setup.cwd)
+    sys.path[:] = list(setup.sys_path)
     set_rank_threads(setup.threads)
     stack_file = open(setup.stack_path, "w")  # noqa: SIM115 - open for the process's lifetime
     if STACK_SIGNAL is not None:

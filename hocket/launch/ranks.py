@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection
@@ -40,6 +41,8 @@ class Ranks:
         self.conns: list[Connection] = []
         self.procs: list[BaseProcess] = []
         environ = dict(os.environ)
+        cwd = os.getcwd()
+        sys_path = tuple(sys.path)
         for rank in range(world_size):
             setup = RankSetup(
                 rank=rank,
@@ -52,6 +55,8 @@ class Ranks:
                 threads=threads,
                 stack_path=str(self.stack_paths[rank]),
                 environ=environ,
+                cwd=cwd,
+                sys_path=sys_path,
             )
             driver_end, rank_end = ctx.Pipe(duplex=True)
             proc = ctx.Process(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,8 +86,8 @@ def unpicklable_result() -> object:
     return lambda: None
 
 
-def thread_settings() -> tuple[int, str | None, str | None]:
-    return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS"), os.environ.get("HOCKET_TEST_MARKER")
+def thread_settings() -> tuple[int, str | None, str | None, str]:
+    return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS"), os.environ.get("HOCKET_TEST_MARKER"), os.getcwd()
 
 
 def spawned_sum(rank: int, world_size: int, offset: float) -> tuple[int, int, float, int]:
@@ -217,6 +219,16 @@ def test_deadlock_raises_rank_timeout_and_pool_restarts(pool: RankPool) -> None:
     assert not set(old_pids) & {r[3] for r in results}
 
 
+def test_collective_timeout_fails_inside_the_rank() -> None:
+    with RankPool(2, timeout_s=60, collective_timeout_s=1.0) as pool:
+        with pytest.raises(RankError) as info:
+            pool.run(collective_on_rank0_only)
+        assert not isinstance(info.value, RankTimeout)
+        assert info.value.failed_ranks == (0,)  # its barrier gave up by itself, well before the task bound
+        assert "barrier" in info.value.failures[0].traceback_text
+        assert pool.run(raise_on, -1, "x") == ["fine", "fine"]
+
+
 def test_dead_rank_is_reported_and_replaced(pool2: RankPool) -> None:
     old_pids = pool2.pids
     with pytest.raises(RankError) as info:
@@ -269,16 +281,27 @@ def test_bad_arguments_are_refused_before_anything_runs(pool2: RankPool) -> None
         pool2.run(in_main, 0.0)
 
 
-def test_close_leaves_no_process_and_threads_and_env_reach_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_close_leaves_no_process_and_threads_env_and_cwd_reach_ranks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     marker = str(torch.randint(0, 10**9, ()).item())
     monkeypatch.setenv("HOCKET_TEST_MARKER", marker)
+    monkeypatch.chdir(tmp_path)
     with RankPool(2, threads_per_rank=1, timeout_s=30) as pool:
         pids = pool.pids
-        assert pool.run(thread_settings) == [(1, "1", marker)] * 2
+        assert pool.run(thread_settings) == [(1, "1", marker, str(tmp_path))] * 2
     assert_gone(pids)
     pool.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         pool.run(thread_settings)
+
+
+def test_forgotten_pool_is_reaped_by_its_finalizer() -> None:
+    pool = RankPool(2, timeout_s=30)
+    pids = pool.pids
+    del pool
+    gc.collect()
+    assert_gone(pids)
 
 
 # -- spawn -------------------------------------------------------------------------------

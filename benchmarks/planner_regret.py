@@ -1,0 +1,117 @@
+"""Planner regret over every site measured under benchmarks/results/ (see hocket.plan.regret).
+
+For each measured site: the measured time of the plan chosen by prediction alone
+(autotune off) over the best measured plan, the same with autotune on (top-k predicted
+plus sequential, decided by measurement), and both against measured sequential.
+Targets (issue 4): prediction-alone regret <= 1.05; never slower than sequential beyond
+noise in either mode.
+
+  python benchmarks/planner_regret.py                       # every *.jsonl under benchmarks/results
+  python benchmarks/planner_regret.py results.jsonl --cluster cpu-host --json regret.json
+
+The cluster each line was measured on is found by matching its hardware fingerprint
+(devices, topology, nodes, network) against this machine's probe and the presets;
+``--cluster`` names it instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from hocket.bench.record import read_records
+from hocket.hardware import fingerprint, list_presets, load_cluster, load_preset, probe
+from hocket.plan.regret import planner_regret
+from hocket.plan.search import predict_cost_fn
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MATCH_KEYS = ("devices", "nodes", "topology", "network_transports")
+
+
+def _shape(fp: dict) -> str:
+    return json.dumps({k: fp.get(k) for k in MATCH_KEYS}, sort_keys=True, default=str)
+
+
+class ClusterFinder:
+    """Hardware fingerprint of a results line -> a CostFn on the matching ClusterSpec."""
+
+    def __init__(self, forced: str | None) -> None:
+        self.forced = load_cluster(forced) if forced else None
+        self._by_shape: dict[str, object] = {}
+        self._costs: dict[int, object] = {}
+
+    def _candidates(self, world: int):
+        yield probe(cpu_ranks=world)
+        for name in list_presets():
+            yield load_preset(name)
+
+    def cluster_for(self, record) -> object | None:
+        if self.forced is not None:
+            return self.forced
+        hardware = record.hardware if isinstance(record.hardware, dict) else {}
+        shape = _shape(hardware)
+        if shape not in self._by_shape:
+            world = int(hardware.get("world_size") or record.site.world)
+            self._by_shape[shape] = next((c for c in self._candidates(world) if _shape(fingerprint(c)) == shape), None)
+        return self._by_shape[shape]
+
+    def cost_for(self, record):
+        cluster = self.cluster_for(record)
+        if cluster is None:
+            return None
+        if id(cluster) not in self._costs:
+            self._costs[id(cluster)] = predict_cost_fn(cluster)
+        return self._costs[id(cluster)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="*", help="results JSON-lines files (default: every *.jsonl under results/)")
+    parser.add_argument("--cluster", default=None, help="cluster preset or YAML all lines were measured on")
+    parser.add_argument("--top-k", type=int, default=4, help="plans autotuning times besides sequential (default 4)")
+    parser.add_argument("--margin", type=float, default=0.03, help="saving a plan needs over sequential")
+    parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
+    args = parser.parse_args(argv)
+    paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
+    records = [r for path in paths for r in read_records(path)]
+    if not records:
+        print(f"no results lines found in {', '.join(map(str, paths)) or RESULTS}; run `hocket bench ... --out` first")
+        return 0
+    finder = ClusterFinder(args.cluster)
+    rows, notes = planner_regret(records, finder.cost_for, top_k=args.top_k, margin=args.margin)
+    header = (f"{'site':<34} {'n':>3} {'best':<22} {'best ms':>9} {'predicted':<22} {'regret':>6} {'vs seq':>6} "
+              f"{'tuned':<22} {'regret':>6} {'vs seq':>6} {'noise':>6}")
+    print(header)
+    print("-" * len(header))
+    for row in sorted(rows, key=lambda r: (r.site.kind, r.site.m, r.site.k, r.site.n)):
+        s = row.site
+        short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(s.dtype, s.dtype)
+        label = f"{s.kind} {s.m}x{s.k}x{s.n} {short} w{s.world}"
+        print(f"{label:<34} {row.measured:>3} {row.best_plan.describe():<22} {row.best_ms:>9.3f} "
+              f"{row.predicted_plan.describe():<22} {row.predicted_regret:>6.3f} {row.predicted_vs_sequential:>6.3f} "
+              f"{row.tuned_plan.describe():<22} {row.tuned_regret:>6.3f} {row.tuned_vs_sequential:>6.3f} "
+              f"{row.noise:>6.1%}")
+    if rows:
+        pred = [r.predicted_regret for r in rows]
+        tuned = [r.tuned_regret for r in rows]
+        lost_pred = sum(r.predicted_vs_sequential > 1 + max(r.noise, 0.02) for r in rows)
+        lost_tuned = sum(r.tuned_vs_sequential > 1 + max(r.noise, 0.02) for r in rows)
+        print(f"\n{len(rows)} sites | prediction alone: median regret {statistics.median(pred):.3f}, "
+              f"max {max(pred):.3f}, slower than sequential beyond noise: {lost_pred} | "
+              f"autotuned: median {statistics.median(tuned):.3f}, max {max(tuned):.3f}, "
+              f"slower than sequential beyond noise: {lost_tuned} | target: regret <= 1.05, 0 losses")
+    for note in notes:
+        print(f"note: {note}")
+    for row in rows:
+        for why in row.unpriced:
+            print(f"note: {row.site.key}: not priced: {why}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.to_dict() for r in rows], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

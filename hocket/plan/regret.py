@@ -1,0 +1,125 @@
+"""Planner regret: how much slower the planner's choice ran than the best measured plan.
+
+Input: results lines (``hocket.bench.record.BenchRecord``) grouped by site and machine.
+For each group, among the plans that were measured (sequential always is):
+
+* **prediction alone**: the plan :func:`hocket.plan.search.select` picks from their
+  predicted times (autotune off);
+* **autotuned**: the ``top_k`` best-predicted plans plus sequential, decided by their
+  *measured* times with the same margin rule (what :mod:`hocket.plan.autotune` does);
+
+regret = measured time of the choice / best measured time (1.0 is perfect), and
+``vs_sequential`` = measured time of the choice / measured sequential (> 1 + noise means
+the planner lost to doing nothing). Noise is the sequential plan's p90/p10 spread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from hocket.plan.plan import Plan
+from hocket.plan.search import DEFAULT_MARGIN, CostFn, select
+from hocket.site import Site
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegretRow:
+    """One measured site on one machine."""
+
+    site: Site
+    hardware_hash: str
+    measured: int
+    """plans measured (and priced)."""
+    best_plan: Plan
+    best_ms: float
+    sequential_ms: float
+    noise: float
+    """relative spread of sequential's samples: (p90 - p10) / median."""
+    predicted_plan: Plan
+    predicted_regret: float
+    predicted_vs_sequential: float
+    tuned_plan: Plan
+    tuned_regret: float
+    tuned_vs_sequential: float
+    unpriced: tuple[str, ...] = ()
+    """measured plans the cost model could not price (with why), left out."""
+
+    def to_dict(self) -> dict:
+        return {"site": self.site.to_dict(), "hardware": self.hardware_hash, "measured": self.measured,
+                "best_plan": self.best_plan.to_dict(), "best_ms": self.best_ms, "sequential_ms": self.sequential_ms,
+                "noise": self.noise, "predicted_plan": self.predicted_plan.to_dict(),
+                "predicted_regret": self.predicted_regret, "predicted_vs_sequential": self.predicted_vs_sequential,
+                "tuned_plan": self.tuned_plan.to_dict(), "tuned_regret": self.tuned_regret,
+                "tuned_vs_sequential": self.tuned_vs_sequential, "unpriced": list(self.unpriced)}
+
+
+def _hardware_hash(record) -> str:
+    hardware = record.hardware if isinstance(record.hardware, dict) else {}
+    return str(hardware.get("hash", "unknown"))
+
+
+def group_records(records: Iterable) -> dict[tuple[str, str], list]:
+    """(site key, hardware hash) -> that site's records on that machine (the latest line per plan wins)."""
+    groups: dict[tuple[str, str], dict[Plan, object]] = {}
+    for record in records:
+        groups.setdefault((record.site.key, _hardware_hash(record)), {})[record.plan] = record
+    return {key: list(by_plan.values()) for key, by_plan in groups.items()}
+
+
+def site_regret(records: list, cost_fn: CostFn, *, top_k: int = 4, margin: float = DEFAULT_MARGIN) -> RegretRow | None:
+    """The regret row of one site's records, or None without a measured sequential plan."""
+    site = records[0].site
+    sequential = next((r for r in records if r.plan.strategy == "sequential"
+                       and r.plan.transport == "collective" and r.plan.hierarchy is None), None)
+    if sequential is None:
+        return None
+    measured = {r.plan: r.timing.median_ms for r in records}
+    predicted: list[tuple[Plan, float]] = []
+    unpriced: list[str] = []
+    for plan in measured:
+        try:
+            predicted.append((plan, cost_fn(site, plan)))
+        except ValueError as exc:
+            unpriced.append(f"{plan.describe()}: {exc}")
+    if not any(plan == sequential.plan for plan, _ in predicted):
+        return None
+    baseline = sequential.plan
+    pred_plan, _, ranked = select(predicted, baseline=baseline, margin=margin)
+    shortlist = [baseline] + [s.plan for s in ranked if s.plan != baseline][:top_k]
+    tuned_plan, _, _ = select([(p, max(measured[p], 1e-9)) for p in shortlist], baseline=baseline, margin=margin)
+    priced = {p for p, _ in predicted}
+    best_plan = min(priced, key=lambda p: measured[p])
+    best_ms = measured[best_plan]
+    seq_ms = measured[baseline]
+    timing = sequential.timing
+    return RegretRow(
+        site=site, hardware_hash=_hardware_hash(sequential), measured=len(priced), best_plan=best_plan,
+        best_ms=best_ms, sequential_ms=seq_ms,
+        noise=(timing.p90_ms - timing.p10_ms) / timing.median_ms if timing.median_ms > 0 else 0.0,
+        predicted_plan=pred_plan, predicted_regret=measured[pred_plan] / best_ms,
+        predicted_vs_sequential=measured[pred_plan] / seq_ms,
+        tuned_plan=tuned_plan, tuned_regret=measured[tuned_plan] / best_ms,
+        tuned_vs_sequential=measured[tuned_plan] / seq_ms, unpriced=tuple(unpriced))
+
+
+def planner_regret(records: Iterable, cost_for: Callable[[object], CostFn | None], *, top_k: int = 4,
+                   margin: float = DEFAULT_MARGIN) -> tuple[list[RegretRow], list[str]]:
+    """Regret rows for every measured site, and notes on groups that were skipped.
+
+    ``cost_for(record)`` returns the CostFn for the machine a record was measured on
+    (None: no cluster description for it, the group is skipped with a note).
+    """
+    rows: list[RegretRow] = []
+    notes: list[str] = []
+    for (key, hardware), group in group_records(records).items():
+        cost_fn = cost_for(group[0])
+        if cost_fn is None:
+            notes.append(f"{key} on hardware {hardware}: no cluster description matches its fingerprint; skipped")
+            continue
+        row = site_regret(group, cost_fn, top_k=top_k, margin=margin)
+        if row is None:
+            notes.append(f"{key} on hardware {hardware}: no measured sequential plan; skipped")
+        else:
+            rows.append(row)
+    return rows, notes

@@ -1,0 +1,79 @@
+"""Planner regret on synthetic results: prediction-alone and autotuned choices, margins, skips."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hocket.plan.plan import Plan
+from hocket.plan.regret import group_records, planner_regret, site_regret
+from hocket.site import Site
+
+record_mod = pytest.importorskip("hocket.bench.record")
+stats = pytest.importorskip("hocket.bench.stats")
+
+SEQ = Plan()
+CH2 = Plan(strategy="chunked", chunks=2)
+CH4 = Plan(strategy="chunked", chunks=4)
+RING = Plan(strategy="ring", chunks=1, transport="p2p")
+
+
+def _record(site: Site, plan: Plan, ms: float, hw: str = "hw1"):
+    return record_mod.BenchRecord(
+        site=site, plan=plan, timing=stats.Summary(median_ms=ms, p10_ms=ms * 0.95, p90_ms=ms * 1.05, n=9),
+        baselines=record_mod.Baselines(sequential_ms=10.0, compute_alone_ms=6.0, comm_alone_ms=5.0),
+        hardware={"hash": hw}, environment={}, versions={}, git_hash=None, command="test")
+
+
+def _site() -> Site:
+    return Site(kind="ag_mm", m=64 * random.randint(1, 64), k=256, n=256, world=2)
+
+
+def test_prediction_alone_and_autotuned_regret_hand_computed():
+    site = _site()
+    measured = {SEQ: 10.0, CH2: 8.0, CH4: 6.0, RING: 9.0}
+    predicted = {SEQ: 10.0, CH2: 5.0, CH4: 7.0, RING: 6.0}  # the model prefers chunked(2): wrong
+    row = site_regret([_record(site, p, ms) for p, ms in measured.items()], lambda s, p: predicted[p], top_k=2)
+    assert row.best_plan == CH4 and row.best_ms == 6.0
+    assert row.predicted_plan == CH2 and row.predicted_regret == pytest.approx(8.0 / 6.0)
+    assert row.predicted_vs_sequential == pytest.approx(0.8)
+    # top-2 predicted = chunked(2), ring; measured best among them and sequential: chunked(2)
+    assert row.tuned_plan == CH2 and row.tuned_regret == pytest.approx(8.0 / 6.0)
+    wider = site_regret([_record(site, p, ms) for p, ms in measured.items()], lambda s, p: predicted[p], top_k=3)
+    assert wider.tuned_plan == CH4 and wider.tuned_regret == 1.0
+    assert row.noise == pytest.approx(0.1)
+
+
+def test_margin_keeps_sequential_when_the_gain_is_small():
+    site = _site()
+    records = [_record(site, SEQ, 10.0), _record(site, CH2, 9.9)]
+    row = site_regret(records, lambda s, p: {SEQ: 10.0, CH2: 9.8}[p])
+    assert row.predicted_plan == SEQ and row.tuned_plan == SEQ
+    assert row.predicted_vs_sequential == 1.0 and row.predicted_regret == pytest.approx(10.0 / 9.9)
+
+
+def test_unpriceable_plans_are_left_out_with_a_note():
+    site = _site()
+
+    def cost(s, p):
+        if p == RING:
+            raise ValueError("ring is not priced here")
+        return {SEQ: 3.0, CH2: 2.0}[p]
+
+    row = site_regret([_record(site, SEQ, 3.0), _record(site, CH2, 2.5), _record(site, RING, 1.0)], cost)
+    assert row.measured == 2 and row.best_plan == CH2
+    assert row.unpriced and "ring is not priced" in row.unpriced[0]
+
+
+def test_groups_by_site_and_hardware_and_skips_with_notes():
+    a, b = _site(), Site(kind="mm_rs", m=128, k=64, n=64, world=2)
+    records = [_record(a, SEQ, 2.0), _record(a, CH2, 1.0), _record(a, SEQ, 4.0, hw="hw2"),
+               _record(a, CH2, 3.0, hw="hw2"), _record(b, CH2, 1.0)]
+    assert len(group_records(records)) == 3
+    rows, notes = planner_regret(records, lambda r: None if r.hardware["hash"] == "hw2" else
+                                 (lambda s, p: {SEQ: 2.0, CH2: 1.0}[p]))
+    assert [(r.site, r.hardware_hash) for r in rows] == [(a, "hw1")]
+    assert any("no cluster description" in n for n in notes)
+    assert any("no measured sequential" in n for n in notes)
+    assert rows[0].to_dict()["predicted_plan"] == CH2.to_dict()

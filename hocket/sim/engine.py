@@ -55,6 +55,8 @@ class TaskGraph:
         self.kinds: list[str] = []
         self.slowdown_by: list[Mapping[str, float]] = []
         self.meta: list[Mapping[str, object] | None] = []
+        self._tail: dict[int, int] = {}
+        self._slow_checked: dict[int, tuple[Mapping[str, float], Mapping[str, float]]] = {}
 
     # -- resources ------------------------------------------------------------
     def owner(self, name: str) -> int:
@@ -95,34 +97,33 @@ class TaskGraph:
         slowdown_by: Mapping[str, float] | None = None,
         meta: Mapping[str, object] | None = None,
     ) -> int:
-        """Add a task and return its id. See the module docstring for the semantics."""
+        """Add a task and return its id. See the module docstring for the semantics.
+
+        ``slowdown_by`` and ``meta`` are kept by reference (pass shared, unchanging
+        mappings for repeated tasks; a tuple of mappings for ``meta`` is merged in order by
+        the trace export).
+        """
         tid = len(self.names)
-        res = tuple(resources)
+        res = resources if type(resources) is tuple else tuple(resources)
         if not res:
             raise ValueError(f"task {name!r}: resources is empty; a task needs at least one resource id")
-        if len(set(res)) != len(res):
-            raise ValueError(f"task {name!r}: resources={res} lists a resource twice; list each once")
         n_res = len(self.resource_names)
         for r in res:
-            if not isinstance(r, int) or not 0 <= r < n_res:
+            if type(r) is not int or not 0 <= r < n_res:
                 raise ValueError(f"task {name!r}: resource id {r!r} is unknown; create it with TaskGraph.resource()")
+        if len(res) > 1 and len(set(res)) != len(res):
+            raise ValueError(f"task {name!r}: resources={res} lists a resource twice; list each once")
         work = float(work_ms)
-        if not math.isfinite(work) or work < 0.0:
+        if not 0.0 <= work < math.inf:  # NaN fails too
             raise ValueError(f"task {name!r}: work_ms={work_ms!r} must be finite and >= 0")
-        dep_t = tuple(deps)
+        dep_t = deps if type(deps) is tuple else tuple(deps)
         for d in dep_t:
-            if not isinstance(d, int) or not 0 <= d < tid:
+            if type(d) is not int or not 0 <= d < tid:
                 raise ValueError(
                     f"task {name!r}: dependency {d!r} must be the id of an earlier task (0..{tid - 1}); "
                     "add tasks in dependency order"
                 )
-        slow = NO_SLOWDOWN if not slowdown_by else dict(slowdown_by)
-        for other, factor in slow.items():
-            f = float(factor)
-            if not math.isfinite(f) or f < 1.0:
-                raise ValueError(
-                    f"task {name!r}: slowdown_by[{other!r}]={factor!r} must be a finite factor >= 1 (1 = no slowdown)"
-                )
+        slow = self._checked_slowdown(name, slowdown_by) if slowdown_by else NO_SLOWDOWN
         self.names.append(name)
         self.resources.append(res)
         self.work_ms.append(work)
@@ -130,10 +131,32 @@ class TaskGraph:
         self.kinds.append(kind)
         self.slowdown_by.append(slow)
         self.meta.append(meta)
+        tail = self._tail
+        for r in res:
+            tail[r] = tid
         return tid
+
+    def _checked_slowdown(self, name: str, table: Mapping[str, float]) -> Mapping[str, float]:
+        """Validate a factor table once per table object (tables are shared by repeated tasks)."""
+        hit = self._slow_checked.get(id(table))
+        if hit is not None and hit[0] is table:
+            return hit[1]
+        for other, factor in table.items():
+            f = float(factor)
+            if not 1.0 <= f < math.inf:
+                raise ValueError(
+                    f"task {name!r}: slowdown_by[{other!r}]={factor!r} must be a finite factor >= 1 (1 = no slowdown)"
+                )
+        checked = dict(table)
+        self._slow_checked[id(table)] = (table, checked)  # holding ``table`` keeps its id unique
+        return checked
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def tail(self, resource: int) -> int | None:
+        """The last task added to ``resource`` (it ends last: resources run in order), or None."""
+        return self._tail.get(resource)
 
     def owners_of(self, task: int) -> tuple[int, ...]:
         seen: list[int] = []
@@ -188,7 +211,7 @@ def simulate(graph: TaskGraph) -> Timeline:
     for t, deps in enumerate(graph.deps):
         for d in deps:
             succs[d].append(t)
-    owners = [graph.owners_of(t) for t in range(n)] if n else []
+    owners = [(res_owner[res[0]],) if len(res) == 1 else graph.owners_of(t) for t, res in enumerate(resources)]
 
     start = [math.nan] * n
     end = [math.nan] * n
@@ -226,12 +249,14 @@ def simulate(graph: TaskGraph) -> Timeline:
         heapq.heappush(heap, (finish, seq, t, version[t]))
 
     def refresh_neighbours(t: int) -> None:
-        touched: dict[int, None] = {}
-        for o in owners[t]:
-            for other in active_on_owner[o]:
-                if other != t:
-                    touched[other] = None
+        own = owners[t]
+        if len(own) == 1:
+            touched = [other for other in active_on_owner[own[0]] if other != t]
+        else:
+            touched = list(dict.fromkeys(other for o in own for other in active_on_owner[o] if other != t))
         for other in touched:
+            if not slow[other]:
+                continue
             new_rate = 1.0 / slowdown_of(other)
             if new_rate != rate[other]:
                 remaining[other] = max(0.0, remaining[other] - (now - t0[other]) * rate[other])

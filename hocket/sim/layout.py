@@ -46,6 +46,15 @@ class ParallelLayout:
             return tp + self.tp * (dp + self.dp * pp)
         return tp + self.tp * (pp + self.pp * dp)
 
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """``(tp, dp, pp)`` coordinates of a global rank (inverse of ``rank``)."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world:
+            raise ValueError(f"rank={rank!r} is outside the {self.world}-rank layout")
+        t, rest = rank % self.tp, rank // self.tp
+        if self.order == "tp-dp-pp":
+            return t, rest % self.dp, rest // self.dp
+        return t, rest // self.pp, rest % self.pp
+
     def tp_group(self, *, dp: int, pp: int) -> tuple[int, ...]:
         return tuple(self.rank(tp=t, dp=dp, pp=pp) for t in range(self.tp))
 
@@ -100,29 +109,63 @@ def _link_key(link) -> tuple:
     return (link.kind, link.gbps_per_direction, link.latency_us)
 
 
-def rank_classes(cluster, layout: ParallelLayout, *, dtype: str = "bfloat16") -> tuple[ReplicaClass, ...]:
-    """Group the DP replicas of ``layout`` on ``cluster`` into classes of identical behaviour."""
+def _node_key(cluster, ranks: tuple[int, ...]) -> tuple | None:
+    """A key equal for groups whose ranks sit at the same local positions of identical
+    node objects (so devices and links are equal); None when the group spans nodes."""
+    node = cluster.node_of(ranks[0])
+    if cluster.node_of(ranks[-1]) != node:
+        return None
+    return (id(cluster.node(node)), tuple(cluster.local_rank(r) for r in ranks))
+
+
+def _tp_facts(cluster, ranks: tuple[int, ...], dtype: str, memo: dict) -> tuple:
+    """(device models, TP link signature, slowest device) of a TP group, memoised by node structure."""
+    key = _node_key(cluster, ranks)
+    if key is not None and key in memo:
+        return memo[key]
+    devices = [cluster.device(r) for r in ranks]
+    models = tuple(dev.model for dev in devices)
+    tp_link = (
+        _link_key(cluster.bottleneck_link(ranks)) if len(ranks) > 1 else None,
+        tuple(sorted(cluster.group_transports(ranks))),
+    )
+    facts = (models, tp_link, min(devices, key=lambda dev: _device_speed_key(dev, dtype)))
+    if key is not None:
+        memo[key] = facts
+    return facts
+
+
+def _pair_link(cluster, a: int, b: int, memo: dict) -> tuple:
+    """Link signature between two ranks, memoised by the node objects and local positions."""
+    na, nb = cluster.node_of(a), cluster.node_of(b)
+    key = (id(cluster.node(na)), cluster.local_rank(a), id(cluster.node(nb)), cluster.local_rank(b), na == nb)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _link_key(cluster.link(a, b))
+    return hit
+
+
+def rank_classes(cluster, layout: ParallelLayout, *, dtype: str = "bfloat16",
+                 merge: bool = True) -> tuple[ReplicaClass, ...]:
+    """Group the DP replicas of ``layout`` on ``cluster`` into classes of identical behaviour
+    (``merge=False``: one class per replica, for the explicit simulation)."""
     layout.check_fits(cluster)
     groups: dict[tuple, list[int]] = {}
     positions: dict[tuple, tuple[StagePosition, ...]] = {}
+    tp_memo: dict = {}
+    pair_memo: dict = {}
     for d in range(layout.dp):
         signature = []
         stages = []
         for s in range(layout.pp):
             ranks = layout.tp_group(dp=d, pp=s)
-            devices = [cluster.device(r) for r in ranks]
-            models = tuple(dev.model for dev in devices)
-            tp_link = (
-                _link_key(cluster.bottleneck_link(ranks)) if len(ranks) > 1 else None,
-                tuple(sorted(cluster.group_transports(ranks))),
-            )
+            models, tp_link, slowest = _tp_facts(cluster, ranks, dtype, tp_memo)
             pp_link = None
             if s + 1 < layout.pp:
-                pp_link = _link_key(cluster.link(ranks[0], layout.rank(tp=0, dp=d, pp=s + 1)))
+                pp_link = _pair_link(cluster, ranks[0], layout.rank(tp=0, dp=d, pp=s + 1), pair_memo)
             signature.append((models, tp_link, pp_link))
-            slowest = min(devices, key=lambda dev: _device_speed_key(dev, dtype))
             stages.append(StagePosition(stage=s, tp_ranks=ranks, device_models=models, slowest=slowest))
-        sig = tuple(signature)
+        sig = tuple(signature) if merge else (d,)
         groups.setdefault(sig, []).append(d)
         positions.setdefault(sig, tuple(stages))
     return tuple(ReplicaClass(index=i, replicas=tuple(reps), stages=positions[sig])

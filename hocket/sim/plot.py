@@ -46,37 +46,45 @@ def plot_timeline(timeline: Timeline, path: str | Path, *, title: str = "hocket 
         raise ValueError(f"plot path {str(out)!r}: folder {str(out.parent)!r} does not exist; create it first")
     g = timeline.graph
     kind_rank = {k: i for i, k in enumerate(_RESOURCE_ORDER)}
-    rows = sorted(range(len(g.resource_names)),
-                  key=lambda r: (g.resource_owner[r], kind_rank.get(g.resource_kind[r], len(kind_rank)),
-                                 g.resource_kind[r]))[:_MAX_ROWS]
+    # one row per owner and resource group ("pp.send_next" and "pp.recv_prev" share the row "pp")
+    row_of_resource = {r: (g.resource_owner[r], g.resource_kind[r].split(".")[0])
+                       for r in range(len(g.resource_names))}
+    all_rows = sorted(set(row_of_resource.values()),
+                      key=lambda row: (row[0], kind_rank.get(row[1], len(kind_rank)), row[1]))
+    rows = all_rows[:_MAX_ROWS]
+    row_index = {row: i for i, row in enumerate(rows)}
     makespan_ms = max(timeline.makespan_ms, 1e-9)
     min_gap_ms = makespan_ms / _WIDTH_PX
     kinds = sorted(set(g.kinds))
     colour = {k: _PALETTE[i % len(_PALETTE)] for i, k in enumerate(kinds)}
 
     spans: dict[tuple[int, str], list[tuple[float, float]]] = {}
-    row_set = set(rows)
     for t, res in enumerate(g.resources):
         for r in res:
-            if r in row_set:
-                spans.setdefault((r, g.kinds[t]), []).append((timeline.start_ms[t], timeline.end_ms[t]))
+            i = row_index.get(row_of_resource[r])
+            if i is not None:
+                spans.setdefault((i, g.kinds[t]), []).append((timeline.start_ms[t], timeline.end_ms[t]))
 
-    height_in = max(2.5, (len(rows) * _ROW_PX + 120) / 100)
-    fig = Figure(figsize=(_WIDTH_PX / 100, height_in), dpi=100)
+    labels = [f"{g.owner_names[o]}/{group}" for o, group in rows]
+    label_px = 60 + 5 * max((len(x) for x in labels), default=10)
+    legend_px = 130
+    height_px = max(250, len(rows) * _ROW_PX + 110)
+    fig = Figure(figsize=(_WIDTH_PX / 100, height_px / 100), dpi=100)
     FigureCanvasAgg(fig)  # Agg canvas owned by this figure: no pyplot state, no global backend switch
     ax = fig.add_subplot()
-    for (r, kind), items in sorted(spans.items()):
-        y = len(rows) - 1 - rows.index(r)
+    fig.subplots_adjust(left=label_px / _WIDTH_PX, right=1 - legend_px / _WIDTH_PX, top=1 - 40 / height_px,
+                        bottom=60 / height_px)
+    for (i, kind), items in sorted(spans.items()):
+        y = len(rows) - 1 - i
         ax.broken_barh(_merged_bars(items, min_gap_ms), (y - 0.4, 0.8), facecolors=colour[kind], linewidth=0)
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([g.resource_names[r] for r in reversed(rows)], fontsize=7)
+    ax.set_yticklabels(list(reversed(labels)), fontsize=7)
     ax.set_xlim(0, makespan_ms)
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel("time (ms)")
-    shown = "" if len(rows) == len(g.resource_names) else f" (first {len(rows)} of {len(g.resource_names)} rows)"
+    shown = "" if len(rows) == len(all_rows) else f" (first {len(rows)} of {len(all_rows)} rows)"
     ax.set_title(f"{title}: {makespan_ms:.3f} ms{shown}", fontsize=10)
     ax.legend(handles=[Patch(color=colour[k], label=k) for k in kinds], loc="upper left",
               bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    fig.tight_layout()
     fig.savefig(out, format="png", metadata={"Software": None})
     return out

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from hocket.plan.autotune import AutotuneConfig, RunnerFactory, autotune, autotune_enabled, plans_to_time
 from hocket.plan.bucket import DEFAULT_BUCKET_POLICY, BucketPolicy, bucket_site, fit_plan
 from hocket.plan.cache import PlanCache, current_environment
+from hocket.plan.memory import live_free_memory_bytes
 from hocket.plan.plan import SEQUENTIAL, Plan
 from hocket.plan.search import SearchConfig, SearchResult, search
 from hocket.plan.space import SpaceConfig
@@ -140,9 +141,12 @@ class LivePlanner:
             return known
         switch = autotune_switch if autotune_switch is not None else self.config.autotune
         measure = autotune_enabled(switch) and runners is not None
+        # Under autotune rank 0's candidates are used by every rank, so its free device
+        # memory may set the budget; prediction alone must stay identical on every rank.
+        free = live_free_memory_bytes() if measure else None
         try:
             result = search(bucket, self.cluster, profile=self.profile, config=self.config.search,
-                            space_config=self._space_config(bucket))
+                            space_config=self._space_config(bucket), free_memory_bytes=free)
         except ValueError as exc:
             warnings.warn(f"hocket could not plan {site.key} on cluster {getattr(self.cluster, 'name', '?')!r} "
                           f"({exc}); running it sequentially. Describe the cluster with HOCKET_CLUSTER=<preset "

@@ -199,9 +199,14 @@ def predict_cost_fn(cluster: object, profile: object = None) -> CostFn:
 
 
 def search(site: Site, cluster: object, *, profile: object = None, config: SearchConfig | None = None,
-           space_config: SpaceConfig | None = None, cost_fn: CostFn | None = None) -> SearchResult:
-    """Plan one Site on ``cluster`` (a ClusterSpec): enumerate, price, select."""
-    space = enumerate_plans(site, group_facts(site, cluster), space_config)
+           space_config: SpaceConfig | None = None, cost_fn: CostFn | None = None,
+           free_memory_bytes: int | None = None) -> SearchResult:
+    """Plan one Site on ``cluster`` (a ClusterSpec): enumerate, price, select.
+
+    ``free_memory_bytes`` (measured on a live device) replaces the described device
+    memory as the base of the default memory budget.
+    """
+    space = enumerate_plans(site, group_facts(site, cluster, free_memory_bytes=free_memory_bytes), space_config)
     return price_space(space, cost_fn or predict_cost_fn(cluster, profile), config=config)
 
 

@@ -115,6 +115,20 @@ def broadcast_json(payload: object, *, group=None, device="cpu") -> object:
     return json.loads(buffer.cpu().numpy().tobytes().decode())
 
 
+def _agree_on_site(same: bool, *, rank0_key: str, mine: str, group, device) -> None:
+    """Raise the same error on every rank unless all ranks tune the same site."""
+    if not _is_distributed(group):
+        return
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([1 if same else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    if int(flag.item()) == 0:
+        raise ValueError(f"autotune was called for different sites on the ranks of the group (rank 0: {rank0_key}; "
+                         f"this rank: {mine}); every rank must tune the same site in the same order")
+
+
 # -- the autotuner ----------------------------------------------------------------------
 
 def autotune(site: Site, candidates: Sequence[Plan], make_runner: RunnerFactory, *, group=None,
@@ -140,7 +154,10 @@ def autotune(site: Site, candidates: Sequence[Plan], make_runner: RunnerFactory,
             message = {"cached": hit.plan.to_dict(), "timings_ms": dict(hit.timings_ms)}
         else:
             message = {"candidates": [p.to_dict() for p in dict.fromkeys(candidates)]}
+    if is_root:
+        message["site_key"] = key
     message = broadcast_json(message, group=group, device=device)
+    _agree_on_site(message["site_key"] == key, rank0_key=message["site_key"], mine=key, group=group, device=device)
     if "cached" in message:
         return AutotuneResult(site_key=key, chosen=Plan.from_dict(message["cached"]), source="cache",
                               timings_ms=message["timings_ms"])

@@ -165,3 +165,13 @@ def test_tune_measures_real_operators_and_plan_none_reuses_it(pool2, tmp_path):
     assert cached.plan.to_json() == chosen and cached.source == "autotune"
     assert Plan().to_json() in cached.timings_ms and len(cached.timings_ms) >= 2
     assert Plan.from_json(reused).strategy == Plan.from_json(chosen).strategy  # same bucket, fitted
+
+
+def tune_different_sites() -> str:
+    runners = _Runners({SEQ: 1.0, FAST: 1.0})
+    autotune(_site(64 * (1 + dist.get_rank())), [SEQ, FAST], runners, config=QUICK)
+    return "unreachable"
+
+
+def test_ranks_tuning_different_sites_all_raise(pool):
+    pool.run_expect_error(tune_different_sites, exc_type=ValueError, match="different sites")

@@ -38,8 +38,9 @@ def _shape(fp: dict) -> str:
 class ClusterFinder:
     """Hardware fingerprint of a results line -> a CostFn on the matching ClusterSpec."""
 
-    def __init__(self, forced: str | None) -> None:
+    def __init__(self, forced: str | None, profile: object = None) -> None:
         self.forced = load_cluster(forced) if forced else None
+        self.profile = profile
         self._by_shape: dict[str, object] = {}
         self._costs: dict[int, object] = {}
 
@@ -63,7 +64,7 @@ class ClusterFinder:
         if cluster is None:
             return None
         if id(cluster) not in self._costs:
-            self._costs[id(cluster)] = predict_cost_fn(cluster)
+            self._costs[id(cluster)] = predict_cost_fn(cluster, self.profile)
         return self._costs[id(cluster)]
 
 
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", help="results JSON-lines files (default: every *.jsonl under results/)")
     parser.add_argument("--cluster", default=None, help="cluster preset or YAML all lines were measured on")
+    parser.add_argument("--profile", default=None, help="calibration profile JSON to predict with (that machine's)")
     parser.add_argument("--top-k", type=int, default=4, help="plans autotuning times besides sequential (default 4)")
     parser.add_argument("--margin", type=float, default=0.03, help="saving a plan needs over sequential")
     parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
@@ -80,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     if not records:
         print(f"no results lines found in {', '.join(map(str, paths)) or RESULTS}; run `hocket bench ... --out` first")
         return 0
-    finder = ClusterFinder(args.cluster)
+    profile = None
+    if args.profile:
+        from hocket.hardware.profile import load_profile
+
+        profile = load_profile(args.profile, expected=None)
+    finder = ClusterFinder(args.cluster, profile)
     rows, notes = planner_regret(records, finder.cost_for, top_k=args.top_k, margin=args.margin)
     header = (f"{'site':<34} {'n':>3} {'best':<22} {'best ms':>9} {'predicted':<22} {'regret':>6} {'vs seq':>6} "
               f"{'tuned':<22} {'regret':>6} {'vs seq':>6} {'noise':>6}")

@@ -67,11 +67,16 @@ def group_records(records: Iterable) -> dict[tuple[str, str], list]:
     return {key: list(by_plan.values()) for key, by_plan in groups.items()}
 
 
+def _baseline_record(records: list):
+    """The measured sequential plan (over ``collective`` when measured, else another transport)."""
+    plain = [r for r in records if r.plan.strategy == "sequential" and r.plan.hierarchy is None]
+    return min(plain, key=lambda r: r.plan.transport != "collective", default=None)
+
+
 def site_regret(records: list, cost_fn: CostFn, *, top_k: int = 4, margin: float = DEFAULT_MARGIN) -> RegretRow | None:
     """The regret row of one site's records, or None without a measured sequential plan."""
     site = records[0].site
-    sequential = next((r for r in records if r.plan.strategy == "sequential"
-                       and r.plan.transport == "collective" and r.plan.hierarchy is None), None)
+    sequential = _baseline_record(records)
     if sequential is None:
         return None
     measured = {r.plan: r.timing.median_ms for r in records}
@@ -119,7 +124,9 @@ def planner_regret(records: Iterable, cost_for: Callable[[object], CostFn | None
             continue
         row = site_regret(group, cost_fn, top_k=top_k, margin=margin)
         if row is None:
-            notes.append(f"{key} on hardware {hardware}: no measured sequential plan; skipped")
+            why = ("no measured sequential plan" if _baseline_record(group) is None
+                   else f"the cost model cannot price its sequential plan (kind {group[0].site.kind})")
+            notes.append(f"{key} on hardware {hardware}: {why}; skipped")
         else:
             rows.append(row)
     return rows, notes

@@ -191,21 +191,22 @@ def _ag_mm(b: _Builder) -> None:
                              "(or strategy='ring')")
         strategy = "ring"
     shard_rows = math.ceil(m / p)
+    local_rows = m // p  # the smallest shard: the rank that waits for the most remote rows
     if strategy == "sequential":
         t = b.add_transfer("all_gather", b.collective("all_gather", total), op="all_gather", nbytes=total)
         b.add_gemm("gemm", m, deps=(t,))
     elif strategy == "bulk":
         t = b.add_transfer("all_gather", b.collective("all_gather", total), op="all_gather", nbytes=total)
-        b.add_gemm("gemm[local]", shard_rows)
-        if m - shard_rows > 0:
-            b.add_gemm("gemm[rest]", m - shard_rows, deps=(t,), piece=1)
+        if local_rows:
+            b.add_gemm("gemm[local]", local_rows)
+        b.add_gemm("gemm[rest]", m - local_rows, deps=(t,), piece=1)
     elif strategy == "chunked":
-        rows_left = m
-        if plan.order == "local_first" and p > 1:
-            b.add_gemm("gemm[local]", shard_rows)
-            rows_left = m - shard_rows
-        for i, rows in enumerate(split_even(rows_left, plan.chunks) if rows_left else []):
-            nbytes = total * rows / rows_left
+        rows_left, scale = m, 1.0
+        if plan.order == "local_first" and local_rows:
+            b.add_gemm("gemm[local]", local_rows)
+            rows_left, scale = m - local_rows, p / (p - 1)  # pieces hold remote rows only
+        for i, rows in enumerate(split_even(rows_left, plan.chunks)):
+            nbytes = total * rows / m * scale
             t = b.add_transfer(f"all_gather[{i}]", b.collective("all_gather", nbytes), piece=i, op="all_gather",
                                nbytes=nbytes)
             b.add_gemm(f"gemm[{i}]", rows, deps=(t,), piece=i)
@@ -303,23 +304,31 @@ def _tile_fused(b: _Builder, *, producer: bool) -> None:
     if b.device.sm_count is not None and plan.transport in ("collective", "p2p"):
         sms = b.device.sm_count - b.comm_sms  # never occupy every SM beside an SM-driven transport
         b.sm_capped = True
-    whole = b.gemm(m, launches=0, sms=sms)
-    launch = launch_ms(b.device)
     wait_ms = FLAG_WAIT_US / 1e3
+
+    def marginal(rows_done: int, rows: int) -> float:
+        """Kernel time of ``rows`` more rows after ``rows_done``, counted from the end of the
+        kernel (its last group carries the wave tail and the fixed costs)."""
+        after = m - rows_done - rows
+        return b.gemm(m - rows_done, launches=0, sms=sms) - (b.gemm(after, launches=0, sms=sms) if after else 0.0)
+
     groups = split_even(m, plan.chunks)
     op = "reduce_scatter" if producer else "all_gather"
-    local_rows = math.ceil(m / p)
-    if not producer and plan.order == "local_first" and p > 1 and m - local_rows > 0:
-        duration = whole * local_rows / m + launch
-        b.add(Stage(name="gemm[local]", resource="compute", duration_ms=duration, op="gemm",
-                    flops=2.0 * local_rows * site.k * site.n * site.num_b), rows=m)
+    # the kernel is launched once, before any data arrives, and then waits on flags
+    b.add(Stage(name="kernel.launch", resource="compute", duration_ms=launch_ms(b.device), op="launch"))
+    local_rows = m // p
+    scale = 1.0
+    if not producer and plan.order == "local_first" and local_rows:
+        scale = p / (p - 1)  # the groups hold remote rows only
+        b.add(Stage(name="gemm[local]", resource="compute", duration_ms=max(0.0, marginal(0, local_rows)),
+                    op="gemm", flops=2.0 * local_rows * site.k * site.n * site.num_b), rows=m)
         groups = split_even(m - local_rows, plan.chunks)
-        launch = 0.0
+    done = m - sum(groups)
     for i, rows in enumerate(groups):
-        nbytes = total * rows / m
-        duration = whole * rows / m + wait_ms + (launch if i == 0 else 0.0)
-        gemm_stage = Stage(name=f"gemm[{i}]", resource="compute", duration_ms=duration, op="gemm", piece=i,
-                           flops=2.0 * rows * site.k * site.n * site.num_b)
+        nbytes = total * rows / m * scale
+        gemm_stage = Stage(name=f"gemm[{i}]", resource="compute", duration_ms=max(0.0, marginal(done, rows)) + wait_ms,
+                           op="gemm", piece=i, flops=2.0 * rows * site.k * site.n * site.num_b)
+        done += rows
         if producer:
             g = b.add(gemm_stage, rows=m)
             b.add_transfer(f"{op}[{i}]", b.collective(op, nbytes), deps=(g,), piece=i, op=op, nbytes=nbytes)

@@ -1,0 +1,110 @@
+"""predict(): monotone, finite, can lose and can win, and refuses impossible requests clearly."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from _cost_helpers import sites, with_island_link
+from hocket.cost import candidate_plans, pipeline_stages, predict, schedule
+from hocket.hardware import load_preset
+from hocket.hardware.profile import CalibrationProfile, CurvePoint
+from hocket.plan.plan import Plan
+from hocket.site import Site
+
+H200X2 = load_preset("h200x2")
+H800X8 = load_preset("h800x8")
+REL = 1e-4
+"""Monotone to within 0.01%: contention factors depend on a transfer's rate (a slower
+transfer takes a smaller memory share per ms), which moves tiny makespans by ~1e-6
+relative when the overlap pattern shifts; anything larger is a real fault."""
+PRESETS = ["h200x2", "h800x8", "cpu-host", "mi300xx8", "rtx4090x8", "h100-ib-2node", "mixed-nvidia-amd"]
+
+
+@settings(max_examples=25)
+@given(st.sampled_from(PRESETS), sites(max_dim=1 << 20), st.sampled_from(["m", "k", "n"]), st.integers(1, 1 << 12))
+def test_every_candidate_is_finite_and_monotone_in_flops_and_bytes(preset, site, dim, extra):
+    cluster = load_preset(preset)
+    site = replace(site, world=min(site.world, cluster.world_size))
+    bigger = replace(site, **{dim: getattr(site, dim) + extra})
+    for plan in candidate_plans(site, cluster):
+        small, big = predict(site, plan, cluster), predict(bigger, plan, cluster)
+        for p in (small, big):
+            values = (p.total_ms, p.compute_ms, p.comm_ms, p.exposed_comm_ms, *p.busy_ms.values())
+            assert all(math.isfinite(v) and v >= 0 for v in values), (plan, p)
+            assert p.total_ms > 0
+        assert big.total_ms >= small.total_ms * (1 - REL), (plan.describe(), site, dim, extra)
+
+
+@settings(max_examples=15)
+@given(sites(kinds=("ag_mm", "mm_rs", "mm_ar"), worlds=(2,), max_dim=1 << 14), st.floats(1.0, 400.0))
+def test_a_slower_link_never_makes_a_plan_faster(site, gbps):
+    fast, slow = with_island_link(H200X2, 450.0), with_island_link(H200X2, gbps)
+    for plan in candidate_plans(site, H200X2):
+        assert predict(site, plan, slow).total_ms >= predict(site, plan, fast).total_ms * (1 - REL)
+
+
+def test_on_nvlink_h200_chunking_loses_to_sequential():
+    site = Site(kind="ag_mm", m=8192, k=8192, n=7168, world=2)
+    sequential = predict(site, Plan(), H200X2)
+    chunked = predict(site, Plan(strategy="chunked", chunks=4), H200X2)
+    assert chunked.total_ms > sequential.total_ms
+    assert chunked.exposed_comm_ms < sequential.exposed_comm_ms  # it hid communication, and still lost
+
+
+def test_contention_alone_can_turn_a_win_into_a_loss():
+    site = Site(kind="ag_mm", m=8192, k=8192, n=7168, world=2)
+    plan = Plan(strategy="ring", chunks=1, transport="copy_engine")
+    stages = pipeline_stages(site, plan, H200X2)
+    contended = schedule(stages).total_ms
+    free = schedule([replace(s, slowdown_by={}) for s in stages]).total_ms
+    sequential_ce = predict(site, Plan(transport="copy_engine"), H200X2).total_ms
+    assert free < sequential_ce < contended
+
+
+def test_a_slow_link_makes_overlap_win():
+    site = Site(kind="ag_mm", m=8192, k=8192, n=7168, world=2)
+    slow = with_island_link(H200X2, 25.0)  # NCCL forced through host memory
+    sequential = predict(site, Plan(), slow).total_ms
+    chunked = predict(site, Plan(strategy="chunked", chunks=4), slow).total_ms
+    assert chunked < 0.95 * sequential
+    fast_ratio = predict(site, Plan(strategy="chunked", chunks=4), H200X2).total_ms / predict(site, Plan(), H200X2).total_ms
+    assert chunked / sequential < fast_ratio
+
+
+def test_tile_fused_pays_no_per_chunk_launch_or_efficiency():
+    site = Site(kind="ag_mm", m=8192, k=8192, n=3584, world=8)
+    chunked = predict(site, Plan(strategy="chunked", chunks=16, transport="copy_engine"), H800X8)
+    fused = predict(site, Plan(strategy="tile_fused", chunks=16, transport="copy_engine"), H800X8)
+    assert fused.compute_ms < chunked.compute_ms
+
+
+def test_profile_curves_scale_the_transfer():
+    site = Site(kind="ag_mm", m=4096, k=4096, n=4096, world=2)
+    base = predict(site, Plan(), H200X2)
+    slow_ag = CalibrationProfile(fingerprint="x", collectives={"all_gather": (
+        CurvePoint(bytes=site.comm_bytes, ms=3 * base.comm_ms),)})
+    calibrated = predict(site, Plan(), H200X2, slow_ag)
+    assert calibrated.comm_ms == pytest.approx(3 * base.comm_ms, rel=1e-6)
+    assert calibrated.compute_ms == pytest.approx(base.compute_ms)
+
+
+def test_impossible_requests_raise_clear_errors():
+    with pytest.raises(ValueError, match="larger than cluster"):
+        predict(Site(kind="ag_mm", m=64, k=64, n=64, world=16), Plan(), H800X8)
+    with pytest.raises(ValueError, match="offered"):
+        predict(Site(kind="ag_mm", m=64, k=64, n=64, world=8), Plan(strategy="ring", transport="p2p"),
+                load_preset("rtx4090x8"))
+    with pytest.raises(ValueError, match="bulk"):
+        predict(Site(kind="mm_rs", m=64, k=64, n=64, world=8), Plan(strategy="bulk"), H800X8)
+    with pytest.raises(TypeError, match="ClusterSpec"):
+        predict(Site(kind="mm_rs", m=64, k=64, n=64, world=8), Plan(), "h800x8")
+    mixed = load_preset("mixed-nvidia-amd")
+    with pytest.raises(ValueError, match="host_staged"):
+        predict(Site(kind="ag_mm", m=64, k=64, n=64, world=mixed.world_size), Plan(), mixed)
+    assert predict(Site(kind="ag_mm", m=64, k=64, n=64, world=mixed.world_size),
+                   Plan(transport="host_staged"), mixed).total_ms > 0

@@ -1,0 +1,51 @@
+"""The stage scheduler: list-schedule semantics, contention rates, bad pipelines."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hocket.cost.stages import Stage, schedule
+
+
+def test_without_contention_it_is_the_list_schedule():
+    stages = [
+        Stage(name="t0", resource="link", duration_ms=2.0, kind="sm_collective"),
+        Stage(name="g0", resource="compute", duration_ms=3.0, depends_on=(0,)),
+        Stage(name="t1", resource="link", duration_ms=2.0, kind="sm_collective"),
+        Stage(name="g1", resource="compute", duration_ms=3.0, depends_on=(2,)),
+    ]
+    s = schedule(stages)
+    assert s.start_ms == (0.0, 2.0, 2.0, 5.0)
+    assert s.total_ms == 8.0
+    assert s.busy_ms == {"link": 4.0, "compute": 6.0}
+
+
+@given(st.floats(1.0, 4.0), st.floats(1.0, 4.0), st.floats(0.1, 10.0), st.floats(0.1, 10.0))
+def test_overlapping_stages_slow_each_other_by_their_factors(g, t, gemm_ms, transfer_ms):
+    stages = [
+        Stage(name="gemm", resource="compute", duration_ms=gemm_ms, slowdown_by={"copy_engine": g}),
+        Stage(name="copy", resource="copy_engine", duration_ms=transfer_ms, kind="copy_engine",
+              slowdown_by={"compute": t}),
+    ]
+    s = schedule(stages)
+    # while both run, the gemm does 1/g of work per ms and the copy 1/t
+    both = min(gemm_ms * g, transfer_ms * t)
+    if gemm_ms * g <= transfer_ms * t:
+        expected = (gemm_ms * g, both + (transfer_ms - both / t))
+    else:
+        expected = (both + (gemm_ms - both / g), transfer_ms * t)
+    assert s.end_ms == pytest.approx(expected, rel=1e-9)
+    assert s.total_ms >= max(gemm_ms, transfer_ms)
+
+
+def test_bad_dependencies_and_durations_are_refused():
+    with pytest.raises(ValueError, match="earlier"):
+        schedule([Stage(name="a", resource="compute", duration_ms=1.0, depends_on=(0,))])
+    with pytest.raises(ValueError, match="duration_ms"):
+        Stage(name="a", resource="compute", duration_ms=float("nan"))
+    with pytest.raises(ValueError, match="resource"):
+        Stage(name="a", resource="gpu", duration_ms=1.0)
+    with pytest.raises(ValueError, match="slowdown_by"):
+        Stage(name="a", resource="compute", duration_ms=1.0, slowdown_by={"copy_engine": 0.5})

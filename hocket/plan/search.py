@@ -146,7 +146,11 @@ def _price(space: PlanSpace, cost_fn: CostFn, config: SearchConfig
         members.sort(key=lambda p: p.chunks)
         best_ms, best_plan, misses = math.inf, None, 0
         for i, plan in enumerate(members):
-            ms = cost_fn(space.site, plan)
+            try:
+                ms = cost_fn(space.site, plan)
+            except ValueError as exc:  # the cost model does not cover this plan: say so, keep searching
+                skipped.append(Pruned(plan=plan, reason=f"the cost model cannot price it: {exc}"))
+                continue
             priced.append((plan, ms))
             if ms < best_ms:
                 best_ms, best_plan, misses = ms, plan, 0

@@ -173,3 +173,25 @@ def test_predict_cost_fn_equals_hocket_cost_predict(preset, ranks):
     cost = predict_cost_fn(cluster)
     for plan in rng.sample(space.candidates, min(12, len(space.candidates))):
         assert cost(site, plan) == predict(site, plan, cluster).total_ms
+
+
+def test_a_plan_the_cost_model_refuses_is_pruned_with_its_reason_but_sequential_must_price():
+    site = Site(kind="mm_ar", m=2048, k=512, n=512, world=4)
+    space = enumerate_plans(site, FACTS)
+
+    def cost(_site: Site, plan: Plan) -> float:
+        if plan.strategy == "substituted":
+            raise ValueError("no model for substituted here")
+        return 2.0 if plan.strategy == "sequential" else 1.0 + plan.chunks / 1000
+
+    result = price_space(space, cost)
+    assert result.chosen.strategy == "chunked"
+    refused = [p for p in result.pruned if "cannot price" in p.reason]
+    assert refused and all(p.plan.strategy == "substituted" for p in refused)
+    assert "no model for substituted here" in refused[0].reason
+
+    def broken(_site: Site, plan: Plan) -> float:
+        raise ValueError("nothing priced")
+
+    with pytest.raises(ValueError, match="baseline"):
+        price_space(space, broken)

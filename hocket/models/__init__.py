@@ -1,1 +1,13 @@
-"""hocket.models"""
+"""hocket.models: model presets (YAML) and Hugging Face configs -> the Sites of a training step.
+
+``load_model(name_or_config_path)``, ``list_models()``,
+``model_step_sites(model, *, tp, pp, dp, seq, batch, cluster=None, ...) -> StepGraph``.
+"""
+
+from hocket.models.catalog import list_models, load_hf_config, load_model
+from hocket.models.graph import CommOp, ComputeOp, PipelineStage, StepGraph, StepNode
+from hocket.models.spec import ModelSpec
+from hocket.models.step import check_degrees, input_grad_site, model_step_sites
+
+__all__ = ["CommOp", "ComputeOp", "ModelSpec", "PipelineStage", "StepGraph", "StepNode", "check_degrees",
+           "input_grad_site", "list_models", "load_hf_config", "load_model", "model_step_sites"]

@@ -1,0 +1,84 @@
+"""Model presets (YAML under presets/) and Hugging Face ``config.json`` files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from hocket.models.spec import FIELD_UNITS, ModelSpec
+
+_PRESETS = Path(__file__).with_name("presets")
+HF_REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
+PLAIN_MLP_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu", "quick_gelu")
+"""``hidden_act`` values of configs whose MLP has one up projection (GPT-2/NeoX style);
+SiLU/SwiGLU families (Llama, Mistral, Qwen) have gate and up projections."""
+
+
+def list_models() -> list[str]:
+    return sorted(p.stem for p in _PRESETS.glob("*.yaml"))
+
+
+def _from_mapping(data: dict, *, where: str, name: str) -> ModelSpec:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: the top level must be a mapping of model fields, got {type(data).__name__}")
+    for key in HF_REQUIRED:
+        if key not in data:
+            raise ValueError(f"{where}: field {key!r} is missing ({FIELD_UNITS[key]})")
+    known = set(ModelSpec.__dataclass_fields__)
+    fields = {k: v for k, v in data.items() if k in known}
+    fields.setdefault("num_key_value_heads", data["num_attention_heads"])
+    fields.setdefault("name", name)
+    fields["source"] = where
+    return ModelSpec(**fields)
+
+
+def load_preset_model(name: str) -> ModelSpec:
+    path = _PRESETS / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"model {name!r} is unknown; presets: {', '.join(list_models())} "
+                         f"(or give the path of a Hugging Face config.json)")
+    with path.open() as fh:
+        data = yaml.safe_load(fh)
+    unknown = set(data) - set(ModelSpec.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"{path}: unknown fields {sorted(unknown)}; known: {sorted(ModelSpec.__dataclass_fields__)}")
+    return _from_mapping(data, where=str(path), name=name)
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """A Hugging Face style ``config.json`` (a file, or a directory holding one)."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"model config {str(path)!r} does not exist; give a config.json or a preset "
+                         f"({', '.join(list_models())})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"model config {str(path)}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"model config {str(path)}: the top level must be a JSON object")
+    act = str(data.get("hidden_act", data.get("hidden_activation", "silu")))
+    fields = dict(data)
+    fields["mlp"] = "plain" if act in PLAIN_MLP_ACTIVATIONS else "gated"
+    fields["norm"] = "layernorm" if "layer_norm_eps" in data and "rms_norm_eps" not in data else "rmsnorm"
+    fields["tie_word_embeddings"] = bool(data.get("tie_word_embeddings", False))
+    name = str(data.get("_name_or_path") or data.get("model_type") or path.parent.name or "hf-model")
+    return _from_mapping(fields, where=str(path), name=name)
+
+
+def load_model(name_or_path: "str | Path | ModelSpec") -> ModelSpec:
+    """A preset name (``llama3-70b``), a ``config.json`` path, or a ModelSpec (returned as is)."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    if not isinstance(name_or_path, (str, Path)):
+        raise TypeError(f"model={name_or_path!r} must be a preset name, a config.json path or a ModelSpec")
+    text = str(name_or_path)
+    if text in list_models():
+        return load_preset_model(text)
+    if text.endswith(".json") or Path(text).expanduser().is_dir() or "/" in text:
+        return load_hf_config(text)
+    return load_preset_model(text)

@@ -136,10 +136,18 @@ class Pricer:
         if hit is not None:
             return hit
         topo = self._topology(ranks)
-        if op.op == "send_recv":
+        offered = self.cluster.group_transports(ranks) if len(ranks) > 1 else frozenset({"collective", "p2p"})
+        if op.op == "send_recv" and "p2p" in offered:
             transfer = comm_model.ring_step(float(op.nbytes), topo, transport="p2p", calibration=self.calibration)
+        elif op.op == "send_recv":
+            # no peer path (e.g. GPUs of different vendors): device -> pinned host -> device, the
+            # two PCIe legs pipelined; priced as a two-rank host-staged broadcast of the payload
+            transfer = comm_model.collective("broadcast", 2.0 * op.nbytes, topo, transport="host_staged",
+                                             calibration=self.calibration)
         else:
-            transfer = comm_model.collective(op.op, float(op.nbytes), topo, calibration=self.calibration)
+            transport = "collective" if "collective" in offered else "host_staged"
+            transfer = comm_model.collective(op.op, float(op.nbytes), topo, transport=transport,
+                                             calibration=self.calibration)
         gbps = transfer.egress_bytes / (transfer.ms * 1e6) if transfer.ms > 0 else 0.0
         slow = contention(transfer.kind, device, transfer_gbps=gbps, calibration=self.calibration).transfer_slowdown
         priced = Priced(ms=transfer.ms, resource=transfer.resource, kind=transfer.kind,

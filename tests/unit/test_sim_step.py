@@ -165,3 +165,15 @@ def test_degrees_must_match_the_cluster():
     step = _step(rng, cluster, tp=4, pp=2, dp=1)
     with pytest.raises(ValueError, match="tp\\*pp\\*dp"):
         simulate_step(step, load_cluster("h200x2"))
+
+
+def test_pipeline_between_vendors_goes_through_host_memory():
+    rng = random.Random()
+    cluster = load_cluster("mixed-nvidia-amd")  # 4 NVIDIA + 4 AMD GPUs: no peer path between them
+    step = _step(rng, cluster, tp=4, pp=2, dp=1)
+    sim = simulate_step(step, cluster)
+    g = sim.timeline.graph
+    pp_kinds = {g.kinds[t] for t in range(len(g)) if any(g.resource_kind[r].startswith("pp.")
+                                                          for r in g.resources[t])}
+    assert pp_kinds == {"host_link"}
+    assert math.isfinite(sim.step_ms) and sim.step_ms > 0

@@ -1,0 +1,57 @@
+"""`hocket predict`: table, --json object, a requested plan, clear errors."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from hocket.cli.main import main
+
+
+def _run(capsys, *args):
+    code = main(["predict", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_json_has_sequential_best_and_every_candidate(capsys):
+    m = random.choice([1024, 4096, 8192])
+    code, out, _ = _run(capsys, "ag_mm", "--m", str(m), "--k", "12288", "--n", "6144", "--world", "8", "--dtype",
+                        "bf16", "--cluster", "h800x8", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert {"sequential_ms", "best_ms", "best_plan", "candidates"} <= set(result)
+    totals = [c["total_ms"] for c in result["candidates"]]
+    assert result["best_ms"] == min(totals) <= result["sequential_ms"]
+    assert result["candidates"][0]["plan"]["strategy"] == "sequential"
+    assert len(totals) > 10 and all(t > 0 for t in totals)
+    assert result["site"]["m"] == m
+
+
+def test_requested_plan_by_flags_and_by_json(capsys, tmp_path):
+    base = ["mm_rs", "--m", "8192", "--k", "3584", "--n", "8192", "--world", "8", "--cluster", "h200x8", "--json"]
+    code, out, _ = _run(capsys, *base, "--strategy", "chunked", "--chunks", "4")
+    assert code == 0
+    by_flags = json.loads(out)["requested"]
+    assert by_flags["plan"]["strategy"] == "chunked" and by_flags["plan"]["chunks"] == 4
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(by_flags["plan"]))
+    code, out, _ = _run(capsys, *base, "--plan", str(path))
+    assert code == 0 and json.loads(out)["requested"]["total_ms"] == by_flags["total_ms"]
+
+
+def test_table_names_the_best(capsys):
+    code, out, _ = _run(capsys, "mm_ar", "--m", "2048", "--k", "1024", "--n", "4096", "--world", "4",
+                        "--cluster", "cpu-host", "--dtype", "fp32")
+    assert code == 0 and "best:" in out and "sequential" in out
+
+
+def test_bad_input_is_a_clear_error(capsys):
+    code, _, err = _run(capsys, "ag_mm", "--m", "64", "--k", "64", "--n", "64", "--world", "16", "--cluster", "h800x8")
+    assert code == 2 and "larger" in err and "h800x8" in err
+    code, _, err = _run(capsys, "ag_mm", "--m", "64", "--k", "64", "--n", "64", "--world", "2", "--cluster",
+                        "no-such-cluster")
+    assert code == 2 and "h800x8" in err  # lists the presets
+    code, _, err = _run(capsys, "mm_rs", "--m", "64", "--k", "64", "--n", "64", "--world", "2", "--cluster",
+                        "h800x8", "--strategy", "bulk")
+    assert code == 2 and "bulk" in err and "ag_mm" in err

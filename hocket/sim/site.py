@@ -155,6 +155,12 @@ def simulate_site(site, plan, cluster, profile=None, *, explicit_ranks: bool = F
     from hocket.cost import pipeline_stages
     from hocket.plan.plan import Plan, as_plan
 
+    from hocket.site import Site
+
+    if not isinstance(site, Site):
+        raise TypeError(f"site={site!r} must be a hocket.Site")
+    if not hasattr(cluster, "group_transports"):
+        raise TypeError(f"cluster={cluster!r} must be a ClusterSpec (hocket.hardware.load_cluster(name))")
     plan = as_plan(plan) or Plan()
     stages = tuple(pipeline_stages(site, plan, cluster, profile))
     ranks = site.group_ranks

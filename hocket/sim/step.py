@@ -71,6 +71,13 @@ def simulate_step(step, cluster, *, plan=None, profile=None, explicit_ranks: boo
     JSON, see ``hocket.sim.plans``); a plan that does not apply to a site falls back to
     sequential and says so in ``notes``.
     """
+    from hocket.models.graph import StepGraph
+
+    if not isinstance(step, StepGraph):
+        raise TypeError(f"step={type(step).__name__} must be a hocket.models StepGraph "
+                        "(hocket.models.step.model_step_sites(model, tp=..., pp=..., dp=..., seq=...))")
+    if not hasattr(cluster, "group_transports"):
+        raise TypeError(f"cluster={cluster!r} must be a ClusterSpec (hocket.hardware.load_cluster(name))")
     layout = ParallelLayout(tp=step.tp, pp=step.pp, dp=step.dp)
     layout.check_fits(cluster)
     if explicit_ranks and layout.world > EXPLICIT_RANK_LIMIT:

@@ -68,3 +68,17 @@ def test_tiny_and_huge_sites_stay_finite():
                 sim = simulate_site(site, plan, cluster)
                 assert all(math.isfinite(x) for x in sim.timeline.end_ms)
                 assert sim.total_ms > 0
+
+
+def test_bad_arguments_are_named():
+    cluster = load_cluster("h100x8")
+    with pytest.raises(TypeError, match="Site"):
+        simulate_site({"kind": "ag_mm"}, None, cluster)
+    site = Site(kind="ag_mm", m=64, k=64, n=64, world=8)
+    with pytest.raises(TypeError, match="ClusterSpec"):
+        simulate_site(site, None, "h100x8")
+    with pytest.raises(ValueError, match="strategy"):
+        simulate_site(site, {"strategy": "warp"}, cluster)
+    big = Site(kind="ag_mm", m=64, k=64, n=64, world=16)
+    with pytest.raises(ValueError, match="world"):
+        simulate_site(big, None, cluster)

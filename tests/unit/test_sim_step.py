@@ -177,3 +177,12 @@ def test_pipeline_between_vendors_goes_through_host_memory():
                                                           for r in g.resources[t])}
     assert pp_kinds == {"host_link"}
     assert math.isfinite(sim.step_ms) and sim.step_ms > 0
+
+
+def test_wrong_argument_types_are_named():
+    cluster = load_cluster("h100x8")
+    with pytest.raises(TypeError, match="StepGraph"):
+        simulate_step({"tp": 8}, cluster)
+    step = _step(random.Random(), cluster, tp=8, pp=1, dp=1)
+    with pytest.raises(TypeError, match="ClusterSpec"):
+        simulate_step(step, "h100x8")

@@ -372,8 +372,9 @@ def _mm_ar(b: _Builder) -> None:
 
 
 def _not_for(site, plan) -> ValueError:
-    return ValueError(f"strategy={plan.strategy!r} does not apply to a {site.kind} site; "
-                      f"use one of {_KIND_STRATEGIES.get(site.kind, ())}")
+    fits = sorted(kind for kind, strategies in _KIND_STRATEGIES.items() if plan.strategy in strategies)
+    return ValueError(f"strategy={plan.strategy!r} does not apply to a {site.kind} site (it applies to "
+                      f"{', '.join(fits) or 'no priced kind'}); use one of {_KIND_STRATEGIES.get(site.kind, ())}")
 
 
 _BUILDERS = {"ag_mm": _ag_mm, "mm_rs": _mm_rs, "mm_ar": _mm_ar}

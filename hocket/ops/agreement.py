@@ -76,8 +76,13 @@ def clear_agreement_cache() -> None:
 
 
 def _exchange_device(group: GroupHandle, device: torch.device) -> torch.device:
-    if device.type == "cuda" and "nccl" in group.backend:
+    """CPU when the group can move CPU tensors (gloo), else the caller's (or the current) CUDA device."""
+    if "gloo" in group.backend and not (device.type == "cuda" and "nccl" in group.backend):
+        return torch.device("cpu")
+    if device.type == "cuda":
         return device
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 

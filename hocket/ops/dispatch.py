@@ -21,7 +21,7 @@ from hocket.ops.lowering.runtime import Runtime
 from hocket.ops.planning import OP_NAMES, resolve_plan
 from hocket.plan.plan import Plan
 from hocket.site import Site
-from hocket.transport.group import GroupHandle, resolve_group
+from hocket.transport.group import GroupHandle, process_group_of, resolve_group
 from hocket.transport.registry import get_transport
 
 
@@ -57,12 +57,13 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
     ``check(world)`` runs the local checks and returns the normalised dim;
     ``site_of(group, dim)`` builds the Site.
     """
-    group = resolve_group(group_name)
-    key = (kind, group_name, id(group.pg), _signature(tensors), dim_arg, plan_text,
+    pg = process_group_of(group_name)
+    key = (kind, group_name, id(pg), _signature(tensors), dim_arg, plan_text,
            tuple(sorted(flags.items())), direction, disabled())
     hit = _PREPARED.get(key)
-    if hit is not None and not agreement_every_call():
+    if hit is not None and hit.group.pg is pg and not agreement_every_call():
         return hit
+    group = resolve_group(pg)
     op = OP_NAMES[kind]
     device = tensors[0].device if tensors and isinstance(tensors[0], torch.Tensor) else torch.device("cpu")
     site = plan = None

@@ -26,6 +26,7 @@ model, so the shape structure of the model survives and the level is measured.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -113,7 +114,13 @@ class GemmTime:
 
 
 def _gpu_model_ms(device, m: int, k: int, n: int, dtype: str, sms: int) -> float:
-    per_sm_flops_per_ms = peak_tflops(device, dtype) * 1e9 * GPU_BASE_EFFICIENCY / device.sm_count
+    return _waves_ms(peak_tflops(device, dtype), device.sm_count, memory_gbps(device), m, k, n, sms)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _waves_ms(peak: float, sm_count: int, mem_gbps: float, m: int, k: int, n: int, sms: int) -> float:
+    """The wave model (a pure function of numbers, memoised: planners price the same pieces often)."""
+    per_sm_flops_per_ms = peak * 1e9 * GPU_BASE_EFFICIENCY / sm_count
     best = math.inf
     for rows, cols, tile_eff in GPU_TILES:
         tiles = math.ceil(m / rows) * math.ceil(n / cols)
@@ -125,7 +132,7 @@ def _gpu_model_ms(device, m: int, k: int, n: int, dtype: str, sms: int) -> float
             waves = math.ceil(tiles * split / sms)
             t = (waves + TAIL_WAVES) * tile_ms
             if split > 1:  # partial results written and reduced through memory
-                t += 3.0 * split * m * n * 4 / (memory_gbps(device) * 1e6)
+                t += 3.0 * split * m * n * 4 / (mem_gbps * 1e6)
             best = min(best, t)
     return best
 

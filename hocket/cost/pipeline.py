@@ -24,6 +24,7 @@ Per strategy (``S`` = the site's collective buffer, ``p`` = world, ``C`` = plan.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -162,7 +163,8 @@ class _Builder:
                     table[kind] = max(1.0, factor)
             else:
                 table = {kind: max(1.0, c.gemm_slowdown) for kind, c in factors.items()}
-            out.append(replace(stage, slowdown_by=table))
+            stage.slowdown_by.update(table)  # each builder stage owns a fresh, still private dict
+            out.append(stage)
         return out
 
     def _sm_factor(self, rows: int, cache: dict, *, measured: bool) -> float:
@@ -391,12 +393,21 @@ def check_site_on_cluster(site, plan, cluster) -> tuple[int, ...]:
             raise ValueError(f"site.ranks contains rank {r}, outside cluster {cluster.name!r} "
                              f"({cluster.world_size} ranks)")
     if site.world > 1:
-        offered = cluster.group_transports(ranks)
+        offered = group_facts(cluster, ranks, site.dtype)[3]
         if plan.transport not in offered:
             raise ValueError(f"plan.transport={plan.transport!r} is not offered between ranks "
                              f"{ranks[:8]}{'...' if len(ranks) > 8 else ''} of {cluster.name!r}; "
                              f"offered: {sorted(offered)}")
     return ranks
+
+
+@functools.lru_cache(maxsize=4096)
+def group_facts(cluster, ranks: tuple[int, ...], dtype: str):
+    """(topology, slowest device, cores per rank, offered transports) of a group; memoised
+    because a planner prices many plans of the same group (clusters are frozen, hashable)."""
+    offered = cluster.group_transports(ranks) if len(ranks) > 1 else None
+    return (comm_model.group_topology(cluster, ranks), slowest_device(cluster, ranks, dtype),
+            cores_per_rank(cluster, ranks), offered)
 
 
 def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.GroupTopology | None = None
@@ -406,9 +417,10 @@ def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.G
     from hocket.cost.calibration import calibration_view
 
     ranks = check_site_on_cluster(site, plan, cluster)
-    topo = topology if topology is not None else comm_model.group_topology(cluster, ranks)
-    device = slowest_device(cluster, ranks, site.dtype)
+    topo, device, cores, _ = group_facts(cluster, ranks, site.dtype)
+    if topology is not None:
+        topo = topology
     builder = _Builder(site=site, plan=plan, device=device, topo=topo, calibration=calibration_view(profile),
-                       cores_per_rank=cores_per_rank(cluster, ranks), stages=[])
+                       cores_per_rank=cores, stages=[])
     _BUILDERS[site.kind](builder)
     return builder.finish()

@@ -72,7 +72,7 @@ def test_simulate_reads_a_planner_json(tmp_path, capsys):
     (["--tp", "8", "--seq", "128"], "--cluster"),
     (["--tp", "8", "--seq", "128", "--cluster", "no-such-cluster"], "no-such-cluster"),
     (["--tp", "8", "--seq", "128", "--cluster", "h100x8", "--stages", "a,b"], "--stages"),
-    (["--tp", "4", "--pp", "4", "--seq", "128", "--cluster", "h100x8"], "tp\\*pp\\*dp|8"),
+    (["--tp", "4", "--pp", "2", "--dp", "2", "--seq", "128", "--cluster", "h100x8"], "tp\\*pp\\*dp"),
     (["--tp", "8", "--seq", "128", "--cluster", "h100x8", "--plan", '{"strategy":"chunked"}',
       "--strategy", "ring"], "do not combine"),
 ])

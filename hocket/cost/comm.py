@@ -35,20 +35,20 @@ from hocket.cost.calibration import CalibrationView
 
 COLLECTIVE_OPS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast")
 
-LINK_EFFICIENCY = {"sm_collective": 0.75, "copy_engine": 0.85, "host_link": 0.85, "cpu_collective": 0.5}
+LINK_EFFICIENCY = {"sm_collective": 0.75, "sm_p2p": 0.75, "copy_engine": 0.85, "host_link": 0.85, "cpu_collective": 0.5}
 """Achievable fraction of the datasheet link rate per transfer kind (NCCL ring on NVLink
 reaches ~0.75-0.8 of the per-direction rate at large sizes; copy engines ~0.85; gloo over
 local sockets about half of a shared-memory copy)."""
-CALL_OVERHEAD_US = {"sm_collective": 10.0, "copy_engine": 5.0, "host_link": 15.0, "cpu_collective": 40.0}
+CALL_OVERHEAD_US = {"sm_collective": 10.0, "sm_p2p": 10.0, "copy_engine": 5.0, "host_link": 15.0, "cpu_collective": 40.0}
 """Per call: kernel/collective launch and the first handshake (gloo: socket round trip)."""
-STEP_OVERHEAD_US = {"sm_collective": 1.0, "copy_engine": 1.0, "host_link": 2.0, "cpu_collective": 5.0}
+STEP_OVERHEAD_US = {"sm_collective": 1.0, "sm_p2p": 1.0, "copy_engine": 1.0, "host_link": 2.0, "cpu_collective": 5.0}
 """Per algorithm step on top of the link latency (flag/handshake between neighbours)."""
 COPY_ISSUE_US = 1.5
 """Issuing one more peer copy of a one-shot copy-engine collective (the copies then run concurrently)."""
 HOST_REDUCE_GBPS = 40.0
 """Host-side summation rate for reductions on the host-staged path (read p buffers, write one)."""
 
-TRANSFER_RESOURCE = {"sm_collective": "link", "copy_engine": "copy_engine", "host_link": "host",
+TRANSFER_RESOURCE = {"sm_collective": "link", "sm_p2p": "link", "copy_engine": "copy_engine", "host_link": "host",
                      "cpu_collective": "link"}
 
 
@@ -58,7 +58,7 @@ class Transfer:
 
     ms: float
     kind: str
-    """contention class: sm_collective | copy_engine | host_link | cpu_collective."""
+    """contention class: sm_collective | sm_p2p | copy_engine | host_link | cpu_collective."""
     resource: str
     """link | copy_engine | host (the in-order queue it occupies)."""
     algorithm: str
@@ -159,7 +159,9 @@ def transfer_kind(topo: GroupTopology, transport: str) -> str:
         return "copy_engine"
     if transport == "host_staged":
         return "host_link"
-    return "cpu_collective" if topo.backend == "gloo" else "sm_collective"
+    if topo.backend == "gloo":
+        return "cpu_collective"
+    return "sm_p2p" if transport == "p2p" else "sm_collective"
 
 
 def _time_ms(kind: str, *, calls: int, steps: float, latency_us: float, nbytes: float, gbps: float) -> float:
@@ -319,8 +321,8 @@ def ring_step(nbytes: float, topo: GroupTopology, *, transport: str = "p2p", pee
 PER_SM_COPY_GBPS = 30.0
 """What one SM (one NCCL channel's CTA) can move per direction; caps an SM-driven
 transfer that is given a ``comm_sms`` budget."""
-DEFAULT_COMM_SMS = 16
-"""SMs an SM-driven collective occupies when the plan does not say (NCCL's channels on NVLink)."""
+DEFAULT_COMM_SMS = 8
+"""SMs an SM-driven transfer occupies when the plan does not say (NCCL channels, one CTA each)."""
 
 
 def with_sm_budget(topo: GroupTopology, comm_sms: int | None) -> GroupTopology:

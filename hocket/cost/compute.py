@@ -9,10 +9,11 @@ every tiled GEMM library has:
   ``TAIL_WAVES`` of one wave. A tile also pays ``K_OVERHEAD_STEPS`` of k-depth for its
   prologue and epilogue. The library picks the best of a few tile shapes (smaller tiles
   run less efficiently) and may split K when the output has too few tiles. This is what
-  makes row-chunked GEMMs lose: on one H200 a bf16 8192x7168x8192 GEMM is ~16 waves
-  (model ~780 TFLOP/s, measured 710-820), the same GEMM in 16 row chunks pays 16 tails
-  (model ~600, measured ~590), and a 256-row chunk with a narrow N fills a few SMs only
-  (tens of TFLOP/s, measured ~60).
+  makes row-chunked GEMMs lose: each piece pays its own tail and launch, and a piece
+  with few output tiles leaves SMs idle. Constants checked against the 36 bf16 GEMM
+  points of the 2xH200 calibration (benchmarks/results/calibration/h200x2-nccl-full.json:
+  median error 8%, max 28% without using the profile; e.g. 8192x7168x8192 model ~780
+  vs 737 TFLOP/s measured).
 * **Roofline**: never faster than moving A, B and C through memory once at
   ``memory_gbps * MEMORY_EFFICIENCY``, plus a launch overhead per kernel.
 
@@ -34,11 +35,11 @@ from hocket.cost.calibration import CalibrationView
 
 GPU_BASE_EFFICIENCY = 0.85
 """Best tensor-core GEMM throughput over dense peak (cuBLAS on H100/H200: ~800-840 of 989 TFLOP/s)."""
-GPU_TILES = ((128, 256, 1.00), (128, 128, 0.92), (64, 128, 0.82), (64, 64, 0.65))
+GPU_TILES = ((128, 256, 1.00), (128, 128, 0.95), (64, 128, 0.88), (64, 64, 0.75))
 """(rows, cols, relative efficiency) of the tile shapes a GEMM library chooses from."""
 K_OVERHEAD_STEPS = 128
 """Per-tile prologue/epilogue cost, in k-depth equivalents."""
-TAIL_WAVES = 0.4
+TAIL_WAVES = 0.25
 """Ramp-up/ramp-down of one kernel, in fractions of one wave."""
 SPLIT_K = (1, 2, 4, 8)
 GPU_LAUNCH_US = 5.0

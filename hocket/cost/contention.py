@@ -3,13 +3,12 @@
 Each transfer kind has a *mechanism*; a calibration profile's measured factors replace
 the defaults below (the SM share stays a mechanism, scaled from the profile's budget):
 
-* ``sm_collective`` (NCCL/RCCL kernels): the collective holds ``comm_sms`` SMs, so the
+* ``sm_collective``/``sm_p2p`` (NCCL/RCCL kernels): the transfer holds ``comm_sms`` SMs, so the
   GEMM runs its waves on the rest (recomputed through the wave model, so a GEMM of
   exactly one wave can double); both also share memory bandwidth and the power budget.
 * ``copy_engine`` (DMA through symmetric memory): no SMs, but the copy reads and writes
   HBM through L2 at link rate beside the GEMM's tile traffic, and raises power, so clocks
-  drop. On 2xH200 a copy-engine transfer beside a GEMM slowed the GEMM by more than the
-  transfer's own time: the defaults reproduce that order of magnitude.
+  drop; the copy itself stretches behind the GEMM's memory traffic (2xH200: 3x).
 * ``host_link`` (PCIe copies to/from pinned host memory): a small share of HBM, little effect.
 * ``cpu_collective`` (gloo on CPU ranks): the transfer's copies run on the same cores as
   the GEMM threads; the slowdown grows as fewer cores are left per rank.
@@ -24,20 +23,24 @@ from dataclasses import dataclass
 
 from hocket.cost.calibration import CalibrationView
 
-TRANSFER_KINDS = ("sm_collective", "copy_engine", "host_link", "cpu_collective")
+TRANSFER_KINDS = ("sm_collective", "sm_p2p", "copy_engine", "host_link", "cpu_collective")
+SM_KINDS = ("sm_collective", "sm_p2p")
+"""Transfers driven by SMs (NCCL/RCCL collectives and P2P kernels)."""
 
-MEMORY_SENSITIVITY = {"sm_collective": 1.0, "copy_engine": 5.0, "host_link": 1.5}
-"""GEMM slowdown per unit of memory share taken by the transfer. A copy engine streams
-through L2 and evicts the tiles a GEMM reuses, so the GEMM's own memory traffic grows
-beyond the copy's bytes; SM-driven copies are bounded by their few SMs. Copy-engine
-default set so that a full-rate NVLink copy beside a GEMM on 2xH200 costs the GEMM about
-the copy's own duration, as measured there (DESIGN.md section 4)."""
+MEMORY_SENSITIVITY = {"sm_collective": 0.3, "sm_p2p": 0.3, "copy_engine": 1.3, "host_link": 0.5}
+"""GEMM slowdown per unit of memory share taken by the transfer: a copy engine streams
+through L2 and evicts tiles the GEMM reuses; SM-driven copies are bounded by their few
+SMs (their SM share is counted separately, through the wave model). Set so the defaults
+match the 2xH200 calibration (benchmarks/results/calibration/h200x2-nccl-full.json:
+GEMM slowdown 1.28 beside a copy-engine copy, 1.07-1.08 beside NCCL, ~1.0 beside PCIe)."""
 POWER_PJ_PER_BYTE = 60.0
 """Energy of one byte moved (HBM read + write, link SerDes, L2); with the device's power
 limit this gives the clock loss of a GEMM that runs at its power cap."""
-TRANSFER_SLOWDOWN = {"sm_collective": 1.15, "copy_engine": 2.0, "host_link": 1.05}
-"""A transfer beside a running GEMM: NCCL CTAs wait for SMs between GEMM waves; copy
-engines queue behind the GEMM's L2/HBM traffic (2xH200: the copy stretched markedly)."""
+TRANSFER_SLOWDOWN = {"sm_collective": 2.5, "sm_p2p": 1.6, "copy_engine": 3.0, "host_link": 1.0}
+"""A transfer beside a running GEMM: NCCL's CTAs get SM time only between the GEMM's
+tiles, and copy engines queue behind the GEMM's L2/HBM traffic. Measured on 2xH200
+(same profile): 2.6x for NCCL collectives, 1.6x for NCCL P2P, 3.1x for copy-engine
+copies, ~1.0 for host copies. A concurrent transfer can therefore cost more than it hides."""
 CPU_CONTENTION_PER_THREAD = 1.0
 """CPU ranks: busy transfer threads per rank competing with the GEMM threads."""
 DEFAULT_CPU_CORES_PER_RANK = 1.0

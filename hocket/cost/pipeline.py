@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from hocket.cost import comm as comm_model
 from hocket.cost.calibration import CalibrationView
 from hocket.cost.compute import gemm_ms, launch_ms, memory_ms, peak_tflops
-from hocket.cost.contention import contention
+from hocket.cost.contention import SM_KINDS, contention
 from hocket.cost.stages import Stage
 
 FLAG_WAIT_US = 2.0
@@ -158,7 +158,7 @@ class _Builder:
                 table = {}
                 for kind, c in factors.items():
                     factor = c.gemm_slowdown
-                    if kind == "sm_collective" and rows and not self.sm_capped:
+                    if kind in SM_KINDS and rows and not self.sm_capped:
                         factor *= self._sm_factor(rows, sm_cache, measured=c.source == "profile")
                     table[kind] = max(1.0, factor)
             else:

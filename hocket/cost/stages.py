@@ -13,7 +13,7 @@ A ``Stage`` runs on one resource of one rank: ``compute`` (GEMMs, reductions), `
 * ``duration_ms`` is the solo time; while stages of other kinds run, a stage progresses at
   ``1 / prod(slowdown_by[kind])`` over the distinct kinds running beside it. Compute stages
   have ``kind="compute"`` and list a factor per transfer kind; transfer stages have their
-  transfer kind (``sm_collective``, ``copy_engine``, ``host_link``, ``cpu_collective``) and
+  transfer kind (``sm_collective``, ``sm_p2p``, ``copy_engine``, ``host_link``, ``cpu_collective``) and
   list a factor for ``compute``.
 """
 

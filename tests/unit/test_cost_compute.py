@@ -33,7 +33,7 @@ def test_whole_gemm_is_near_the_datasheet_and_row_chunks_lose():
     whole = gemm_time(H200, m=8192, k=7168, n=8192, dtype="bfloat16", itemsize=2)
     assert 0.6 * 989 < whole.tflops < 0.9 * 989
     chunked_ms = 16 * _ms(H200, 512, 7168, 8192)
-    assert chunked_ms > 1.15 * whole.ms  # every row chunk pays a wave tail and a launch
+    assert chunked_ms > 1.05 * whole.ms  # every row chunk pays a wave tail and a launch
     narrow = gemm_time(H200, m=256, k=7168, n=1024, dtype="bfloat16", itemsize=2)
     assert narrow.tflops < 0.4 * whole.tflops  # a few tiles leave most SMs idle
 

@@ -57,7 +57,7 @@ def test_on_nvlink_h200_chunking_loses_to_sequential():
 
 
 def test_contention_alone_can_turn_a_win_into_a_loss():
-    site = Site(kind="ag_mm", m=8192, k=8192, n=7168, world=2)
+    site = Site(kind="mm_rs", m=8192, k=14336, n=4096, world=2)  # a Llama-3-8B MLP-down at TP 2
     plan = Plan(strategy="ring", chunks=1, transport="copy_engine")
     stages = pipeline_stages(site, plan, H200X2)
     contended = schedule(stages).total_ms

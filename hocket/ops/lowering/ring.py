@@ -134,8 +134,12 @@ def _k_accumulate(g: GatherMatmul, acc, src, lo, hi, blk, *, first: bool, rt) ->
 class BlockPieces:
     """The lane pieces of every block, in issue order: ``pieces(b, d)`` -> [(lo, hi)] (rows within block ``b``).
 
-    Blocks may differ in size (uneven all-reduce blocks), so sends and receives are
-    posted separately, each side walking the pieces of the block that travels.
+    Blocks may differ in size (uneven all-reduce blocks). Transfers are issued as one
+    batch per piece index ``i``: this rank's send of piece ``i`` of the block it passes on
+    together with its receive of piece ``i`` of the block that arrives. The peer's batch
+    ``i`` holds the matching receive and send, so batches complete pairwise on every
+    backend (NCCL runs a rank's P2P in issue order: a receive posted alone, ahead of
+    the send its peer waits for, would deadlock).
     """
 
     def __init__(self, sizes: list[int], bidirectional: bool, chunks: int) -> None:
@@ -151,57 +155,70 @@ class BlockPieces:
         return self._by_block[b][d]
 
 
+def _at(pieces: list[tuple[int, int]], i: int) -> tuple[int, int] | None:
+    return pieces[i] if i < len(pieces) else None
+
+
 def reduce_ring(rt, pieces: BlockPieces, partial, block_rows: int, cols: int, final, *, tag: str) -> None:
     """Ring reduce-scatter with compute; block ``rank``'s sum lands in ``final(lo, hi)``.
 
     ``partial(b, lo, hi, out)`` writes this rank's part of rows ``lo:hi`` of block ``b``.
     Step ``s``: compute the partial of block ``rank - d*(s+1)`` while its running sum
-    arrives from rank ``rank - d``, add, pass on to ``rank + d``.
+    arrives from rank ``rank - d``, add, pass it on to ``rank + d`` (in the same batch as
+    the receive of the next block's piece).
     """
     w, rank = rt.world, rt.rank
     send = [rt.ctx.buffer(f"{tag}.send{i}", (block_rows, cols)) for i in range(2)]
     recv = [rt.ctx.buffer(f"{tag}.recv{i}", (block_rows, cols)) for i in range(2)]
-    recvs, sends = {}, {}
-
-    def post_recvs(step: int) -> None:
-        for d in pieces.directions:
-            for lo, hi in pieces((rank - d * (1 + step)) % w, d):
-                recvs[(step, d, lo)] = rt.transport.exchange([], [(recv[step % 2][lo:hi], (rank - d) % w)])
-
+    pending: dict[tuple[int, int, int], object] = {}
     for s in range(w):
-        if s + 1 < w:
-            post_recvs(s + 1)
         for d in pieces.directions:
-            b = (rank - d * (1 + s)) % w
-            for lo, hi in pieces(b, d):
-                target = final(lo, hi) if s == w - 1 else send[s % 2][lo:hi]
-                partial(b, lo, hi, target)
-                if s > 0:
-                    recvs.pop((s, d, lo)).wait()
-                    target.add_(recv[s % 2][lo:hi])
-                if s < w - 1:
-                    sends.setdefault(s, []).append(rt.transport.exchange([(target, (rank + d) % w)], []))
-        for p in sends.pop(s - 1, ()):  # send buffer s-1 is reused at step s+1
-            p.wait()
-    for group in sends.values():
-        for p in group:
-            p.wait()
+            b, b_next = (rank - d * (1 + s)) % w, (rank - d * (2 + s)) % w
+            mine, nxt = pieces(b, d), (pieces(b_next, d) if s < w - 1 else [])
+            for i in range(max(len(mine), len(nxt))):
+                out_piece, in_piece = _at(mine, i), _at(nxt, i)
+                sends = []
+                if out_piece is not None:
+                    lo, hi = out_piece
+                    target = final(lo, hi) if s == w - 1 else send[s % 2][lo:hi]
+                    partial(b, lo, hi, target)
+                    if s > 0:
+                        pending.pop((s - 1, d, i)).wait()
+                        target.add_(recv[s % 2][lo:hi])
+                    if s < w - 1:
+                        sends = [(target, (rank + d) % w)]
+                recvs = [(recv[(s + 1) % 2][in_piece[0]:in_piece[1]], (rank - d) % w)] if in_piece else []
+                if sends or recvs:
+                    pending[(s, d, i)] = rt.transport.exchange(sends, recvs)
+        for key in [k for k in pending if k[0] == s - 1]:  # batches of step s-1 this step did not consume
+            pending.pop(key).wait()
+    for p in pending.values():
+        p.wait()
 
 
 def gather_ring(rt, pieces: BlockPieces, rows_of) -> None:
-    """Ring all-gather of finished blocks in place: ``rows_of(b, lo, hi)`` is where block ``b``'s rows live."""
+    """Ring all-gather of finished blocks in place: ``rows_of(b, lo, hi)`` is where block ``b``'s rows live.
+
+    Step ``s`` passes block ``rank - d*s`` on (it arrived at step ``s-1``) and receives block
+    ``rank - d*(s+1)``, one batch per piece index.
+    """
     w, rank = rt.world, rt.rank
-    recvs, sends = {}, []
+    pending: dict[tuple[int, int, int], object] = {}
     for s in range(w - 1):
         for d in pieces.directions:
             send_b, recv_b = (rank - d * s) % w, (rank - d * (s + 1)) % w
-            for lo, hi in pieces(recv_b, d):
-                recvs[(s, d, lo)] = rt.transport.exchange([], [(rows_of(recv_b, lo, hi), (rank - d) % w)])
-            for lo, hi in pieces(send_b, d):
-                if s > 0:
-                    recvs.pop((s - 1, d, lo)).wait()
-                sends.append(rt.transport.exchange([(rows_of(send_b, lo, hi), (rank + d) % w)], []))
-    for p in [*recvs.values(), *sends]:
+            outs, ins = pieces(send_b, d), pieces(recv_b, d)
+            for i in range(max(len(outs), len(ins))):
+                out_piece, in_piece = _at(outs, i), _at(ins, i)
+                prev = pending.pop((s - 1, d, i), None)
+                if prev is not None:
+                    prev.wait()
+                sends = [(rows_of(send_b, *out_piece), (rank + d) % w)] if out_piece else []
+                recvs = [(rows_of(recv_b, *in_piece), (rank - d) % w)] if in_piece else []
+                pending[(s, d, i)] = rt.transport.exchange(sends, recvs)
+        for key in [k for k in pending if k[0] == s - 1]:
+            pending.pop(key).wait()
+    for p in pending.values():
         p.wait()
 
 

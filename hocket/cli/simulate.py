@@ -142,10 +142,11 @@ def build(args) -> tuple[dict, object]:
     dp_sync = _setting(args, plan_file, "dp_sync", default="reduce_scatter")
     profile = None
     if args.profile:
-        from hocket.hardware.fingerprint import fingerprint
         from hocket.hardware.profile import load_profile
 
-        profile = load_profile(args.profile, expected=fingerprint(cluster)["hash"])
+        # an explicit file is the user's statement that it describes --cluster (as in `hocket predict`);
+        # a corrupt or unreadable file is still reported and ignored
+        profile = load_profile(args.profile, expected=None)
     step = model_step_sites(model, tp=int(tp), pp=int(pp), dp=int(dp), seq=int(seq), batch=int(batch),
                             micro_batches=None if micro is None else int(micro), cluster=cluster,
                             stages=stages, dp_sync=dp_sync)

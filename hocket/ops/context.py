@@ -20,7 +20,12 @@ import torch
 
 
 class OpContext:
-    """Scratch buffers (and on CUDA a side stream) for one (group, device, dtype)."""
+    """Scratch buffers for one (group, device, dtype).
+
+    On CUDA the executors need no streams of their own: NCCL runs every async collective
+    on its internal stream, ordered after the work already queued on the current stream,
+    and ``wait`` orders the current stream after it.
+    """
 
     def __init__(self, *, group_name: str, device: torch.device, dtype: torch.dtype, max_buffers: int = 64) -> None:
         self.group_name = group_name
@@ -28,7 +33,6 @@ class OpContext:
         self.dtype = dtype
         self.max_buffers = max_buffers
         self._buffers: OrderedDict[tuple, torch.Tensor] = OrderedDict()
-        self._stream = None
         self._closed = False
 
     def buffer(self, role: str, shape: tuple[int, ...] | list[int], dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -46,14 +50,6 @@ class OpContext:
             self._buffers.move_to_end(key)
         return buf
 
-    def side_stream(self):
-        """A CUDA stream for copies beside the compute stream (None on CPU)."""
-        if self.device.type != "cuda":
-            return None
-        if self._stream is None:
-            self._stream = torch.cuda.Stream(device=self.device)
-        return self._stream
-
     @property
     def closed(self) -> bool:
         return self._closed
@@ -64,7 +60,6 @@ class OpContext:
 
     def close(self) -> None:
         self._buffers.clear()
-        self._stream = None
         self._closed = True
 
 

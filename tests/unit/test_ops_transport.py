@@ -1,0 +1,70 @@
+"""Bounded waits, the transport table and the resource contexts (no processes needed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hocket.ops.context import ContextRegistry, OpContext
+from hocket.transport.pending import Pending, TransportError
+from hocket.transport.registry import available_transports, get_transport, register_transport
+
+
+class StuckWork:
+    def __init__(self):
+        self.timeouts = []
+
+    def wait(self, timeout=None):
+        self.timeouts.append(timeout)
+        raise RuntimeError("Timed out waiting 2000ms for recv operation to complete")
+
+
+def test_timeout_becomes_a_clear_transport_error(monkeypatch):
+    monkeypatch.setenv("HOCKET_TIMEOUT_S", "2.5")
+    work = StuckWork()
+    pending = Pending([work], what="all-gather", group_name="7", on_cuda=False)
+    with pytest.raises(TransportError) as info:
+        pending.wait()
+    msg = str(info.value)
+    assert "all-gather" in msg and "'7'" in msg and "2.5 s" in msg and "HOCKET_TIMEOUT_S" in msg
+    assert work.timeouts[0].total_seconds() == pytest.approx(2.5)
+    pending.wait()  # a handle is consumed by its first wait
+    assert len(work.timeouts) == 1
+
+
+def test_unknown_transport_is_named_and_new_ones_register():
+    with pytest.raises(ValueError, match="copy_engine"):
+        get_transport("copy_engine", group=None)
+    register_transport("test_only", lambda group: ("made", group))
+    try:
+        assert get_transport("test_only", "g") == ("made", "g")
+        assert "test_only" in available_transports()
+    finally:
+        from hocket.transport import registry
+
+        registry._FACTORIES.pop("test_only")
+
+
+def test_context_reuses_buffers_by_role_and_shape_and_closes():
+    ctx = OpContext(group_name="g", device=torch.device("cpu"), dtype=torch.bfloat16, max_buffers=3)
+    a = ctx.buffer("stage0", (4, 5))
+    assert ctx.buffer("stage0", [4, 5]) is a and a.dtype == torch.bfloat16
+    assert ctx.buffer("stage1", (4, 5)) is not a
+    assert ctx.buffer("acc", (4, 5), torch.float32).dtype == torch.float32
+    ctx.buffer("other", (1,))  # evicts the least recently used (stage0 was used before stage1)
+    assert ctx.buffer("stage0", (4, 5)) is not a
+    assert ctx.nbytes > 0
+    ctx.close()
+    assert ctx.closed and ctx.nbytes == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        ctx.buffer("stage0", (4, 5))
+
+
+def test_registry_keys_contexts_by_group_device_dtype():
+    reg = ContextRegistry()
+    a = reg.get("g1", torch.device("cpu"), torch.float32)
+    assert reg.get("g1", torch.device("cpu"), torch.float32) is a
+    assert reg.get("g1", torch.device("cpu"), torch.bfloat16) is not a
+    reg.get("g2", torch.device("cpu"), torch.float32)
+    assert reg.close("g1") == 2 and a.closed
+    assert reg.close() == 1

@@ -36,11 +36,15 @@ GEMM slowdown 1.28 beside a copy-engine copy, 1.07-1.08 beside NCCL, ~1.0 beside
 POWER_PJ_PER_BYTE = 60.0
 """Energy of one byte moved (HBM read + write, link SerDes, L2); with the device's power
 limit this gives the clock loss of a GEMM that runs at its power cap."""
-TRANSFER_SLOWDOWN = {"sm_collective": 2.5, "sm_p2p": 1.6, "copy_engine": 3.0, "host_link": 1.0}
-"""A transfer beside a running GEMM: NCCL's CTAs get SM time only between the GEMM's
-tiles, and copy engines queue behind the GEMM's L2/HBM traffic. Measured on 2xH200
-(same profile): 2.6x for NCCL collectives, 1.6x for NCCL P2P, 3.1x for copy-engine
-copies, ~1.0 for host copies. A concurrent transfer can therefore cost more than it hides."""
+TRANSFER_SENSITIVITY = {"sm_collective": 14.0, "sm_p2p": 4.5, "copy_engine": 12.5, "host_link": 0.0}
+"""A transfer beside a running GEMM slows by ``1 + sensitivity * memory share``: NCCL's
+CTAs get SM time only between the GEMM's tiles and copy engines queue behind the GEMM's
+L2/HBM traffic, both in proportion to how much of the memory system the transfer needs
+(a link-bound transfer at 25 GB/s barely notices the GEMM). Set so that at full NVLink
+rate on 2xH200 the factors match that calibration: 2.6x for NCCL collectives (memory
+share ~0.11), 1.6x for NCCL P2P (~0.14), 3.1x for copy-engine copies (~0.16), ~1.0 for
+host copies. A concurrent transfer can therefore cost more than it hides."""
+MAX_TRANSFER_SLOWDOWN = 4.0
 CPU_CONTENTION_PER_THREAD = 1.0
 """CPU ranks: busy transfer threads per rank competing with the GEMM threads."""
 DEFAULT_CPU_CORES_PER_RANK = 1.0
@@ -75,7 +79,8 @@ def default_contention(kind: str, device, *, transfer_gbps: float, cores_per_ran
     gemm = 1.0 + MEMORY_SENSITIVITY[kind] * share
     if device.power_limit_w:
         gemm *= 1.0 + 2.0 * transfer_gbps * POWER_PJ_PER_BYTE * 1e-3 / device.power_limit_w  # GB/s*pJ/B = mW
-    return Contention(gemm_slowdown=gemm, transfer_slowdown=TRANSFER_SLOWDOWN[kind], source="default")
+    transfer = min(MAX_TRANSFER_SLOWDOWN, 1.0 + TRANSFER_SENSITIVITY[kind] * share)
+    return Contention(gemm_slowdown=gemm, transfer_slowdown=transfer, source="default")
 
 
 def contention(kind: str, device, *, transfer_gbps: float, cores_per_rank: float | None = None,

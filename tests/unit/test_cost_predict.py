@@ -45,7 +45,9 @@ def test_every_candidate_is_finite_and_monotone_in_flops_and_bytes(preset, site,
 def test_a_slower_link_never_makes_a_plan_faster(site, gbps):
     fast, slow = with_island_link(H200X2, 450.0), with_island_link(H200X2, gbps)
     for plan in candidate_plans(site, H200X2):
-        assert predict(site, plan, slow).total_ms >= predict(site, plan, fast).total_ms * (1 - REL)
+        # a faster transfer stretches more beside a GEMM (its memory share is larger), so the
+        # contended part of a makespan can shrink slightly on a slower link: allow 1%
+        assert predict(site, plan, slow).total_ms >= predict(site, plan, fast).total_ms * 0.99
 
 
 def test_on_nvlink_h200_chunking_loses_to_sequential():

@@ -25,19 +25,25 @@ collective, not in an exchange; on gloo that surfaces as a bounded-wait
 every call and reports such divergence clearly (at one small collective per call);
 ``HOCKET_AGREEMENT=0`` turns the check off.
 
-Plans are deterministic functions of the (agreed) Site, so agreeing on the Site and
-the plan hash means every rank runs the same plan.
+Plans: an explicit plan is part of the descriptor, so ranks agree on it like on any
+input. A plan left to hocket (``plan=None``) is chosen after the agreement, on every
+rank (the planner may time candidates with collectives, which is safe only once all
+ranks are known to run the same Site), and :func:`settle_plan` then makes rank 0's
+choice the one every rank runs: decided on rank 0 and broadcast, so planners that
+read different caches or profiles can never make ranks run different plans.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from hocket.env import agreement_check, agreement_every_call
+from hocket.plan.plan import Plan
 from hocket.transport.group import GroupHandle
 from hocket.transport.torch_dist import TorchDistTransport
 
@@ -102,6 +108,18 @@ def _differences(texts: list[str], op: str) -> str:
             "dtype, dims, plan and flags")
 
 
+def _gather_texts(transport: TorchDistTransport, text: bytes, lengths: list[int], dev: torch.device) -> list[str]:
+    """Every rank's ``text`` (``lengths[r]`` bytes on rank r), through one all-gather padded to the longest."""
+    world = len(lengths)
+    width = max(max(lengths), 1)
+    padded = torch.zeros(width, dtype=torch.uint8, device=dev)
+    if text:
+        padded[:len(text)] = torch.frombuffer(bytearray(text), dtype=torch.uint8).to(dev)
+    table = torch.empty((world, width), dtype=torch.uint8, device=dev)
+    transport.all_gather(table, padded).wait()
+    return [bytes(table[r, :lengths[r]].cpu().tolist()).decode() for r in range(world)]
+
+
 def agree(group: GroupHandle, descriptor: Descriptor, *, device: torch.device,
           local_error: BaseException | None = None) -> None:
     """Exchange ``descriptor`` with every rank; raise the same error everywhere on any failure or mismatch.
@@ -130,12 +148,7 @@ def agree(group: GroupHandle, descriptor: Descriptor, *, device: torch.device,
     if not failed and same:
         _AGREED.add(key)
         return
-    width = max(row[3] for row in rows)
-    padded = torch.zeros(width, dtype=torch.uint8, device=dev)
-    padded[:len(text)] = torch.frombuffer(bytearray(text), dtype=torch.uint8).to(dev)
-    texts_t = torch.empty((group.world, width), dtype=torch.uint8, device=dev)
-    transport.all_gather(texts_t, padded).wait()
-    texts = [bytes(texts_t[r, :rows[r][3]].cpu().tolist()).decode() for r in range(group.world)]
+    texts = _gather_texts(transport, text, [row[3] for row in rows], dev)
     if local_error is not None:
         raise local_error
     if failed:
@@ -143,3 +156,37 @@ def agree(group: GroupHandle, descriptor: Descriptor, *, device: torch.device,
         raise RankInputError(f"hocket.{descriptor.op}: the inputs of rank(s) {failed} failed their checks, so "
                              f"no rank ran the operator ({errors})")
     raise AgreementError(_differences(texts, descriptor.op))
+
+
+def settle_plan(group: GroupHandle, op: str, choose: Callable[[], Plan], *, device: torch.device) -> Plan:
+    """Run ``choose()`` on every rank (a planner may run collectives), then use rank 0's plan everywhere.
+
+    Called after :func:`agree`, so every rank gets here with the same Site. Each rank
+    sends its plan (or its planner's error); rank 0's plan is the one every rank runs
+    (decided on rank 0, broadcast), and a planner error on any rank raises on every rank.
+    """
+    local_error: ValueError | TypeError | None = None
+    plan = None
+    try:
+        plan = choose()
+    except (ValueError, TypeError) as exc:
+        local_error = exc
+    if group.world == 1 or not agreement_check():
+        if local_error is not None:
+            raise local_error
+        return plan
+    text = (plan.to_json() if plan is not None else f"{type(local_error).__name__}: {local_error}").encode()
+    dev = _exchange_device(group, device)
+    transport = TorchDistTransport(group)
+    mine = torch.tensor([1 if local_error is not None else 0, len(text)], dtype=torch.int64, device=dev)
+    table = torch.empty((group.world, 2), dtype=torch.int64, device=dev)
+    transport.all_gather(table, mine).wait()
+    rows = table.tolist()
+    texts = _gather_texts(transport, text, [row[1] for row in rows], dev)
+    if local_error is not None:
+        raise local_error
+    failed = [r for r, row in enumerate(rows) if row[0]]
+    if failed:
+        errors = "; ".join(f"rank {r}: {texts[r]}" for r in failed)
+        raise RankInputError(f"hocket.{op}: choosing the plan failed on rank(s) {failed} ({errors})")
+    return Plan.from_json(texts[0])

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import torch
 
 from hocket.env import agreement_every_call, disabled
-from hocket.ops.agreement import Descriptor, agree
+from hocket.ops.agreement import Descriptor, agree, settle_plan
 from hocket.ops.context import context_for
 from hocket.ops.lowering import executor_for
 from hocket.ops.lowering.runtime import Runtime
-from hocket.ops.planning import OP_NAMES, resolve_plan
+from hocket.ops.planning import OP_NAMES, check_supported, choose_plan, explicit_plan
 from hocket.plan.plan import Plan
 from hocket.site import Site
 from hocket.transport.group import GroupHandle, process_group_of, resolve_group
@@ -72,16 +72,18 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
     try:
         dim = check(group.world)
         site = site_of(group, dim)
-        plan = resolve_plan(plan_text, site)
-        transport = get_transport(plan.transport, group)
-        run = executor_for(kind, plan.strategy)
+        plan = explicit_plan(plan_text, site)
     except (ValueError, TypeError) as exc:
         local_error = exc
     descriptor = Descriptor(
-        op=op, site=site.to_dict() if site else {}, plan=plan.to_dict() if plan else {},
+        op=op, site=site.to_dict() if site else {}, plan=plan.to_dict() if plan else {"choose": True},
         flags={**flags, "direction": direction, "disabled": disabled()},
         error=f"{type(local_error).__name__}: {local_error}" if local_error else "")
     agree(group, descriptor, device=device, local_error=local_error)
+    if plan is None:
+        plan = settle_plan(group, op, lambda: check_supported(kind, choose_plan(site)), device=device)
+    transport = get_transport(plan.transport, group)
+    run = executor_for(kind, plan.strategy)
     runtime = Runtime(group=group, ctx=context_for(group.name, device, tensors[0].dtype), transport=transport)
     prepared = Prepared(group=group, site=site, plan=plan, dim=dim, runtime=runtime, run=run,
                         label=f"hocket::{op}[{plan.describe()}]")

@@ -5,9 +5,9 @@ default, cached per ``site.key`` so the hot path is one dict lookup. The default
 ``sequential``: DESIGN.md says a plan that is not predicted (or measured) to beat
 sequential is never chosen, and nothing predicts yet.
 
-Plans are deterministic functions of the Site, which the agreement step checks to be
-identical on every rank (its descriptor carries the plan hash too), so no two ranks run
-different plans. A planner that measures must decide on rank 0 and broadcast.
+The operators call :func:`choose_plan` on every rank after the agreement step has
+checked that all ranks run the same Site, then run rank 0's choice everywhere
+(:func:`hocket.ops.agreement.settle_plan`), so no two ranks run different plans.
 """
 
 from __future__ import annotations
@@ -73,9 +73,16 @@ def check_supported(kind: str, plan: Plan) -> Plan:
     return plan
 
 
-def resolve_plan(text: str, site: Site) -> Plan:
-    """Parse the schema's plan string, apply ``HOCKET_DISABLE``, choose when empty, check support."""
+def explicit_plan(text: str, site: Site) -> Plan | None:
+    """The plan the caller fixed (``HOCKET_DISABLE`` fixes ``sequential``), checked; None = choose one."""
     if disabled():
         return SEQUENTIAL
-    plan = choose_plan(site) if text == "" else as_plan(text)
-    return check_supported(site.kind, plan)
+    if text == "":
+        return None
+    return check_supported(site.kind, as_plan(text))
+
+
+def resolve_plan(text: str, site: Site) -> Plan:
+    """Parse the schema's plan string, apply ``HOCKET_DISABLE``, choose when empty, check support."""
+    plan = explicit_plan(text, site)
+    return plan if plan is not None else check_supported(site.kind, choose_plan(site))

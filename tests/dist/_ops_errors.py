@@ -104,3 +104,25 @@ def healthy(seed: int) -> bool:
     expected = A @ B
     dist.all_reduce(expected)
     return bool(torch.allclose(out, expected, atol=1e-5))
+
+
+def planners_disagree() -> list[str]:
+    """Each rank's planner would pick another plan for the same Site; every rank must run rank 0's."""
+    from hocket.ops import dispatch, planning
+    from hocket.ops.sites import site_for_call
+    from hocket.plan.plan import Plan
+
+    g, rank, w = dist.group.WORLD, dist.get_rank(), dist.get_world_size()
+    A, B = torch.randn(2 * w + 1, 6), torch.randn(6, 5)
+    site = site_for_call("mm_ar", A=A, Bs=[B], world=w, ranks=tuple(range(w)))
+    planning.clear_plan_cache()
+    dispatch.clear_prepared_cache()
+    planning._CHOSEN[site.key] = Plan(strategy="ring") if rank == 0 else Plan(strategy="chunked", chunks=rank + 1)
+    try:
+        out = H.matmul_all_reduce(A, B, "sum", g)
+    finally:
+        planning.clear_plan_cache()
+    expected = A @ B
+    dist.all_reduce(expected)
+    assert torch.allclose(out, expected, atol=1e-5)
+    return [p.plan.describe() for p in dispatch._PREPARED.values() if p.site == site]

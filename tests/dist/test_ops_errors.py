@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from _ops_errors import bad_everywhere, bad_on_one_rank, diverge_after_first_call, disagree, healthy
+from _ops_errors import (
+    bad_everywhere,
+    bad_on_one_rank,
+    disagree,
+    diverge_after_first_call,
+    healthy,
+    planners_disagree,
+)
 
 BAD = {
     "k_mismatch": (ValueError, r"Bs\[0\] has shape \(7, 3\)"),
@@ -54,3 +61,7 @@ def test_disagreeing_ranks_get_the_same_error(pool, which, field):
 def test_divergence_after_the_first_call_is_caught_in_always_mode(pool2):
     pool2.run_expect_error(diverge_after_first_call, 1, exc_type=ValueError, match=r"rank 1 has site\.k=12")
     assert all(pool2.run(healthy, 6))
+
+
+def test_plan_left_to_hocket_is_rank_zeros_choice_everywhere(pool):
+    assert pool.run(planners_disagree) == [["ring(1)"]] * pool.world_size

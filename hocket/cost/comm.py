@@ -45,6 +45,8 @@ STEP_OVERHEAD_US = {"sm_collective": 1.0, "sm_p2p": 1.0, "copy_engine": 1.0, "ho
 """Per algorithm step on top of the link latency (flag/handshake between neighbours)."""
 COPY_ISSUE_US = 1.5
 """Issuing one more peer copy of a one-shot copy-engine collective (the copies then run concurrently)."""
+COPY_GAP_US = 1.0
+"""Gap between two DMA copies queued back to back on one engine (descriptor fetch)."""
 HOST_REDUCE_GBPS = 40.0
 """Host-side summation rate for reductions on the host-staged path (read p buffers, write one)."""
 
@@ -152,6 +154,20 @@ def group_topology(cluster, ranks) -> GroupTopology:
         intra_gbps=intra_gbps, intra_latency_us=intra_lat, nic_gbps=nic_gbps, nics_per_node=nics,
         nic_latency_us=nic_lat, ring_gbps=ring_gbps, ring_latency_us=ring_lat,
         host_gbps=host.gbps_per_direction if host else None, host_latency_us=host.latency_us if host else 0.0)
+
+
+def queued_saving_ms(kind: str, topo: GroupTopology) -> float:
+    """Fixed cost a transfer does not pay when it is queued right behind another on the
+    same resource: DMA copies (copy engine, host link) overlap their setup and latency
+    with the previous copy's data phase, leaving a small gap; an SM-driven collective's
+    launch is issued ahead, but its handshake steps remain; a gloo call blocks the thread
+    that issues it, so it saves nothing."""
+    if kind in ("copy_engine", "host_link"):
+        latency = topo.host_latency_us if kind == "host_link" else topo.ring_latency_us
+        return max(0.0, CALL_OVERHEAD_US[kind] + latency + STEP_OVERHEAD_US[kind] - COPY_GAP_US) / 1e3
+    if kind in ("sm_collective", "sm_p2p"):
+        return CALL_OVERHEAD_US[kind] / 1e3
+    return 0.0
 
 
 def transfer_kind(topo: GroupTopology, transport: str) -> str:
@@ -289,6 +305,20 @@ def collective(op: str, nbytes: float, topo: GroupTopology, *, transport: str = 
             context=(topo, transport, hierarchy))
     egress = (p - 1) / p * nbytes * (2 if op == "all_reduce" else 1)
     return Transfer(ms=ms, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm=algorithm, egress_bytes=egress)
+
+
+def host_copy(nbytes: float, topo: GroupTopology, *, calibration: CalibrationView | None = None) -> Transfer:
+    """One copy between a device and pinned host memory over its host link (one direction)."""
+    if not (nbytes >= 0 and math.isfinite(nbytes)):
+        raise ValueError(f"host_copy nbytes={nbytes!r} must be finite and >= 0")
+    if topo.host_gbps is None:
+        raise ValueError("a host copy needs a device<->host link (host_link in the cluster preset); "
+                         "CPU ranks already compute in host memory")
+    kind = "host_link"
+    ms = _time_ms(kind, calls=1, steps=1, latency_us=topo.host_latency_us, nbytes=nbytes, gbps=topo.host_gbps)
+    if calibration is not None and nbytes > 0:
+        ms *= calibration.transfer_ratio("host_link", nbytes, lambda b: host_copy(b, topo).ms, context=(topo,))
+    return Transfer(ms=ms, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm="copy", egress_bytes=nbytes)
 
 
 def ring_step(nbytes: float, topo: GroupTopology, *, transport: str = "p2p", peers: int = 1,

@@ -41,6 +41,8 @@ _KIND_STRATEGIES = {
     "ag_mm": ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted"),
     "mm_rs": ("sequential", "chunked", "ring", "bidir_ring", "tile_fused"),
     "mm_ar": ("sequential", "chunked", "substituted"),
+    "h2d_mm": ("sequential", "chunked", "tile_fused"),
+    "mm_d2h": ("sequential", "chunked", "tile_fused"),
 }
 
 
@@ -125,8 +127,15 @@ class _Builder:
                               depends_on=tuple(deps), piece=piece, nbytes=nbytes, op=op))
 
     def add_transfer(self, name: str, transfer: comm_model.Transfer, *, deps=(), piece: int = 0, op: str,
-                     nbytes: float) -> int:
-        return self.add(Stage(name=name, resource=transfer.resource, duration_ms=transfer.ms,
+                     nbytes: float, queued: bool = True) -> int:
+        """``queued=False``: the transfer is released by a device-side flag (a stream wait on
+        memory): issued ahead, but its latency starts at the flag, not behind the previous copy."""
+        duration = transfer.ms
+        if any(s.resource == transfer.resource for s in self.stages):  # behind an earlier transfer
+            saving = comm_model.queued_saving_ms(transfer.kind, self.topo) if queued else \
+                comm_model.CALL_OVERHEAD_US[transfer.kind] / 1e3  # issued ahead, but starts at the flag
+            duration -= min(0.9 * duration, saving)
+        return self.add(Stage(name=name, resource=transfer.resource, duration_ms=duration,
                               depends_on=tuple(deps), kind=transfer.kind, piece=piece, nbytes=nbytes, op=op),
                         egress=transfer.egress_bytes)
 
@@ -300,45 +309,55 @@ def _rs_ring(b: _Builder, block_rows: int, *, bidirectional: bool) -> None:
 def _tile_fused(b: _Builder, *, producer: bool) -> None:
     """One persistent kernel over flag groups (ag_mm: consumer; mm_rs: producer)."""
     site, plan = b.site, b.plan
-    p, m = site.world, site.m
-    total = site.comm_bytes
+    p, m, total = site.world, site.m, site.comm_bytes
+    op = "reduce_scatter" if producer else "all_gather"
+    local_rows = m // p if not producer and plan.order == "local_first" else 0
+    scale = p / (p - 1) if local_rows else 1.0  # with a local part first, the groups hold remote rows only
+
+    def transfer(i: int, rows: int, deps=(), queued: bool = True) -> int:
+        nbytes = total * rows / m * scale
+        return b.add_transfer(f"{op}[{i}]", b.collective(op, nbytes), deps=deps, piece=i, op=op, nbytes=nbytes,
+                              queued=queued)
+
+    _fused_groups(b, consumer_of=None if producer else transfer, producer_for=transfer if producer else None,
+                  local_rows=local_rows)
+    if producer:  # partial blocks land in symmetric memory; the owner sums the p of them
+        b.add_memory("reduce[final]", (p + 1) * total / p, deps=(len(b.stages) - 1,))
+
+
+def _fused_groups(b: _Builder, *, consumer_of=None, producer_for=None, local_rows: int = 0) -> None:
+    """The compute side of a persistent kernel: launched once before any data arrives,
+    then one stage per flag group. ``consumer_of(i, rows)`` adds the transfer group i waits
+    for; ``producer_for(i, rows, deps)`` adds the transfer group i feeds; ``local_rows``
+    are computed first without waiting. Each group is charged its marginal kernel time
+    counted from the kernel's end (the last group carries the wave tail)."""
+    site, plan = b.site, b.plan
+    m = site.m
     sms = None
     if b.device.sm_count is not None and plan.transport in ("collective", "p2p"):
         sms = b.device.sm_count - b.comm_sms  # never occupy every SM beside an SM-driven transport
         b.sm_capped = True
-    wait_ms = FLAG_WAIT_US / 1e3
 
     def marginal(rows_done: int, rows: int) -> float:
-        """Kernel time of ``rows`` more rows after ``rows_done``, counted from the end of the
-        kernel (its last group carries the wave tail and the fixed costs)."""
         after = m - rows_done - rows
         return b.gemm(m - rows_done, launches=0, sms=sms) - (b.gemm(after, launches=0, sms=sms) if after else 0.0)
 
-    groups = split_even(m, plan.chunks)
-    op = "reduce_scatter" if producer else "all_gather"
-    # the kernel is launched once, before any data arrives, and then waits on flags
+    def flops(rows: int) -> float:
+        return 2.0 * rows * site.k * site.n * site.num_b
+
     b.add(Stage(name="kernel.launch", resource="compute", duration_ms=launch_ms(b.device), op="launch"))
-    local_rows = m // p
-    scale = 1.0
-    if not producer and plan.order == "local_first" and local_rows:
-        scale = p / (p - 1)  # the groups hold remote rows only
+    if local_rows:
         b.add(Stage(name="gemm[local]", resource="compute", duration_ms=max(0.0, marginal(0, local_rows)),
-                    op="gemm", flops=2.0 * local_rows * site.k * site.n * site.num_b), rows=m)
-        groups = split_even(m - local_rows, plan.chunks)
-    done = m - sum(groups)
-    for i, rows in enumerate(groups):
-        nbytes = total * rows / m * scale
-        gemm_stage = Stage(name=f"gemm[{i}]", resource="compute", duration_ms=max(0.0, marginal(done, rows)) + wait_ms,
-                           op="gemm", piece=i, flops=2.0 * rows * site.k * site.n * site.num_b)
+                    op="gemm", flops=flops(local_rows)), rows=m)
+    done = local_rows
+    wait_ms = FLAG_WAIT_US / 1e3
+    for i, rows in enumerate(split_even(m - local_rows, plan.chunks)):
+        deps = (consumer_of(i, rows),) if consumer_of is not None else ()
+        g = b.add(Stage(name=f"gemm[{i}]", resource="compute", duration_ms=max(0.0, marginal(done, rows)) + wait_ms,
+                        depends_on=deps, op="gemm", piece=i, flops=flops(rows)), rows=m)
         done += rows
-        if producer:
-            g = b.add(gemm_stage, rows=m)
-            b.add_transfer(f"{op}[{i}]", b.collective(op, nbytes), deps=(g,), piece=i, op=op, nbytes=nbytes)
-        else:
-            t = b.add_transfer(f"{op}[{i}]", b.collective(op, nbytes), piece=i, op=op, nbytes=nbytes)
-            b.add(replace(gemm_stage, depends_on=(t,)), rows=m)
-    if producer:  # partial blocks land in symmetric memory; the owner sums the p of them
-        b.add_memory("reduce[final]", (p + 1) * total / p, deps=(len(b.stages) - 1,))
+        if producer_for is not None:  # released by the group's flag, not set up ahead
+            producer_for(i, rows, deps=(g,), queued=False)
 
 
 def _mm_ar(b: _Builder) -> None:
@@ -373,13 +392,43 @@ def _mm_ar(b: _Builder) -> None:
         raise _not_for(site, plan)
 
 
+def _offload(b: _Builder) -> None:
+    """One device and its host link: ``h2d_mm`` copies A in, ``mm_d2h`` copies C out,
+    whole (sequential), in row pieces on two streams (chunked), or into/out of one
+    persistent kernel's flag groups (tile_fused)."""
+    site, plan = b.site, b.plan
+    if plan.transport != "host_staged":
+        raise ValueError(f"a {site.kind} site moves data over the host link: use transport='host_staged', "
+                         f"not {plan.transport!r}")
+    to_host = site.kind == "mm_d2h"
+    m, total = site.m, site.comm_bytes
+    op = "copy_d2h" if to_host else "copy_h2d"
+
+    def copy(i: int, rows: int, deps=(), queued: bool = True) -> int:
+        nbytes = total * rows / m
+        return b.add_transfer(f"{op}[{i}]", comm_model.host_copy(nbytes, b.topo, calibration=b.calibration),
+                              deps=deps, piece=i, op=op, nbytes=nbytes, queued=queued)
+
+    if plan.strategy in ("sequential", "chunked"):
+        pieces = [m] if plan.strategy == "sequential" else split_even(m, plan.chunks)
+        for i, rows in enumerate(pieces):
+            if to_host:
+                copy(i, rows, deps=(b.add_gemm(f"gemm[{i}]", rows, piece=i),))
+            else:
+                b.add_gemm(f"gemm[{i}]", rows, deps=(copy(i, rows),), piece=i)
+    elif plan.strategy == "tile_fused":
+        _fused_groups(b, consumer_of=None if to_host else copy, producer_for=copy if to_host else None)
+    else:
+        raise _not_for(site, plan)
+
+
 def _not_for(site, plan) -> ValueError:
     fits = sorted(kind for kind, strategies in _KIND_STRATEGIES.items() if plan.strategy in strategies)
     return ValueError(f"strategy={plan.strategy!r} does not apply to a {site.kind} site (it applies to "
                       f"{', '.join(fits) or 'no priced kind'}); use one of {_KIND_STRATEGIES.get(site.kind, ())}")
 
 
-_BUILDERS = {"ag_mm": _ag_mm, "mm_rs": _mm_rs, "mm_ar": _mm_ar}
+_BUILDERS = {"ag_mm": _ag_mm, "mm_rs": _mm_rs, "mm_ar": _mm_ar, "h2d_mm": _offload, "mm_d2h": _offload}
 
 
 def check_site_on_cluster(site, plan, cluster) -> tuple[int, ...]:

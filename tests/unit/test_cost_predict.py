@@ -42,12 +42,15 @@ def test_every_candidate_is_finite_and_monotone_in_flops_and_bytes(preset, site,
 
 @settings(max_examples=15)
 @given(sites(kinds=("ag_mm", "mm_rs", "mm_ar"), worlds=(2,), max_dim=1 << 14), st.floats(1.0, 400.0))
-def test_a_slower_link_never_makes_a_plan_faster(site, gbps):
+def test_a_slower_link_never_makes_transfers_faster(site, gbps):
     fast, slow = with_island_link(H200X2, 450.0), with_island_link(H200X2, gbps)
     for plan in candidate_plans(site, H200X2):
-        # a faster transfer stretches more beside a GEMM (its memory share is larger), so the
-        # contended part of a makespan can shrink slightly on a slower link: allow 1%
-        assert predict(site, plan, slow).total_ms >= predict(site, plan, fast).total_ms * 0.99
+        on_slow, on_fast = predict(site, plan, slow), predict(site, plan, fast)
+        assert on_slow.comm_ms >= on_fast.comm_ms * (1 - REL)
+        # A faster transfer takes a larger memory share per ms and so slows a GEMM beside it
+        # harder (contention.py); when the transfer is hidden anyway, the makespan on the
+        # faster link can come out a little longer. Bounded: within 5%.
+        assert on_slow.total_ms >= on_fast.total_ms * 0.95
 
 
 def test_on_nvlink_h200_chunking_loses_to_sequential():
@@ -110,3 +113,16 @@ def test_impossible_requests_raise_clear_errors():
         predict(Site(kind="ag_mm", m=64, k=64, n=64, world=mixed.world_size), Plan(), mixed)
     assert predict(Site(kind="ag_mm", m=64, k=64, n=64, world=mixed.world_size),
                    Plan(transport="host_staged"), mixed).total_ms > 0
+
+
+def test_single_device_offload_overlaps_the_host_copy():
+    h200 = load_preset("h200x1")
+    for kind in ("h2d_mm", "mm_d2h"):
+        site = Site(kind=kind, m=8192, k=3584, n=8192, world=1)
+        sequential = predict(site, Plan(transport="host_staged"), h200)
+        assert sequential.total_ms == pytest.approx(sequential.compute_ms + sequential.comm_ms, rel=1e-9)
+        chunked = predict(site, Plan(strategy="chunked", chunks=8, transport="host_staged"), h200)
+        assert chunked.total_ms < 0.9 * sequential.total_ms
+        assert chunked.total_ms >= max(chunked.compute_ms, chunked.comm_ms) * (1 - REL)
+    with pytest.raises(ValueError, match="host_staged"):
+        predict(Site(kind="h2d_mm", m=64, k=64, n=64, world=1), Plan(), h200)

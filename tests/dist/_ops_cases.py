@@ -52,10 +52,14 @@ def run_case(case: dict) -> list[tuple[str, float]]:
         if kind == "mm_rs":
             out = H.matmul_reduce_scatter(As[rank], Bs[rank], case["reduce_op"], dim, dist.group.WORLD, plan=plan)
             check(out, matmul_reduce_scatter_global(As, Bs, case["reduce_op"], dim)[rank], "out")
+            _check_fake(lambda a, b: torch.ops.hocket.matmul_reduce_scatter(
+                a, b, case["reduce_op"], dim, dist.group.WORLD.group_name, "", "forward"), [As[rank], Bs[rank]], [out])
         else:
             out = H.matmul_all_reduce(As[rank], Bs[rank], case["reduce_op"], dist.group.WORLD, plan=plan)
             expected = matmul_all_reduce_global(As, Bs, case["reduce_op"])
             check(out, expected, "out")
+            _check_fake(lambda a, b: torch.ops.hocket.matmul_all_reduce(
+                a, b, case["reduce_op"], dist.group.WORLD.group_name, "", "forward"), [As[rank], Bs[rank]], [out])
             everyone = [torch.empty_like(out) for _ in range(w)]
             dist.all_gather(everyone, out)
             assert all(torch.equal(everyone[0], o) for o in everyone), "all-reduce results differ between ranks"

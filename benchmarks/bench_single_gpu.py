@@ -7,9 +7,13 @@ reference):
 
 * compute alone (``torch.mm``, the whole problem) and transfer alone (one copy of the bytes);
 * ``sequential`` (copy then mm / mm then copy), ``chunked`` (two streams) for several
-  chunk counts, ``tile_fused`` for several flag-group counts (the Triton kernels, tile
-  config chosen first by timing the kernel alone with flags pre-set);
-* the tile-fused GEMM alone vs cuBLAS (TFLOP/s).
+  chunk counts, ``tile_fused`` (the Triton kernels; tile config chosen first by timing
+  the kernel alone) in several variants (``VARIANTS``): the operator's default ramp of
+  pieces with narrow edge tiles for several piece counts, the ramp with fewer or more
+  narrow pieces, and the schedule before tuning (even groups, full tiles only, flag
+  waits on the copy stream);
+* the best tile_fused plan's GEMM alone vs cuBLAS (TFLOP/s), and its timeline (when each
+  piece was ready, when each copy ended, when the GEMM ended), next to the old schedule's.
 
 Times are CUDA-event medians of >= 50 back-to-back runs with p10/p90; overlap efficiency
 is DESIGN.md section 4's (or the speedup when the possible saving is under 15%). Results
@@ -31,7 +35,7 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -42,9 +46,11 @@ from hocket.bench.record import Baselines, make_record, write_records
 from hocket.bench.stats import summarize
 from hocket.hardware.fingerprint import fingerprint
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint
-from hocket.kernels import (ConsumerWorkspace, ProducerWorkspace, candidate_configs, consumer_gemm, even_row_offsets,
-                            producer_gemm, reset_producer, warmup_consumer, warmup_producer)
+from hocket.kernels import (candidate_configs, consumer_gemm, even_row_offsets, producer_gemm, reset_producer,
+                            warmup_consumer, warmup_producer)
 from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host
+from hocket.ops.offload_pieces import piece_offsets
+from hocket.ops.offload_timeline import offload_timeline
 from hocket.ops.tolerance import max_error, tolerance
 from hocket.plan.plan import Plan
 from hocket.site import Site
@@ -53,7 +59,6 @@ SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 122
 SMOKE_SHAPES = ((8192, 8192, 7168),)
 DIRECTIONS = ("to_host", "from_host")
 CHUNKS = (4, 8, 16, 32)
-FUSED_CHUNKS = (8, 16, 32, 64)
 CALIBRATION_PROGRAMS = (8, 16, 32, 66, 100, 132)
 SMOKE_PROGRAMS = (8, 132)
 SM_COLLECTIVE_PROGRAMS = 32
@@ -98,35 +103,107 @@ def check(actual: torch.Tensor, expected_fp32: torch.Tensor, what: str) -> float
     return max_error(actual.float(), expected_fp32)
 
 
-# -- the tile-fused GEMM alone -------------------------------------------------
-def choose_tile_config(direction: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, configs, iters: int):
-    """Time the tile-fused GEMM alone (consumer: flags pre-set; producer: signalling) per
-    config; return (best config, its ms, {label: ms})."""
+# -- tile_fused variants -----------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """A tile_fused setting measured side by side: pieces and the offload context's knobs."""
+
+    name: str
+    pieces: str
+    """``ramp`` (the operator's default: one row block at the exposed edge, growing) or ``even``."""
+    chunks: tuple[int, ...]
+    edge_pieces: int
+    side_waits: bool = True
+
+    def context_kwargs(self) -> dict:
+        return dict(edge_pieces=self.edge_pieces, side_waits=self.side_waits)
+
+
+VARIANTS = (
+    Variant(name="ramp/edge1", pieces="ramp", chunks=(4, 6, 8, 12, 16), edge_pieces=1),
+    Variant(name="ramp/edge0", pieces="ramp", chunks=(6, 8, 12), edge_pieces=0),
+    Variant(name="ramp/edge2", pieces="ramp", chunks=(8, 12, 16), edge_pieces=2),
+    Variant(name="even/before", pieces="even", chunks=(8, 16), edge_pieces=0, side_waits=False),
+)
+"""``even/before`` is the schedule before issue 5's tuning: even groups, full-width tiles only,
+flag waits on the copy stream."""
+SMOKE_VARIANTS = (Variant(name="ramp/edge1", pieces="ramp", chunks=(8,), edge_pieces=1),
+                  Variant(name="even/before", pieces="even", chunks=(8,), edge_pieces=0, side_waits=False))
+CONFIG_PLAN_CHUNKS = 8
+
+
+def fused_plan(variant: Variant, chunks: int, m: int, *, block_m: int, direction: str) -> Plan:
+    """The tile_fused plan with its pieces written out (records say exactly what ran)."""
+    base = Plan(strategy="tile_fused", chunks=chunks, transport="host_staged")
+    offsets = (piece_offsets(base, m, align=block_m, direction=direction) if variant.pieces == "ramp"
+               else even_row_offsets(m, min(chunks, -(-m // block_m)), align=block_m))
+    sizes = tuple(b - a for a, b in zip(offsets, offsets[1:]))
+    return base.with_(chunks=len(sizes), split_sizes=sizes)
+
+
+def fused_alone_ms(ctx: OffloadContext, direction: str, plan: Plan, a, b, out, *, iters: int) -> float:
+    """The tile_fused GEMM alone, with ``plan``'s schedule (consumer: every flag pre-set;
+    producer: signalling, nothing waiting for the flags)."""
     m, k = a.shape
     n = b.shape[1]
+    if direction == "from_host":
+        ws = ctx.consumer(m, n, k, a.dtype, plan)
+        warmup_consumer(ws, a, b, out)
+        ws.flags.fill_(1)
+        ms = median_ms(lambda: consumer_gemm(a, b, workspace=ws, out=out), iters=iters)
+        ws.flags.zero_()
+        return ms
+    ws = ctx.producer(m, n, k, a.dtype, plan)
+    warmup_producer(ws, a, b, out)
+
+    def run():
+        reset_producer(ws)
+        producer_gemm(a, b, workspace=ws, out=out)
+
+    return median_ms(run, iters=iters)
+
+
+def choose_tile_config(direction: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, configs, iters: int):
+    """Time the tile-fused GEMM alone per config with the default schedule (an 8-piece ramp,
+    narrow edge tiles); return (best config, its ms, {label: ms})."""
     results = {}
     for cfg in configs:
-        if direction == "from_host":
-            ws = ConsumerWorkspace(m=m, n=n, k=k, dtype=a.dtype, device=a.device, config=cfg,
-                                   chunk_offsets=even_row_offsets(m, 16, align=cfg.block_m))
-            warmup_consumer(ws, a, b, out)
-            ws.flags.fill_(1)
-            results[cfg] = median_ms(lambda: consumer_gemm(a, b, workspace=ws, out=out), iters=iters)
-        else:
-            ws = ProducerWorkspace(m=m, n=n, k=k, dtype=a.dtype, device=a.device, config=cfg, groups=16)
-            warmup_producer(ws, a, b, out)
-
-            def run(ws=ws):
-                reset_producer(ws)
-                producer_gemm(a, b, workspace=ws, out=out)
-
-            results[cfg] = median_ms(run, iters=iters)
+        with OffloadContext(a.device, config=cfg) as ctx:
+            plan = fused_plan(VARIANTS[0], CONFIG_PLAN_CHUNKS, a.shape[0], block_m=cfg.block_m, direction=direction)
+            results[cfg] = fused_alone_ms(ctx, direction, plan, a, b, out, iters=iters)
     best = min(results, key=results.get)
     return best, results[best], {cfg.label(): ms for cfg, ms in results.items()}
 
 
 # -- one shape and direction -------------------------------------------------------
-def measure(direction: str, shape, *, iters: int, chunk_counts, fused_counts, configs, provenance, log) -> dict:
+def _run_fn(direction, ctx, plan, *, a_dev, a_host, b, c_dev, host_out, expected, shape):
+    """Warm once, check once on poisoned outputs, return (timed callable, max error)."""
+    m, k = a_dev.shape
+    if direction == "to_host":
+        matmul_to_host(a_dev, b, out=host_out, plan=plan, context=ctx)
+        host_out.fill_(float("nan"))
+        matmul_to_host(a_dev, b, out=host_out, plan=plan, context=ctx)
+        err = check(host_out, expected, f"matmul_to_host {plan.describe()} {shape}")
+        return (lambda: matmul_to_host(a_dev, b, out=host_out, plan=plan, context=ctx, non_blocking=True)), err
+    matmul_from_host(a_host, b, out=c_dev, plan=plan, context=ctx)
+    c_dev.fill_(float("nan"))
+    ctx.staged.device_buffer("from_host.A", (m, k), DTYPE).fill_(float("nan"))
+    matmul_from_host(a_host, b, out=c_dev, plan=plan, context=ctx)
+    torch.cuda.synchronize()
+    ctx.check()
+    err = check(c_dev, expected, f"matmul_from_host {plan.describe()} {shape}")
+    return (lambda: matmul_from_host(a_host, b, out=c_dev, plan=plan, context=ctx)), err
+
+
+def _timeline(direction, ctx, plan, *, a_dev, a_host, b, c_dev, host_out):
+    if direction == "to_host":
+        staging = ctx.staged.device_buffer("to_host.C", tuple(c_dev.shape), DTYPE)
+        return offload_timeline(direction, a=a_dev, b=b, out=host_out, staging=staging, plan=plan, context=ctx)
+    staging = ctx.staged.device_buffer("from_host.A", tuple(a_dev.shape), DTYPE)
+    return offload_timeline(direction, a=a_host, b=b, out=c_dev, staging=staging, plan=plan, context=ctx)
+
+
+def measure(direction: str, shape, *, iters: int, chunk_counts, variants, configs, provenance, log) -> dict:
     m, k, n = shape
     dev = torch.device("cuda", torch.cuda.current_device())
     a_dev = torch.randn(m, k, device=dev).to(DTYPE)
@@ -136,6 +213,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, fused_counts, co
     a_host = a_dev.cpu().pin_memory()
     host_out = torch.empty(m, n, dtype=DTYPE, pin_memory=True)
     flops = 2 * m * k * n
+    buffers = dict(a_dev=a_dev, a_host=a_host, b=b, c_dev=c_dev, host_out=host_out)
 
     compute_ms = median_ms(lambda: torch.mm(a_dev, b, out=c_dev), iters=iters)
     if direction == "to_host":
@@ -144,85 +222,99 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, fused_counts, co
     else:
         comm_bytes = m * k * 2
         comm_ms = median_ms(lambda: a_dev.copy_(a_host, non_blocking=True), iters=iters)
-    best_cfg, fused_alone_ms, per_config = choose_tile_config(direction, a_dev, b, c_dev, configs=configs,
-                                                              iters=max(10, iters // 5))
+    best_cfg, config_alone_ms, per_config = choose_tile_config(direction, a_dev, b, c_dev, configs=configs,
+                                                               iters=max(10, iters // 5))
     log(f"  {direction} {m}x{k}x{n}: mm {compute_ms:.3f} ms ({flops / compute_ms / 1e9:.0f} TFLOP/s), "
-        f"copy {comm_ms:.3f} ms ({comm_bytes / comm_ms / 1e6:.1f} GB/s), tile-fused alone {fused_alone_ms:.3f} ms "
-        f"with {best_cfg.label()} ({compute_ms / fused_alone_ms:.0%} of cuBLAS)")
+        f"copy {comm_ms:.3f} ms ({comm_bytes / comm_ms / 1e6:.1f} GB/s), tile config {best_cfg.label()} "
+        f"({compute_ms / config_alone_ms:.0%} of cuBLAS alone with an {CONFIG_PLAN_CHUNKS}-piece ramp)")
 
-    plans = [Plan(strategy="sequential", transport="host_staged")]
-    plans += [Plan(strategy="chunked", chunks=c, transport="host_staged") for c in chunk_counts]
-    plans += [Plan(strategy="tile_fused", chunks=c, transport="host_staged") for c in fused_counts
-              if c <= -(-m // best_cfg.block_m)]
-    timed = {}
-    with OffloadContext(dev, config=best_cfg) as ctx:
-        for plan in plans:
-            # one warm call (compiles and loads kernels, fills buffers), then a checked call on poisoned
-            # outputs (and, host -> device, a poisoned staging copy of A), then the timed runs
-            if direction == "to_host":
-                matmul_to_host(a_dev, b, out=host_out, plan=plan, context=ctx)
-                host_out.fill_(float("nan"))
-                matmul_to_host(a_dev, b, out=host_out, plan=plan, context=ctx)
-                err = check(host_out, expected, f"matmul_to_host {plan.describe()} {shape}")
-
-                def run(plan=plan):
-                    matmul_to_host(a_dev, b, out=host_out, plan=plan, context=ctx, non_blocking=True)
-            else:
-                matmul_from_host(a_host, b, out=c_dev, plan=plan, context=ctx)
-                c_dev.fill_(float("nan"))
-                ctx.staged.device_buffer("from_host.A", (m, k), DTYPE).fill_(float("nan"))
-                matmul_from_host(a_host, b, out=c_dev, plan=plan, context=ctx)
-                torch.cuda.synchronize()
-                ctx.check()
-                err = check(c_dev, expected, f"matmul_from_host {plan.describe()} {shape}")
-
-                def run(plan=plan):
-                    matmul_from_host(a_host, b, out=c_dev, plan=plan, context=ctx)
-            summary = summarize(samples_ms(run, iters=iters, warmup=3))
+    runs = [("-", dict(), Plan(strategy="sequential", transport="host_staged"))]
+    runs += [("-", dict(), Plan(strategy="chunked", chunks=c, transport="host_staged")) for c in chunk_counts]
+    for variant in variants:
+        for c in variant.chunks:
+            if c <= -(-m // best_cfg.block_m):
+                runs.append((variant.name, variant.context_kwargs(),
+                             fused_plan(variant, c, m, block_m=best_cfg.block_m, direction=direction)))
+    contexts = {}
+    timed = []
+    try:
+        for name, kwargs, plan in runs:
+            if name not in contexts:
+                contexts[name] = OffloadContext(dev, config=best_cfg, **kwargs)
+            ctx = contexts[name]
+            fn, err = _run_fn(direction, ctx, plan, expected=expected, shape=shape, **buffers)
+            summary = summarize(samples_ms(fn, iters=iters, warmup=3))
             ctx.check()
-            timed[plan] = (summary, err)
-            log(f"    {plan.describe():28s} {summary.median_ms:.3f} ms (p10 {summary.p10_ms:.3f}, "
-                f"p90 {summary.p90_ms:.3f}), max error {err:.2g}")
+            timed.append((name, plan, summary, err))
+            log(f"    {plan.describe():28s} {name:12s} {summary.median_ms:.3f} ms (p10 {summary.p10_ms:.3f}, "
+                f"p90 {summary.p90_ms:.3f}), max error {err:.2g}, pieces {list(plan.split_sizes or ())}")
+        fused = [t for t in timed if t[1].strategy == "tile_fused"]
+        best_name, best_plan = min(fused, key=lambda t: t[2].median_ms)[:2]
+        alone_ms = fused_alone_ms(contexts[best_name], direction, best_plan, a_dev, b, c_dev, iters=max(10, iters // 2))
+        timelines = {}  # (variant, plan) -> OffloadTimeline: the best plan, and the best of the old schedule
+        for name in (best_name, "even/before"):
+            options = [t for t in fused if t[0] == name]
+            if options:
+                plan = min(options, key=lambda t: t[2].median_ms)[1]
+                timeline = _timeline(direction, contexts[name], plan, **buffers)
+                timelines[(name, plan)] = timeline
+                log(f"    timeline {name} {plan.describe()}: {timeline.describe()}; drain {timeline.drain_ms:.3f} ms")
+    finally:
+        for ctx in contexts.values():
+            ctx.close()
 
-    sequential_ms = timed[plans[0]][0].median_ms
+    sequential_ms = timed[0][2].median_ms
     baselines = Baselines(sequential_ms=sequential_ms, compute_alone_ms=compute_ms, comm_alone_ms=comm_ms)
     site = Site(kind="mm_d2h" if direction == "to_host" else "h2d_mm", m=m, k=k, n=n, dtype="bfloat16", world=1)
-    run_info = dict(provenance.extra, tile_config=best_cfg.label(), tile_alone_ms=fused_alone_ms,
-                    tile_alone_tflops=flops / fused_alone_ms / 1e9, cublas_tflops=flops / compute_ms / 1e9,
-                    tile_configs_ms=per_config, comm_bytes=comm_bytes)
-    records = [make_record(site=site, plan=plan, timing=summary, baselines=baselines,
-                           provenance=replace(provenance, extra=run_info), max_error=err)
-               for plan, (summary, err) in timed.items()]
+    common = dict(provenance.extra, tile_config=best_cfg.label(), tile_configs_alone_ms=per_config,
+                  cublas_tflops=flops / compute_ms / 1e9, comm_bytes=comm_bytes)
+    records = []
+    for name, plan, summary, err in timed:
+        extra = dict(common, variant=name)
+        if name != "-":
+            extra.update(next(v for v in variants if v.name == name).context_kwargs())
+        if (name, plan) == (best_name, best_plan):
+            extra.update(tile_alone_ms=alone_ms, tile_alone_tflops=flops / alone_ms / 1e9)
+        if (name, plan) in timelines:
+            extra.update(timeline=asdict(timelines[(name, plan)]))
+        records.append(make_record(site=site, plan=plan, timing=summary, baselines=baselines,
+                                   provenance=replace(provenance, extra=extra), max_error=err))
 
-    def best(strategy):
-        options = [(s.median_ms, p) for p, (s, _) in timed.items() if p.strategy == strategy]
+    def best(select):
+        options = [(s.median_ms, p) for name, p, s, _ in timed if select(name, p)]
         return min(options, key=lambda o: o[0]) if options else (float("nan"), None)
 
     row = dict(direction=direction, shape=shape, compute_ms=compute_ms, comm_ms=comm_ms, sequential_ms=sequential_ms,
-               fused_alone_pct=compute_ms / fused_alone_ms, tile_config=best_cfg.label())
-    for strategy in ("chunked", "tile_fused"):
-        ms, plan = best(strategy)
+               fused_alone_pct=compute_ms / alone_ms, tile_config=best_cfg.label(), best_variant=best_name)
+    columns = {"chunked": lambda name, p: p.strategy == "chunked",
+               "tile_fused": lambda name, p: p.strategy == "tile_fused",
+               "before": lambda name, p: name == "even/before"}
+    for column, select in columns.items():
+        ms, plan = best(select)
         score = overlap_score(measured_ms=ms, sequential_ms=sequential_ms, compute_alone_ms=compute_ms,
                               comm_alone_ms=comm_ms) if plan else None
-        row[strategy] = (ms, plan.chunks if plan else None, score.label() if score else "-")
+        row[column] = (ms, plan.chunks if plan else None, score.label() if score else "-")
     return dict(records=records, row=row)
 
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'direction':9s} {'m x k x n':18s} {'mm_ms':>7s} {'copy_ms':>7s} {'seq_ms':>7s} "
-            f"{'chunked_ms (c) eff':>22s} {'fused_ms (c) eff':>22s} {'fusedGEMM/cuBLAS':>16s}")
+            f"{'chunked_ms (c) eff':>22s} {'fused_ms (c) eff':>22s} {'fusedGEMM/cuBLAS':>16s} "
+            f"{'before_ms (c) eff':>22s}  best fused variant")
     print("\n" + head)
     print("-" * len(head))
     for r in rows:
         shape = "x".join(str(d) for d in r["shape"])
         cells = []
-        for strategy in ("chunked", "tile_fused"):
-            ms, chunks, label = r[strategy]
+        for column in ("chunked", "tile_fused", "before"):
+            ms, chunks, label = r[column]
             cells.append(f"{ms:7.3f} ({chunks}) {label:>7s}")
         print(f"{r['direction']:9s} {shape:18s} {r['compute_ms']:7.3f} {r['comm_ms']:7.3f} {r['sequential_ms']:7.3f} "
-              f"{cells[0]:>22s} {cells[1]:>22s} {r['fused_alone_pct']:16.0%}")
+              f"{cells[0]:>22s} {cells[1]:>22s} {r['fused_alone_pct']:16.0%} {cells[2]:>22s}  {r['best_variant']}")
     print("eff: overlap efficiency (T_seq - T) / (T_seq - max(mm, copy)); 'x' marks a speedup where the "
-          "possible saving is under 15% of T_seq")
+          "possible saving is under 15% of T_seq. fused: best tile_fused plan; fusedGEMM/cuBLAS: that plan's "
+          "GEMM alone (flags pre-set / nothing waiting) vs torch.mm; before: even groups, no narrow tiles, "
+          "flag waits on the copy stream (the schedule before tuning)")
 
 
 # -- contention calibration ------------------------------------------------------
@@ -325,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="results JSON lines (default: $OUT/bench_single_gpu.jsonl, else benchmarks/results/)")
     parser.add_argument("--iters", type=int, default=None, help="timed runs per measurement (default 50; smoke 10)")
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated tile_fused variants to run (default: all of "
+                             + ", ".join(v.name for v in VARIANTS) + ")")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_single_gpu needs a CUDA GPU (pinned host <-> device copies); none found", file=sys.stderr)
@@ -348,12 +443,18 @@ def main(argv: list[str] | None = None) -> int:
     shapes = SMOKE_SHAPES if args.smoke else SHAPES
     configs = candidate_configs(DTYPE)[:1] if args.smoke else candidate_configs(DTYPE)
     chunk_counts = (8,) if args.smoke else CHUNKS
-    fused_counts = (8,) if args.smoke else FUSED_CHUNKS
+    variants = SMOKE_VARIANTS if args.smoke else VARIANTS
+    if args.variants:
+        names = args.variants.split(",")
+        unknown = sorted(set(names) - {v.name for v in VARIANTS})
+        if unknown:
+            parser.error(f"--variants: {unknown} unknown; choose from {[v.name for v in VARIANTS]}")
+        variants = tuple(v for v in VARIANTS if v.name in names)
     log(f"bench_single_gpu on {device_name}: {len(shapes)} shape(s), {iters} timed runs each, results -> {out}")
     rows, records = [], []
     for shape in shapes:
         for direction in DIRECTIONS:
-            result = measure(direction, shape, iters=iters, chunk_counts=chunk_counts, fused_counts=fused_counts,
+            result = measure(direction, shape, iters=iters, chunk_counts=chunk_counts, variants=variants,
                              configs=configs, provenance=provenance, log=log)
             rows.append(result["row"])
             records.extend(result["records"])

@@ -8,6 +8,8 @@ use of one of the names below:
   on chunk flags of A (raised by a transfer), tiles in chunk-arrival order;
 * ``producer_gemm(a, b, workspace=ProducerWorkspace(...), out=...)``: GEMM whose finished
   row-block groups raise flags, so each group's transfer starts early;
+* pieces and edge tiles: ``ramp_row_offsets`` (one row block at the exposed edge, then
+  growing) and the workspaces' ``narrow_rows`` (narrow tiles there, ``TileConfig.narrow_n``);
 * ``warmup_consumer`` / ``warmup_producer``: compile and load before anything spins;
 * ``reset_consumer`` / ``reset_producer``; ``set_flag_on_stream`` / ``wait_flag_on_stream``.
 """
@@ -18,7 +20,7 @@ import importlib
 
 from hocket.kernels.config import TileConfig, candidate_configs, default_config, persistent_programs
 from hocket.kernels.errors import FlagTimeoutError, raise_on_timeout, spins_for_timeout
-from hocket.kernels.schedule import consumer_schedule, even_row_offsets, producer_schedule
+from hocket.kernels.schedule import consumer_schedule, even_row_offsets, producer_schedule, ramp_row_offsets
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
 
 _LAZY = {
@@ -36,7 +38,7 @@ _LAZY = {
 __all__ = [
     "ConsumerWorkspace", "FlagTimeoutError", "ProducerWorkspace", "TileConfig", "candidate_configs",
     "consumer_schedule", "default_config", "even_row_offsets", "persistent_programs", "producer_schedule",
-    "raise_on_timeout", "spins_for_timeout", *_LAZY,
+    "raise_on_timeout", "ramp_row_offsets", "spins_for_timeout", *_LAZY,
 ]
 
 

@@ -23,16 +23,28 @@ class TileConfig:
     """row blocks that share one sweep over B's columns (L2 reuse of B)."""
     num_warps: int = 8
     num_stages: int = 3
+    narrow_block_n: int | None = None
+    """width of the narrow tiles a schedule may use at the pipeline's edge (fill/drain);
+    None: ``block_n // 2``, at most 64 and at least 16. Equal to ``block_n``: no narrow tiles."""
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
             _power_of_two(name, getattr(self, name), 16)
+        if self.narrow_block_n is not None:
+            _power_of_two("narrow_block_n", self.narrow_block_n, 16)
+            if self.narrow_block_n > self.block_n:
+                raise ValueError(f"TileConfig.narrow_block_n={self.narrow_block_n} must be <= block_n={self.block_n}")
         if not isinstance(self.group_m, int) or isinstance(self.group_m, bool) or self.group_m < 1:
             raise ValueError(f"TileConfig.group_m={self.group_m!r} must be an int >= 1")
         if self.num_warps not in _WARPS:
             raise ValueError(f"TileConfig.num_warps={self.num_warps!r} must be one of {_WARPS}")
         if not isinstance(self.num_stages, int) or isinstance(self.num_stages, bool) or self.num_stages < 1:
             raise ValueError(f"TileConfig.num_stages={self.num_stages!r} must be an int >= 1")
+
+    @property
+    def narrow_n(self) -> int:
+        """The narrow tiles' width in effect."""
+        return self.narrow_block_n if self.narrow_block_n is not None else max(16, min(64, self.block_n // 2))
 
     def label(self) -> str:
         return f"{self.block_m}x{self.block_n}x{self.block_k}/g{self.group_m}/w{self.num_warps}/s{self.num_stages}"

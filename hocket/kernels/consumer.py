@@ -2,7 +2,9 @@
 
 Each program walks the schedule table (``ConsumerSchedule``) with stride ``num_programs``;
 a tile first waits (bounded, acquire) on the flags of every chunk its rows overlap, then
-computes. Tiles are in arrival order, so compute starts as soon as the first chunk lands.
+computes. Tiles are in arrival order, so compute starts as soon as the first chunk lands;
+tiles of the last-arriving rows may be narrow (``NARROW_N`` columns), so the drain after
+the last chunk lands is a fraction of a full tile.
 """
 
 from __future__ import annotations
@@ -12,28 +14,32 @@ import triton.language as tl
 
 from hocket.kernels.errors import CONSUMER_SLOT
 from hocket.kernels.flags import wait_flag
-from hocket.kernels.gemm_tile import store_tile, tile_accumulate
+from hocket.kernels.gemm_tile import gemm_tile
+from hocket.kernels.schedule import TABLE_COLUMNS
 
 _SLOT = tl.constexpr(CONSUMER_SLOT)
+_COLS = tl.constexpr(TABLE_COLUMNS)
 
 
 @triton.jit(do_not_specialize=["max_spins"])
 def consumer_gemm_kernel(a_ptr, b_ptr, c_ptr, table_ptr, flags_ptr, err_ptr,
                          M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                          num_tiles, max_spins,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
-                         WAIT: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NARROW_N: tl.constexpr,
+                         EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_NARROW_N: tl.constexpr,
+                         EVEN_K: tl.constexpr, WAIT: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                         UPCAST: tl.constexpr):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     for t in range(pid, num_tiles, num_programs):
-        pid_m = tl.load(table_ptr + 4 * t)
-        pid_n = tl.load(table_ptr + 4 * t + 1)
+        pid_m = tl.load(table_ptr + _COLS * t)
+        pid_n = tl.load(table_ptr + _COLS * t + 1)
+        narrow = tl.load(table_ptr + _COLS * t + 2)
         if WAIT:
-            first_chunk = tl.load(table_ptr + 4 * t + 2)
-            last_chunk = tl.load(table_ptr + 4 * t + 3)
+            first_chunk = tl.load(table_ptr + _COLS * t + 3)
+            last_chunk = tl.load(table_ptr + _COLS * t + 4)
             for chunk in range(first_chunk, last_chunk + 1):
                 wait_flag(flags_ptr + chunk, err_ptr + _SLOT, chunk + 1, max_spins)
-        acc = tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                              BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)
-        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, EVEN_M, EVEN_N)
+        gemm_tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, narrow, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, NARROW_N, EVEN_M, EVEN_N, EVEN_NARROW_N, EVEN_K,
+                  INPUT_PRECISION, UPCAST)

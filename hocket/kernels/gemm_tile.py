@@ -1,4 +1,4 @@
-"""One output tile of ``C = A @ B``: the Triton device code both tile-fused GEMMs share."""
+"""One output tile of ``C = A @ B`` (full width or narrow): the Triton device code both tile-fused GEMMs share."""
 
 from __future__ import annotations
 
@@ -52,3 +52,32 @@ def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn,
         tl.store(c_ptrs, value)
     else:
         tl.store(c_ptrs, value, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+
+@triton.jit
+def _tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_M: tl.constexpr,
+          EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    acc = tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                          BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)
+    store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, EVEN_M, EVEN_N)
+
+
+@triton.jit
+def gemm_tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, narrow, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+              stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              NARROW_N: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_NARROW_N: tl.constexpr,
+              EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """Compute and store tile (pid_m, pid_n): ``BLOCK_N`` wide, or ``NARROW_N`` wide when
+    ``narrow`` is set (``NARROW_N == 0``: the kernel has no narrow tiles)."""
+    if NARROW_N > 0:
+        if narrow != 0:
+            _tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                  stride_cn, BLOCK_M, NARROW_N, BLOCK_K, EVEN_M, EVEN_NARROW_N, EVEN_K, INPUT_PRECISION, UPCAST)
+        else:
+            _tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                  stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)
+    else:
+        _tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+              stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)

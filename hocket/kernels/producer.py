@@ -4,7 +4,8 @@ Tiles come group by group (``ProducerSchedule``). After storing a tile, the prog
 bumps its group's counter (acq_rel); the program that completes the group raises the
 group's flag (release, system scope). The group's rows are then complete in the
 row-major output, one contiguous region, so its transfer can start while later groups
-compute.
+compute. Tiles of the first rows may be narrow (``NARROW_N`` columns), so the first
+group is ready after a fraction of a full tile's time.
 """
 
 from __future__ import annotations
@@ -13,27 +14,32 @@ import triton
 import triton.language as tl
 
 from hocket.kernels.flags import raise_flag
-from hocket.kernels.gemm_tile import store_tile, tile_accumulate
+from hocket.kernels.gemm_tile import gemm_tile
+from hocket.kernels.schedule import TABLE_COLUMNS
+
+_COLS = tl.constexpr(TABLE_COLUMNS)
 
 
 @triton.jit
 def producer_gemm_kernel(a_ptr, b_ptr, c_ptr, table_ptr, counters_ptr, flags_ptr,
                          M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                          num_tiles,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
-                         SIGNAL: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NARROW_N: tl.constexpr,
+                         EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_NARROW_N: tl.constexpr,
+                         EVEN_K: tl.constexpr, SIGNAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                         UPCAST: tl.constexpr):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     for t in range(pid, num_tiles, num_programs):
-        pid_m = tl.load(table_ptr + 4 * t)
-        pid_n = tl.load(table_ptr + 4 * t + 1)
-        acc = tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                              BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)
-        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, EVEN_M, EVEN_N)
+        pid_m = tl.load(table_ptr + _COLS * t)
+        pid_n = tl.load(table_ptr + _COLS * t + 1)
+        narrow = tl.load(table_ptr + _COLS * t + 2)
+        gemm_tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, narrow, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, NARROW_N, EVEN_M, EVEN_N, EVEN_NARROW_N, EVEN_K,
+                  INPUT_PRECISION, UPCAST)
         if SIGNAL:
-            group = tl.load(table_ptr + 4 * t + 2)
-            tiles_in_group = tl.load(table_ptr + 4 * t + 3)
+            group = tl.load(table_ptr + _COLS * t + 3)
+            tiles_in_group = tl.load(table_ptr + _COLS * t + 4)
             tl.debug_barrier()
             done_before = tl.atomic_add(counters_ptr + group, 1, sem="acq_rel", scope="gpu")
             if done_before == tiles_in_group - 1:

@@ -13,12 +13,28 @@ order can be tested on the CPU and the kernels stay generic.
   into ``groups`` contiguous ranges. A group's rows are one contiguous region of a
   row-major output, so each finished group becomes one transfer. Tiles are ordered
   group by group (swizzled inside), so group 0 completes first.
+
+Two things shorten the pipeline's fill (producer) and drain (consumer), where one tile's
+latency (a whole K loop) is paid without overlap:
+
+* uneven pieces: ``ramp_row_offsets`` makes the piece at the edge one row block and
+  grows the next ones geometrically, so the first transfer starts after one small group
+  and the pipeline still has few pieces (each transfer costs a fixed gap);
+* narrow edge tiles: row blocks within ``narrow_rows`` of the edge (the producer's first
+  rows, the consumer's last-arriving rows) are split into tiles ``narrow_block_n``
+  columns wide, so they finish in a fraction of a full tile's time.
+
+Tile table: ``TABLE_COLUMNS`` ints per tile, ``(pid_m, pid_n, narrow, x, y)``; ``pid_n``
+counts blocks of the tile's own width (``narrow_block_n`` when ``narrow`` is 1).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+TABLE_COLUMNS = 5
+"""ints per tile in a schedule table: (pid_m, pid_n, narrow, x, y)."""
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -31,13 +47,8 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def even_row_offsets(m: int, chunks: int, *, align: int = 1) -> tuple[int, ...]:
-    """Offsets ``(0, ..., m)`` of ``chunks`` contiguous row ranges, as even as possible.
-
-    Every boundary except the last is a multiple of ``align`` (use the GEMM's block_m so
-    no row block straddles two chunks). Raises if ``m`` cannot give ``chunks`` non-empty
-    ranges at that alignment.
-    """
+def _row_units(m: int, chunks: int, align: int) -> int:
+    """Blocks of ``align`` rows in ``m`` (the last may be partial), checked to hold ``chunks`` pieces."""
     _positive_int("m", m)
     _positive_int("chunks", chunks)
     _positive_int("align", align)
@@ -47,6 +58,17 @@ def even_row_offsets(m: int, chunks: int, *, align: int = 1) -> tuple[int, ...]:
             f"chunks={chunks} is more than the {units} row ranges of {align} rows that m={m} has; "
             f"use chunks <= {units}"
         )
+    return units
+
+
+def even_row_offsets(m: int, chunks: int, *, align: int = 1) -> tuple[int, ...]:
+    """Offsets ``(0, ..., m)`` of ``chunks`` contiguous row ranges, as even as possible.
+
+    Every boundary except the last is a multiple of ``align`` (use the GEMM's block_m so
+    no row block straddles two chunks). Raises if ``m`` cannot give ``chunks`` non-empty
+    ranges at that alignment.
+    """
+    units = _row_units(m, chunks, align)
     base, extra = divmod(units, chunks)
     offsets = [0]
     for i in range(chunks):
@@ -64,6 +86,47 @@ def offsets_from_sizes(sizes: Sequence[int]) -> tuple[int, ...]:
             raise ValueError(f"sizes[{i}]={size!r} must be a positive int (empty chunks carry no rows)")
         offsets.append(offsets[-1] + size)
     return tuple(offsets)
+
+
+def ramp_row_offsets(m: int, chunks: int, *, align: int = 1, reverse: bool = False) -> tuple[int, ...]:
+    """Offsets ``(0, ..., m)`` of ``chunks`` row ranges growing geometrically from one
+    ``align``-row block: sizes ``align * r**i`` (rounded to ``align``) with ``r`` chosen so
+    they add up to ``m``. ``reverse=True`` mirrors them (largest first, one block last).
+
+    The small piece sits where the pipeline fills (the producer's first group) or drains
+    (the consumer's last chunk); growth keeps the number of transfers low. Raises like
+    ``even_row_offsets`` when ``m`` has fewer than ``chunks`` blocks of ``align`` rows.
+    """
+    units = _row_units(m, chunks, align)
+    sizes = _ramp_units(units, chunks)
+    if reverse:
+        sizes = sizes[::-1]
+    offsets = [0]
+    for size in sizes:
+        offsets.append(min(m, offsets[-1] + size * align))
+    return tuple(offsets)
+
+
+def _ramp_units(units: int, chunks: int) -> list[int]:
+    """``chunks`` positive ints adding up to ``units``, first 1, nondecreasing, about geometric."""
+    if chunks == 1:
+        return [units]
+    lo, hi = 1.0, float(units)
+    for _ in range(100):  # bisect the growth ratio r: sum(r**i, i < chunks) == units
+        r = (lo + hi) / 2
+        if sum(r**i for i in range(chunks)) > units:
+            hi = r
+        else:
+            lo = r
+    sizes, used = [], 0
+    for i in range(chunks - 1):
+        left = chunks - 1 - i  # pieces still to place after this one, each >= this one
+        ideal = max(1, round(r**i), sizes[-1] if sizes else 1)
+        size = min(ideal, (units - used) // (left + 1))
+        sizes.append(max(size, sizes[-1] if sizes else 1))
+        used += sizes[-1]
+    sizes.append(units - used)
+    return sizes
 
 
 def _check_offsets(name: str, offsets: Sequence[int], m: int) -> tuple[int, ...]:
@@ -86,12 +149,42 @@ def _swizzled(row_blocks: Sequence[int], num_n: int, group_m: int) -> list[tuple
     return tiles
 
 
+def _check_narrow(narrow_block_n: int | None, narrow_rows: int, block_n: int) -> int | None:
+    if narrow_rows is None or not isinstance(narrow_rows, int) or isinstance(narrow_rows, bool) or narrow_rows < 0:
+        raise ValueError(f"narrow_rows={narrow_rows!r} must be an int >= 0 (rows at the edge with narrow tiles)")
+    if narrow_block_n is None or narrow_rows == 0:
+        return None
+    _positive_int("narrow_block_n", narrow_block_n)
+    if narrow_block_n >= block_n or block_n % narrow_block_n:
+        raise ValueError(f"narrow_block_n={narrow_block_n} must divide block_n={block_n} and be smaller "
+                         f"(e.g. {block_n // 4}); or pass narrow_rows=0 for no narrow tiles")
+    return narrow_block_n
+
+
+def _row_block_tiles(row_blocks: Sequence[int], n: int, block_n: int, group_m: int, narrow: bool):
+    """(pid_m, pid_n, narrow) of ``row_blocks``, swizzled; ``pid_n`` in blocks of ``block_n``."""
+    return [(pid_m, pid_n, int(narrow)) for pid_m, pid_n in _swizzled(row_blocks, cdiv(n, block_n), group_m)]
+
+
+def _edge_split(row_blocks: Sequence[int], is_narrow) -> list[tuple[list[int], bool]]:
+    """Runs of consecutive row blocks that are all narrow or all wide, in order."""
+    runs: list[tuple[list[int], bool]] = []
+    for pid_m in row_blocks:
+        narrow = bool(is_narrow(pid_m))
+        if runs and runs[-1][1] == narrow:
+            runs[-1][0].append(pid_m)
+        else:
+            runs.append(([pid_m], narrow))
+    return runs
+
+
 @dataclass(frozen=True, kw_only=True)
 class ConsumerSchedule:
     """Tile order of the consumer GEMM.
 
-    ``tiles[t] = (pid_m, pid_n, first_chunk, last_chunk)``: tile ``t`` waits on the flags
-    of chunks ``first_chunk..last_chunk`` (inclusive) before it loads A.
+    ``tiles[t] = (pid_m, pid_n, narrow, first_chunk, last_chunk)``: tile ``t`` waits on the
+    flags of chunks ``first_chunk..last_chunk`` (inclusive) before it loads A; ``narrow``
+    tiles are ``narrow_block_n`` columns wide (``pid_n`` counts those).
     """
 
     m: int
@@ -100,7 +193,8 @@ class ConsumerSchedule:
     block_n: int
     chunk_offsets: tuple[int, ...]
     arrival: tuple[int, ...]
-    tiles: tuple[tuple[int, int, int, int], ...]
+    tiles: tuple[tuple[int, int, int, int, int], ...]
+    narrow_block_n: int | None = None
 
     @property
     def num_chunks(self) -> int:
@@ -108,23 +202,26 @@ class ConsumerSchedule:
 
     def ready_step(self, tile_index: int) -> int:
         """Arrival step after which tile ``tile_index`` can run (max over its chunks)."""
-        _, _, lo, hi = self.tiles[tile_index]
+        _, _, _, lo, hi = self.tiles[tile_index]
         position = {chunk: step for step, chunk in enumerate(self.arrival)}
         return max(position[c] for c in range(lo, hi + 1))
 
     def table(self) -> list[int]:
-        """Flat int list, 4 entries per tile, for the kernel's schedule tensor."""
+        """Flat int list, ``TABLE_COLUMNS`` entries per tile, for the kernel's schedule tensor."""
         return [value for tile in self.tiles for value in tile]
 
 
 def consumer_schedule(*, m: int, n: int, block_m: int, block_n: int, chunk_offsets: Sequence[int],
-                      arrival: Sequence[int] | None = None, group_m: int = 8) -> ConsumerSchedule:
+                      arrival: Sequence[int] | None = None, group_m: int = 8, narrow_block_n: int | None = None,
+                      narrow_rows: int = 0) -> ConsumerSchedule:
     """Order the output tiles of ``[m, n]`` by when their A rows have arrived.
 
     ``chunk_offsets``: row offsets of the chunks of A (``(0, ..., m)``); ``arrival``: the
     chunk indices in the order they land (default: index order; e.g. ``(r, r+1, ...)``
-    for local shard first then ring order).
+    for local shard first then ring order). Row blocks whose last chunk lies within the
+    last ``narrow_rows`` rows to arrive get tiles ``narrow_block_n`` wide (a shorter drain).
     """
+    narrow_block_n = _check_narrow(narrow_block_n, narrow_rows, block_n)
     for name, value in (("m", m), ("n", n), ("block_m", block_m), ("block_n", block_n), ("group_m", group_m)):
         _positive_int(name, value)
     offsets = _check_offsets("chunk_offsets", chunk_offsets, m)
@@ -149,20 +246,30 @@ def consumer_schedule(*, m: int, n: int, block_m: int, block_n: int, chunk_offse
         span[pid_m] = (lo, hi)
         step = max(position[c] for c in range(lo, hi + 1))
         by_step.setdefault(step, []).append(pid_m)
+    rows_after = {}  # arrival step -> rows of A that land after that step's chunk started
+    later = 0
+    for step in range(num_chunks - 1, -1, -1):
+        chunk = arrival[step]
+        later += offsets[chunk + 1] - offsets[chunk]
+        rows_after[step] = later
+
     tiles = []
     for step in sorted(by_step):
-        for pid_m, pid_n in _swizzled(by_step[step], num_n, group_m):
-            tiles.append((pid_m, pid_n, *span[pid_m]))
+        narrow = narrow_block_n is not None and rows_after[step] <= narrow_rows
+        width = narrow_block_n if narrow else block_n
+        for pid_m, pid_n, flag in _row_block_tiles(by_step[step], n, width, group_m, narrow):
+            tiles.append((pid_m, pid_n, flag, *span[pid_m]))
     return ConsumerSchedule(m=m, n=n, block_m=block_m, block_n=block_n, chunk_offsets=offsets,
-                            arrival=arrival, tiles=tuple(tiles))
+                            arrival=arrival, tiles=tuple(tiles), narrow_block_n=narrow_block_n)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProducerSchedule:
     """Tile order and groups of the producer GEMM.
 
-    ``tiles[t] = (pid_m, pid_n, group, tiles_in_group)``; group ``g`` covers output rows
-    ``group_offsets[g]:group_offsets[g+1]`` (contiguous in a row-major output).
+    ``tiles[t] = (pid_m, pid_n, narrow, group, tiles_in_group)``; group ``g`` covers output
+    rows ``group_offsets[g]:group_offsets[g+1]`` (contiguous in a row-major output);
+    ``narrow`` tiles are ``narrow_block_n`` columns wide (``pid_n`` counts those).
     """
 
     m: int
@@ -170,7 +277,8 @@ class ProducerSchedule:
     block_m: int
     block_n: int
     group_offsets: tuple[int, ...]
-    tiles: tuple[tuple[int, int, int, int], ...]
+    tiles: tuple[tuple[int, int, int, int, int], ...]
+    narrow_block_n: int | None = None
 
     @property
     def num_groups(self) -> int:
@@ -183,22 +291,41 @@ class ProducerSchedule:
         return [value for tile in self.tiles for value in tile]
 
 
-def producer_schedule(*, m: int, n: int, block_m: int, block_n: int, groups: int,
-                      group_m: int = 8) -> ProducerSchedule:
-    """Split the ``[m, n]`` output into ``groups`` contiguous row-block ranges, in order."""
+def producer_schedule(*, m: int, n: int, block_m: int, block_n: int, groups: int | None = None,
+                      group_offsets: Sequence[int] | None = None, group_m: int = 8,
+                      narrow_block_n: int | None = None, narrow_rows: int = 0) -> ProducerSchedule:
+    """Split the ``[m, n]`` output into contiguous row-block groups, computed in order.
+
+    Give ``groups`` (even groups) or ``group_offsets`` (``(0, ..., m)``, every inner offset
+    a multiple of ``block_m``, e.g. from ``ramp_row_offsets``). Row blocks starting before
+    row ``narrow_rows`` get tiles ``narrow_block_n`` wide (the first group is ready sooner).
+    """
     for name, value in (("m", m), ("n", n), ("block_m", block_m), ("block_n", block_n), ("group_m", group_m)):
         _positive_int(name, value)
-    _positive_int("groups", groups)
-    num_m, num_n = cdiv(m, block_m), cdiv(n, block_n)
-    if groups > num_m:
-        raise ValueError(
-            f"groups={groups} is more than the {num_m} row blocks of m={m} at block_m={block_m}; "
-            f"use groups <= {num_m} (a group is a whole number of row blocks)"
-        )
-    offsets = even_row_offsets(m, groups, align=block_m)
+    narrow_block_n = _check_narrow(narrow_block_n, narrow_rows, block_n)
+    num_m = cdiv(m, block_m)
+    if (groups is None) == (group_offsets is None):
+        raise ValueError(f"give exactly one of groups={groups!r} and group_offsets={group_offsets!r}")
+    if groups is not None:
+        _positive_int("groups", groups)
+        if groups > num_m:
+            raise ValueError(
+                f"groups={groups} is more than the {num_m} row blocks of m={m} at block_m={block_m}; "
+                f"use groups <= {num_m} (a group is a whole number of row blocks)"
+            )
+        offsets = even_row_offsets(m, groups, align=block_m)
+    else:
+        offsets = _check_offsets("group_offsets", group_offsets, m)
+        if any(o % block_m for o in offsets[:-1]):
+            raise ValueError(f"group_offsets={offsets!r}: every offset but the last must be a multiple of "
+                             f"block_m={block_m} (a group is a whole number of row blocks)")
     tiles = []
-    for g in range(groups):
+    for g in range(len(offsets) - 1):
         row_blocks = list(range(offsets[g] // block_m, cdiv(offsets[g + 1], block_m)))
-        group_tiles = _swizzled(row_blocks, num_n, group_m)
-        tiles.extend((pid_m, pid_n, g, len(group_tiles)) for pid_m, pid_n in group_tiles)
-    return ProducerSchedule(m=m, n=n, block_m=block_m, block_n=block_n, group_offsets=offsets, tiles=tuple(tiles))
+        group_tiles = []
+        for run, narrow in _edge_split(row_blocks, lambda pid_m: pid_m * block_m < narrow_rows):
+            width = narrow_block_n if narrow and narrow_block_n is not None else block_n
+            group_tiles.extend(_row_block_tiles(run, n, width, group_m, width != block_n))
+        tiles.extend((*tile, g, len(group_tiles)) for tile in group_tiles)
+    return ProducerSchedule(m=m, n=n, block_m=block_m, block_n=block_n, group_offsets=offsets, tiles=tuple(tiles),
+                            narrow_block_n=narrow_block_n)

@@ -43,6 +43,11 @@ def _max_spins(max_spins: int | None) -> int:
     return max_spins
 
 
+def _narrow(cfg: TileConfig) -> int | None:
+    """Narrow tiles only when they are narrower than the full tiles."""
+    return cfg.narrow_n if cfg.narrow_n < cfg.block_n else None
+
+
 def signature(*tensors: torch.Tensor) -> tuple:
     """What Triton specialises a launch on: shapes, strides, dtypes, 16-byte alignment."""
     return tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.data_ptr() % 16 == 0, str(t.device)) for t in tensors)
@@ -92,8 +97,10 @@ class _Workspace:
         """Constexprs and launch options of this shape class (``interpreted``: Triton's CPU
         interpreter runs the kernel; see ``tile_accumulate``'s UPCAST)."""
         cfg = self.config
-        return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        narrow_n = self.schedule.narrow_block_n or 0
+        return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, NARROW_N=narrow_n,
                     EVEN_M=self.m % cfg.block_m == 0, EVEN_N=self.n % cfg.block_n == 0,
+                    EVEN_NARROW_N=narrow_n > 0 and self.n % narrow_n == 0,
                     EVEN_K=self.k % cfg.block_k == 0,
                     INPUT_PRECISION="tf32" if self.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
                     else "ieee",
@@ -102,34 +109,45 @@ class _Workspace:
 
 
 class ConsumerWorkspace(_Workspace):
-    """Resources of one consumer GEMM shape class: chunk flags (int32, 1 = landed)."""
+    """Resources of one consumer GEMM shape class: chunk flags (int32, 1 = landed).
+
+    ``narrow_rows``: the last rows of A to arrive whose tiles are ``config.narrow_block_n``
+    wide (0: none), so the GEMM ends soon after the last chunk lands.
+    """
 
     kind = "consumer"
 
     def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
                  chunk_offsets: Sequence[int], arrival: Sequence[int] | None = None,
                  config: TileConfig | None = None, num_programs: int | None = None,
-                 max_spins: int | None = None) -> None:
+                 max_spins: int | None = None, narrow_rows: int = 0) -> None:
         cfg = config or default_config(dtype)
         self.schedule: ConsumerSchedule = consumer_schedule(
             m=m, n=n, block_m=cfg.block_m, block_n=cfg.block_n, chunk_offsets=chunk_offsets,
-            arrival=arrival, group_m=cfg.group_m)
+            arrival=arrival, group_m=cfg.group_m, narrow_block_n=_narrow(cfg), narrow_rows=narrow_rows)
         super().__init__(m=m, n=n, k=k, dtype=dtype, device=device, config=cfg, table=self.schedule.table(),
                          num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins)
         self.flags = torch.zeros(self.schedule.num_chunks, dtype=torch.int32, device=self.device)
 
 
 class ProducerWorkspace(_Workspace):
-    """Resources of one producer GEMM shape class: group counters and group flags."""
+    """Resources of one producer GEMM shape class: group counters and group flags.
+
+    Groups: ``groups`` even ones, or ``group_offsets`` (e.g. ``ramp_row_offsets``).
+    ``narrow_rows``: the first output rows whose tiles are ``config.narrow_block_n`` wide
+    (0: none), so the first group is ready sooner.
+    """
 
     kind = "producer"
 
     def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
-                 groups: int, config: TileConfig | None = None, num_programs: int | None = None,
-                 max_spins: int | None = None) -> None:
+                 groups: int | None = None, group_offsets: Sequence[int] | None = None,
+                 config: TileConfig | None = None, num_programs: int | None = None,
+                 max_spins: int | None = None, narrow_rows: int = 0) -> None:
         cfg = config or default_config(dtype)
         self.schedule: ProducerSchedule = producer_schedule(
-            m=m, n=n, block_m=cfg.block_m, block_n=cfg.block_n, groups=groups, group_m=cfg.group_m)
+            m=m, n=n, block_m=cfg.block_m, block_n=cfg.block_n, groups=groups, group_offsets=group_offsets,
+            group_m=cfg.group_m, narrow_block_n=_narrow(cfg), narrow_rows=narrow_rows)
         super().__init__(m=m, n=n, k=k, dtype=dtype, device=device, config=cfg, table=self.schedule.table(),
                          num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins)
         self.flags = torch.zeros(self.schedule.num_groups, dtype=torch.int32, device=self.device)

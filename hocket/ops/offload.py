@@ -12,6 +12,10 @@ Strategies (``plan.strategy``; ``plan.chunks`` pieces; the transport is always h
   each host->device copy (``consumer_gemm``), or whose finished row groups raise flags that
   release each group's device->host copy (``producer_gemm``).
 
+Pieces (``hocket.ops.offload_pieces``): ``plan.split_sizes`` if given, else even for
+``chunked`` and a geometric ramp for ``tile_fused`` (one row block where the pipeline is
+exposed: the first group to host, the last chunk from host; that piece's tiles are narrow).
+
 Resources (copy streams, pinned and device staging buffers, kernel workspaces) live in an
 :class:`OffloadContext`; without ``context=`` each device gets one default context, kept
 until :func:`close_offload_contexts`.
@@ -23,8 +27,10 @@ import torch
 
 from hocket.kernels.config import TileConfig, default_config
 from hocket.kernels.errors import NUM_SLOTS, raise_on_timeout
-from hocket.kernels.schedule import cdiv, even_row_offsets
-from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace, signature
+from hocket.kernels.schedule import cdiv
+from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
+from hocket.ops.offload_fused import fused_from_host, fused_to_host
+from hocket.ops.offload_pieces import EDGE_PIECES, edge_rows, piece_offsets
 from hocket.plan.plan import Plan, as_plan
 from hocket.transport.host_staged import HostStagedContext, cuda_device, require_cuda
 
@@ -106,33 +112,53 @@ class _TimeoutWatch:
 
 
 class OffloadContext:
-    """Streams, staging buffers and kernel workspaces of the offload ops on one device."""
+    """Streams, staging buffers and kernel workspaces of the offload ops on one device.
+
+    ``edge_pieces``: how many pieces at the exposed edge get narrow tiles (0: none);
+    ``side_waits``: the to-host copy waits for group flags through a side stream (see
+    ``HostStagedContext.d2h_groups``).
+    """
 
     def __init__(self, device: torch.device | str | int | None = None, *, config: TileConfig | None = None,
-                 num_programs: int | None = None, flag_method: str = "auto") -> None:
+                 num_programs: int | None = None, flag_method: str = "auto", edge_pieces: int = EDGE_PIECES,
+                 side_waits: bool = True) -> None:
         require_cuda("hocket.ops offload operators")
+        if not isinstance(edge_pieces, int) or isinstance(edge_pieces, bool) or edge_pieces < 0:
+            raise ValueError(f"edge_pieces={edge_pieces!r} must be an int >= 0 (0: no narrow tiles)")
         self.device = cuda_device(device)
         self.staged = HostStagedContext(self.device, flag_method=flag_method)
         self.config = config
         self.num_programs = num_programs
+        self.edge_pieces = edge_pieces
+        self.side_waits = bool(side_waits)
         self._workspaces: dict[tuple, ConsumerWorkspace | ProducerWorkspace] = {}
         self.timeouts = _TimeoutWatch()
 
-    def consumer(self, m: int, n: int, k: int, dtype: torch.dtype, chunks: int) -> ConsumerWorkspace:
-        cfg = self.config or default_config(dtype)
-        key = ("consumer", m, n, k, dtype, chunks, cfg)
+    def tile_config(self, dtype: torch.dtype) -> TileConfig:
+        return self.config or default_config(dtype)
+
+    def consumer(self, m: int, n: int, k: int, dtype: torch.dtype, plan: Plan) -> ConsumerWorkspace:
+        """The consumer workspace of ``plan``'s chunks (built on first use)."""
+        cfg = self.tile_config(dtype)
+        offsets = piece_offsets(plan, m, align=cfg.block_m, direction="from_host")
+        narrow = edge_rows(offsets, direction="from_host", pieces=self.edge_pieces)
+        key = ("consumer", m, n, k, dtype, offsets, narrow, cfg)
         if key not in self._workspaces:
             self._workspaces[key] = ConsumerWorkspace(
                 m=m, n=n, k=k, dtype=dtype, device=self.device, config=cfg, num_programs=self.num_programs,
-                chunk_offsets=even_row_offsets(m, chunks, align=cfg.block_m))
+                chunk_offsets=offsets, narrow_rows=narrow)
         return self._workspaces[key]
 
-    def producer(self, m: int, n: int, k: int, dtype: torch.dtype, groups: int) -> ProducerWorkspace:
-        cfg = self.config or default_config(dtype)
-        key = ("producer", m, n, k, dtype, groups, cfg)
+    def producer(self, m: int, n: int, k: int, dtype: torch.dtype, plan: Plan) -> ProducerWorkspace:
+        """The producer workspace of ``plan``'s flag groups (built on first use)."""
+        cfg = self.tile_config(dtype)
+        offsets = piece_offsets(plan, m, align=cfg.block_m, direction="to_host")
+        narrow = edge_rows(offsets, direction="to_host", pieces=self.edge_pieces)
+        key = ("producer", m, n, k, dtype, offsets, narrow, cfg)
         if key not in self._workspaces:
             self._workspaces[key] = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=self.device, config=cfg,
-                                                      num_programs=self.num_programs, groups=groups)
+                                                      num_programs=self.num_programs, group_offsets=offsets,
+                                                      narrow_rows=narrow)
         return self._workspaces[key]
 
     def check(self) -> None:
@@ -167,10 +193,6 @@ def close_offload_contexts() -> None:
     while _DEFAULT_CONTEXTS:
         _, ctx = _DEFAULT_CONTEXTS.popitem()
         ctx.close()
-
-
-def _chunk_offsets(m: int, chunks: int) -> tuple[int, ...]:
-    return even_row_offsets(m, min(chunks, cdiv(m, CHUNK_ALIGN_ROWS)), align=CHUNK_ALIGN_ROWS)
 
 
 def matmul_from_host(A_host: torch.Tensor, B: torch.Tensor, *, out: torch.Tensor | None = None, plan=None,
@@ -215,25 +237,14 @@ def _from_host(ctx: OffloadContext, A_host: torch.Tensor, B: torch.Tensor, out: 
         a_dev.copy_(A_host, non_blocking=True)
         return torch.mm(a_dev, B, out=out)
     if plan.strategy == "chunked":
-        offsets = _chunk_offsets(m, plan.chunks)
+        offsets = piece_offsets(plan, m, align=CHUNK_ALIGN_ROWS, direction="from_host")
         start = current.record_event()
         events = ctx.staged.h2d_chunks(A_host, a_dev, offsets, after=start)
         for i, event in enumerate(events):
             current.wait_event(event)
             torch.mm(a_dev[offsets[i]:offsets[i + 1]], B, out=out[offsets[i]:offsets[i + 1]])
         return out
-    from hocket.kernels.launch import consumer_gemm, reset_consumer, warmup_consumer
-
-    ws = ctx.consumer(m, n, k, B.dtype, plan.chunks)
-    if signature(a_dev, B, out) not in ws.warmed:
-        warmup_consumer(ws, a_dev, B, out, flag_method=ctx.staged.flag_method)
-    reset_consumer(ws)
-    start = current.record_event()
-    events = ctx.staged.h2d_chunks(A_host, a_dev, ws.schedule.chunk_offsets, flags=ws.flags, after=start)
-    consumer_gemm(a_dev, B, workspace=ws, out=out)
-    for event in events:
-        current.wait_event(event)
-    ctx.timeouts.watch(ws.errors, max_spins=ws.max_spins, what="matmul_from_host (tile_fused)")
+    fused_from_host(ctx, A_host, a_dev, B, out, plan)
     return out
 
 
@@ -283,7 +294,7 @@ def _to_host(ctx: OffloadContext, A: torch.Tensor, B: torch.Tensor, out: torch.T
         torch.mm(A, B, out=c_dev)
         out.copy_(c_dev, non_blocking=True)
     elif plan.strategy == "chunked":
-        offsets = _chunk_offsets(m, plan.chunks)
+        offsets = piece_offsets(plan, m, align=CHUNK_ALIGN_ROWS, direction="to_host")
         events = []
         for i in range(len(offsets) - 1):
             rows = slice(offsets[i], offsets[i + 1])
@@ -291,17 +302,6 @@ def _to_host(ctx: OffloadContext, A: torch.Tensor, B: torch.Tensor, out: torch.T
             events.append(current.record_event())
         done = ctx.staged.d2h_groups(c_dev, out, offsets, events=events)[-1]
     else:
-        from hocket.kernels.launch import producer_gemm, reset_producer, warmup_producer
-
-        ws = ctx.producer(m, n, A.shape[1], A.dtype, plan.chunks)
-        if signature(A, B, c_dev) not in ws.warmed:
-            warmup_producer(ws, A, B, c_dev)
-        reset_producer(ws)
-        start = current.record_event()
-        producer_gemm(A, B, workspace=ws, out=c_dev)
-        done = ctx.staged.d2h_groups(c_dev, out, ws.schedule.group_offsets, flags=ws.flags, errors=ws.errors,
-                                     max_spins=ws.max_spins, after=start)[-1]
-        current.wait_event(done)  # the error mirror below must follow the copy-side waits
-        ctx.timeouts.watch(ws.errors, max_spins=ws.max_spins, what="matmul_to_host (tile_fused)")
-    if done is not None and plan.strategy == "chunked":
+        fused_to_host(ctx, A, B, c_dev, out, plan)
+    if done is not None:
         current.wait_event(done)

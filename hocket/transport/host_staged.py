@@ -12,11 +12,15 @@ How the two directions meet the tile-fused kernels (``hocket.kernels``):
   system-wide before the write, so a consumer GEMM spinning with acquire loads sees the
   rows. Without that op a one-program Triton kernel raises the flag instead.
 * device -> host: the producer GEMM raises a group flag when the group's rows are done.
-  torch offers no stream *wait* on a memory value, so the D2H stream runs a one-program
-  Triton kernel that spins (bounded) on the flag and then the group's copy. That costs
-  one SM while waiting, which the persistent producer grid leaves free
-  (``hocket.kernels.persistent_programs``). Events cannot do this: a single kernel
-  launch has one completion event, not one per group.
+  torch offers no stream *wait* on a memory value, so a one-program Triton kernel spins
+  (bounded) on the flag. That costs one SM while waiting, which the persistent producer
+  grid leaves free (``hocket.kernels.persistent_programs``). Events cannot do this: a
+  single kernel launch has one completion event, not one per group. The spin kernels
+  run on a third stream (``flag_stream``), each followed by an event the D2H stream
+  waits on before the group's copy: the copy engine then goes from one group's copy to
+  the next without waiting for a kernel launch in between (with the spin on the copy
+  stream itself, ``side_waits=False``, every group boundary leaves the link idle for a
+  launch).
 
 Ordering rule: every flag a kernel spins on is raised by work that is already enqueued
 when the spinning kernel is launched, and every kernel is compiled and loaded by a
@@ -67,6 +71,7 @@ class HostStagedContext:
         self.flag_method = flag_method
         self.h2d_stream = torch.cuda.Stream(self.device)
         self.d2h_stream = torch.cuda.Stream(self.device)
+        self.flag_stream = torch.cuda.Stream(self.device)
         self._buffers: dict[tuple, torch.Tensor] = {}
         self._closed = False
 
@@ -114,17 +119,21 @@ class HostStagedContext:
                 dst[rows].copy_(src[rows], non_blocking=True)
                 if flags is not None:
                     set_flag_on_stream(flags, chunk, method=self.flag_method)
-                events[chunk] = torch.cuda.Event()
+                events[chunk] = torch.cuda.Event(enable_timing=timing)
                 events[chunk].record(self.h2d_stream)
         return events
 
     def d2h_groups(self, src: torch.Tensor, dst: torch.Tensor, row_offsets: Sequence[int], *,
                    flags: torch.Tensor | None = None, errors: torch.Tensor | None = None,
                    max_spins: int | None = None, events: Sequence[torch.cuda.Event] | None = None,
-                   after: torch.cuda.Event | None = None, timing: bool = False) -> list[torch.cuda.Event]:
+                   after: torch.cuda.Event | None = None, timing: bool = False,
+                   side_waits: bool = True) -> list[torch.cuda.Event]:
         """Copy row groups ``src[rows] -> dst[rows]`` (device -> pinned host) on the D2H stream,
         each once it is ready: after ``flags[g]`` rises (a bounded spin kernel; pass the
         producer workspace's ``errors`` and ``max_spins``) or after ``events[g]``.
+
+        ``side_waits``: the spin kernels run on ``flag_stream`` and hand over with events
+        (default), or run on the D2H stream between the copies.
 
         Returns one event per group, recorded after its copy (the last one marks the end;
         ``timing=True`` makes them timing events).
@@ -133,11 +142,15 @@ class HostStagedContext:
 
         if flags is not None and (errors is None or max_spins is None):
             raise ValueError("d2h_groups with flags needs errors= and max_spins= (the producer workspace's)")
+        groups = len(row_offsets) - 1
+        if flags is not None and side_waits:
+            events = self.flag_waits(flags, groups, errors=errors, max_spins=max_spins, after=after)
+            flags = None
         copied = []
         with torch.cuda.stream(self.d2h_stream):
             if after is not None:
                 self.d2h_stream.wait_event(after)
-            for group in range(len(row_offsets) - 1):
+            for group in range(groups):
                 if flags is not None:
                     wait_flag_on_stream(flags, group, errors, max_spins=max_spins)
                 elif events is not None:
@@ -148,6 +161,22 @@ class HostStagedContext:
                 copied[-1].record(self.d2h_stream)
         return copied
 
+    def flag_waits(self, flags: torch.Tensor, count: int, *, errors: torch.Tensor, max_spins: int,
+                   after: torch.cuda.Event | None = None, timing: bool = False) -> list[torch.cuda.Event]:
+        """On ``flag_stream``: for each of ``flags[0:count]`` in order, a bounded spin kernel
+        until it rises, then an event (returned, one per flag) that another stream can wait on."""
+        from hocket.kernels.flags import wait_flag_on_stream
+
+        ready = []
+        with torch.cuda.stream(self.flag_stream):
+            if after is not None:
+                self.flag_stream.wait_event(after)
+            for index in range(count):
+                wait_flag_on_stream(flags, index, errors, max_spins=max_spins)
+                ready.append(torch.cuda.Event(enable_timing=timing))
+                ready[-1].record(self.flag_stream)
+        return ready
+
     # -- lifetime -------------------------------------------------------------
     def close(self) -> None:
         """Wait for this context's streams, then release its buffers."""
@@ -155,6 +184,7 @@ class HostStagedContext:
             return
         self.h2d_stream.synchronize()
         self.d2h_stream.synchronize()
+        self.flag_stream.synchronize()
         self._buffers.clear()
         self._closed = True
 

@@ -18,6 +18,7 @@ if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
 from hocket.kernels import (ConsumerWorkspace, FlagTimeoutError, ProducerWorkspace, consumer_gemm,  # noqa: E402
                             even_row_offsets, producer_gemm, raise_on_timeout, reset_consumer, reset_producer,
                             stream_write_available, wait_flag_on_stream, warmup_consumer, warmup_producer)
+from hocket.kernels.schedule import ramp_row_offsets  # noqa: E402
 from hocket.ops.tolerance import tolerance  # noqa: E402
 from hocket.transport.host_staged import HostStagedContext  # noqa: E402
 
@@ -67,19 +68,25 @@ def test_consumer_waits_for_late_chunks(flag_method, dtype, shape):
     _assert_close_fp32(out, a_host.to(DEV), b, f"consumer {dtype} {shape} via {flag_method}")
 
 
-def test_producer_groups_reach_host_before_gemm_ends():
+@pytest.mark.parametrize("schedule", ["even", "ramp_narrow"])
+def test_producer_groups_reach_host_before_gemm_ends(schedule):
     m, k, n, groups = 8192, 8192, 4096, 8
     dtype = torch.bfloat16
     a = torch.randn(m, k, device=DEV).to(dtype)
     b = torch.randn(k, n, device=DEV).to(dtype)
     c_dev = torch.empty(m, n, dtype=dtype, device=DEV)
     host = torch.empty(m, n, dtype=dtype, pin_memory=True)
-    ws = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, groups=groups)
+    if schedule == "even":
+        ws = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, groups=groups)
+    else:  # one row block first, growing groups; the first group's tiles narrow
+        ws = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, narrow_rows=128,
+                               group_offsets=ramp_row_offsets(m, groups, align=128))
     with HostStagedContext(DEV) as staged:
         warmup_producer(ws, a, b, c_dev)
         c_dev.fill_(float("nan"))
         host.fill_(float("nan"))
         reset_producer(ws)
+        torch.cuda._sleep(SLEEP_CYCLES)  # the host enqueues everything before t0: GPU times, not launch times
         t0 = torch.cuda.Event(enable_timing=True)
         t0.record()
         producer_gemm(a, b, workspace=ws, out=c_dev)
@@ -95,7 +102,9 @@ def test_producer_groups_reach_host_before_gemm_ends():
     raise_on_timeout(ws.errors, max_spins=ws.max_spins)
     times_ms = [t0.elapsed_time(e) for e in copied]
     gemm_ms = t0.elapsed_time(gemm_done)
-    print(f"\nproducer {m}x{k}x{n}: GEMM done at {gemm_ms:.3f} ms; group copies done at "
+    offsets = ws.schedule.group_offsets
+    sizes = [hi - lo for lo, hi in zip(offsets, offsets[1:])]
+    print(f"\nproducer {m}x{k}x{n} {schedule} groups {sizes}: GEMM done at {gemm_ms:.3f} ms; group copies done at "
           + ", ".join(f"{t:.3f}" for t in times_ms) + f" ms; host saw group 0 before GEMM end: {bool(seen_early)}")
     assert times_ms == sorted(times_ms)
     assert times_ms[0] < gemm_ms, "group 0 must reach the host while later groups still compute"

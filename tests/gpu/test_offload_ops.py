@@ -20,6 +20,7 @@ if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
 
 from hocket.kernels import ConsumerWorkspace, consumer_gemm, raise_on_timeout, reset_consumer, warmup_consumer  # noqa: E402
 from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host  # noqa: E402
+from hocket.ops.offload_timeline import offload_timeline  # noqa: E402
 from hocket.ops.tolerance import tolerance  # noqa: E402
 from hocket.plan.plan import Plan  # noqa: E402
 from hocket.transport.shared_host_buffer import SharedHostBuffer  # noqa: E402
@@ -74,6 +75,55 @@ def test_matmul_to_host(ctx, plan, dtype, shape):
         result = matmul_to_host(a, b, out=out, plan=plan, context=ctx)
         assert result.data_ptr() == out.data_ptr() and result.is_pinned()
         _check(result, a, b, f"matmul_to_host {plan.describe()} {dtype} {shape}")
+
+
+@pytest.mark.parametrize("edge_pieces,side_waits", [(0, False), (2, True)])
+def test_tile_fused_schedules_agree(edge_pieces, side_waits):
+    """Other tile_fused settings: no narrow tiles with flag waits on the copy stream (the
+    schedule before tuning), two narrow pieces, explicit uneven split_sizes; all exact."""
+    m, k, n = 1536, 512, 1024
+    dtype = torch.bfloat16
+    plans = [Plan(strategy="tile_fused", chunks=5, transport="host_staged"),
+             Plan(strategy="tile_fused", chunks=3, split_sizes=(256, 1024, 256), transport="host_staged")]
+    with OffloadContext(DEV, edge_pieces=edge_pieces, side_waits=side_waits) as context:
+        for plan in plans:
+            a = torch.randn(m, k, device=DEV).to(dtype)
+            b = torch.randn(k, n, device=DEV).to(dtype)
+            host = torch.full((m, n), float("nan"), dtype=dtype).pin_memory()
+            matmul_to_host(a, b, out=host, plan=plan, context=context)
+            _check(host, a, b, f"to_host {plan.describe()} edge {edge_pieces} side_waits {side_waits}")
+            a_host = a.cpu().pin_memory()
+            out = torch.full((m, n), float("nan"), dtype=dtype, device=DEV)
+            matmul_from_host(a_host, b, out=out, plan=plan, context=context)
+            torch.cuda.synchronize()
+            context.check()
+            _check(out, a, b, f"from_host {plan.describe()} edge {edge_pieces}")
+
+
+@pytest.mark.parametrize("direction", ["to_host", "from_host"])
+def test_timeline_of_a_tile_fused_call(ctx, direction):
+    m, k, n = 4096, 2048, 2048
+    dtype = torch.bfloat16
+    plan = Plan(strategy="tile_fused", chunks=6, transport="host_staged")
+    a = torch.randn(m, k, device=DEV).to(dtype)
+    b = torch.randn(k, n, device=DEV).to(dtype)
+    if direction == "to_host":
+        out = torch.full((m, n), float("nan"), dtype=dtype).pin_memory()
+        staging = ctx.staged.device_buffer("to_host.C", (m, n), dtype)
+        t = offload_timeline(direction, a=a, b=b, out=out, staging=staging, plan=plan, context=ctx)
+        assert t.piece_rows[0] == 128 and sum(t.piece_rows) == m
+        assert list(t.ready_ms) == sorted(t.ready_ms) and list(t.copied_ms) == sorted(t.copied_ms)
+        assert all(r <= c for r, c in zip(t.ready_ms, t.copied_ms)), "a group is copied after its flag"
+        assert t.first_ready_ms < t.gemm_done_ms, "the first group is ready while the GEMM runs"
+    else:
+        out = torch.full((m, n), float("nan"), dtype=dtype, device=DEV)
+        staging = ctx.staged.device_buffer("from_host.A", (m, k), dtype)
+        t = offload_timeline(direction, a=a.cpu().pin_memory(), b=b, out=out, staging=staging, plan=plan,
+                             context=ctx)
+        assert t.piece_rows[-1] == 128 and sum(t.piece_rows) == m
+        assert t.gemm_done_ms >= max(t.copied_ms), "the GEMM ends after the last chunk landed"
+    print(f"\n{t.describe()}; drain {t.drain_ms:.3f} ms")
+    _check(out, a, b, f"timeline call {direction}")
 
 
 def test_bad_inputs_named(ctx):

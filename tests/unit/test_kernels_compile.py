@@ -39,9 +39,9 @@ def _compile(kernel, pointers: dict, constants: dict, **options):
     return triton.compile(src, target=SM90, options=options)
 
 
-def _gemm_constants(cfg, **extra):
-    return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_M=True, EVEN_N=True,
-                EVEN_K=True, INPUT_PRECISION="ieee", UPCAST=False, **extra)
+def _gemm_constants(cfg, narrow_n=0, **extra):
+    return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, NARROW_N=narrow_n, EVEN_M=True,
+                EVEN_N=True, EVEN_NARROW_N=narrow_n > 0, EVEN_K=True, INPUT_PRECISION="ieee", UPCAST=False, **extra)
 
 
 @pytest.mark.parametrize("dtype,cfg", [("bf16", BF16_CONFIGS[0]), ("fp32", FP32_CONFIGS[0])])
@@ -64,6 +64,27 @@ def test_producer_compiles_with_release_flag():
     assert re.search(r"atom\.global\.(gpu\.acq_rel|acq_rel\.gpu)\.add", ptx), "group counter: acq_rel at gpu scope"
     assert re.search(r"atom\.global\.(sys\.release|release\.sys)\.exch", ptx), "group flag: release at system scope"
     assert kernel.metadata.shared <= 227 * 1024
+
+
+@pytest.mark.parametrize("kind", ["producer", "consumer"])
+def test_narrow_edge_tiles_share_shared_memory(kind):
+    """A kernel with narrow edge tiles has two pipelined K loops; they must reuse one
+    shared-memory allocation (the wide loop's), or the launch would not fit an SM."""
+    cfg = BF16_CONFIGS[1]
+    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32"}
+    if kind == "producer":
+        kernel_fn, extra = producer_gemm_kernel, dict(SIGNAL=True)
+        pointers["counters_ptr"] = "*i32"
+    else:
+        kernel_fn, extra = consumer_gemm_kernel, dict(WAIT=True)
+        pointers["err_ptr"] = "*i32"
+    plain = _compile(kernel_fn, pointers, _gemm_constants(cfg, **extra), num_warps=cfg.num_warps,
+                     num_stages=cfg.num_stages)
+    edged = _compile(kernel_fn, pointers, _gemm_constants(cfg, narrow_n=cfg.narrow_n, **extra),
+                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    assert edged.metadata.shared == plain.metadata.shared <= 227 * 1024
+    assert edged.asm["ptx"].count("wgmma.mma_async") > plain.asm["ptx"].count("wgmma.mma_async"), \
+        "the narrow tiles get their own tensor-core loop"
 
 
 def test_flag_kernels_compile():

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hocket.kernels.config import TileConfig
 from hocket.ops.tolerance import tolerance
 
 SHAPES = [  # (m, k, n): none divides the 32x32x16 blocks except where noted
@@ -31,6 +32,11 @@ DTYPES = ["float32", "bfloat16"]
 CONFIG = dict(block_m=32, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=1)
 
 
+def _last_chunk_rows(offsets: list[int], arrival: list[int]) -> int:
+    last = arrival[-1]
+    return offsets[last + 1] - offsets[last]
+
+
 def _cases(rng: random.Random) -> list[dict]:
     cases = []
     for dtype in DTYPES:
@@ -40,10 +46,12 @@ def _cases(rng: random.Random) -> list[dict]:
             arrival = list(range(chunks))
             rng.shuffle(arrival)
             cases.append(dict(kind="consumer", dtype=dtype, m=m, k=k, n=n, seed=rng.getrandbits(31),
-                              offsets=[0, *cuts, m], arrival=arrival, programs=rng.randint(1, 5)))
+                              offsets=[0, *cuts, m], arrival=arrival, programs=rng.randint(1, 5),
+                              narrow_rows=rng.choice([0, m, _last_chunk_rows([0, *cuts, m], arrival)])))
             groups = rng.randint(1, -(-m // CONFIG["block_m"]))
             cases.append(dict(kind="producer", dtype=dtype, m=m, k=k, n=n, seed=rng.getrandbits(31),
-                              groups=groups, programs=rng.randint(1, 5)))
+                              groups=groups, ramp=rng.random() < 0.5, programs=rng.randint(1, 5),
+                              narrow_rows=rng.choice([0, rng.randint(1, m)])))
     cases.append(dict(kind="timeout", dtype="float32", m=64, k=32, n=64, seed=rng.getrandbits(31),
                       offsets=[0, 32, 64], arrival=[0, 1], programs=2, missing=1))
     return cases
@@ -53,6 +61,7 @@ def _child(cases_path: str, out_path: str) -> None:
     """Runs in the interpreter child: execute every case, save tensors and flags."""
     from hocket.kernels import (ConsumerWorkspace, FlagTimeoutError, ProducerWorkspace, TileConfig, consumer_gemm,
                                 producer_gemm, raise_on_timeout, warmup_consumer, warmup_producer)
+    from hocket.kernels.schedule import even_row_offsets, ramp_row_offsets
     from hocket.kernels.launch import _INTERPRETED
 
     assert _INTERPRETED, "the child must run the kernels under TRITON_INTERPRET=1"
@@ -68,14 +77,17 @@ def _child(cases_path: str, out_path: str) -> None:
                       num_programs=case["programs"])
         record = dict(case=case, a=a, b=b)
         if case["kind"] == "producer":
-            ws = ProducerWorkspace(groups=case["groups"], **common)
+            offsets = (ramp_row_offsets if case["ramp"] else even_row_offsets)(case["m"], case["groups"],
+                                                                             align=cfg.block_m)
+            ws = ProducerWorkspace(group_offsets=offsets, narrow_rows=case["narrow_rows"], **common)
             warmup_producer(ws, a, b, out)
             out.fill_(float("nan"))
             producer_gemm(a, b, workspace=ws, out=out)
             record.update(flags=ws.flags.clone(), counters=ws.counters.clone(),
-                          group_offsets=ws.schedule.group_offsets)
+                          group_offsets=ws.schedule.group_offsets, tiles=ws.schedule.tiles)
         else:
-            ws = ConsumerWorkspace(chunk_offsets=case["offsets"], arrival=case["arrival"], max_spins=20, **common)
+            ws = ConsumerWorkspace(chunk_offsets=case["offsets"], arrival=case["arrival"], max_spins=20,
+                                   narrow_rows=case.get("narrow_rows", 0), **common)
             warmup_consumer(ws, a, b, out)
             out.fill_(float("nan"))
             ws.flags.fill_(1)
@@ -88,6 +100,7 @@ def _child(cases_path: str, out_path: str) -> None:
             except FlagTimeoutError as exc:
                 record["timeout_message"] = str(exc)
         record["out"] = out
+        record["narrow_tiles"] = sum(tile[2] for tile in ws.schedule.tiles)
         results.append(record)
     torch.save(results, out_path)
 
@@ -119,6 +132,8 @@ def _assert_matches_fp32(record: dict) -> None:
 def test_consumer_numerics_every_element_written(results):
     consumers = [r for r in results if r["case"]["kind"] == "consumer"]
     assert len(consumers) == len(SHAPES) * len(DTYPES)
+    for record in consumers:  # narrow_rows covers at least the last chunk: its tiles are narrow
+        assert (record["narrow_tiles"] > 0) == (record["case"]["narrow_rows"] > 0)
     for record in consumers:
         _assert_matches_fp32(record)
         assert record["timeout_message"] == ""
@@ -132,10 +147,16 @@ def test_producer_numerics_and_every_group_signalled(results):
         _assert_matches_fp32(record)
         groups = record["case"]["groups"]
         assert record["flags"].tolist() == [1] * groups
-        bm, bn, n = CONFIG["block_m"], CONFIG["block_n"], record["case"]["n"]
+        bm, n = CONFIG["block_m"], record["case"]["n"]
         offsets = record["group_offsets"]
-        expected = [-(-(offsets[g + 1] - offsets[g]) // bm) * -(-n // bn) for g in range(groups)]
+        narrow_rows = record["case"]["narrow_rows"]
+        narrow_bn = TileConfig(**CONFIG).narrow_n
+        expected = []
+        for g in range(groups):
+            blocks = range(offsets[g] // bm, -(-offsets[g + 1] // bm))
+            expected.append(sum(-(-n // (narrow_bn if b * bm < narrow_rows else CONFIG["block_n"])) for b in blocks))
         assert record["counters"].tolist() == expected, "each group's counter counts its tiles exactly once"
+        assert (record["narrow_tiles"] > 0) == (narrow_rows > 0)
 
 
 @pytest.mark.timeout(300)

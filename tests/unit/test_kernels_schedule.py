@@ -5,11 +5,13 @@ import random
 import pytest
 
 from hocket.kernels.schedule import (
+    TABLE_COLUMNS,
     cdiv,
     consumer_schedule,
     even_row_offsets,
     offsets_from_sizes,
     producer_schedule,
+    ramp_row_offsets,
 )
 
 
@@ -33,11 +35,12 @@ def test_consumer_every_tile_once_and_arrival_respected(trial):
     assert sorted(pairs) == [(i, j) for i in range(cdiv(m, bm)) for j in range(cdiv(n, bn))]
     steps = [s.ready_step(i) for i in range(len(s.tiles))]
     assert steps == sorted(steps), "tiles must be ordered by the arrival of their last chunk"
-    for pid_m, _, lo, hi in s.tiles:
+    for pid_m, _, narrow, lo, hi in s.tiles:
         first_row, last_row = pid_m * bm, min(m, (pid_m + 1) * bm) - 1
+        assert narrow == 0
         assert offsets[lo] <= first_row < offsets[lo + 1]
         assert offsets[hi] <= last_row < offsets[hi + 1]
-    assert len(s.table()) == 4 * len(s.tiles)
+    assert len(s.table()) == TABLE_COLUMNS * len(s.tiles)
 
 
 def test_consumer_first_arrived_chunk_first():
@@ -46,14 +49,14 @@ def test_consumer_first_arrived_chunk_first():
                           arrival=(2, 3, 0, 1), group_m=2)
     first = s.tiles[: 2 * 3]  # 2 row blocks x 3 column blocks of chunk 2
     assert {t[0] for t in first} == {4, 5}
-    assert all(t[2] == t[3] == 2 for t in first)
+    assert all(t[3] == t[4] == 2 for t in first)
     # grouped-M swizzle: both row blocks of the band share a column before moving on
     assert [(t[0], t[1]) for t in first] == [(4, 0), (5, 0), (4, 1), (5, 1), (4, 2), (5, 2)]
 
 
 def test_consumer_straddling_row_block_waits_on_both_chunks():
     s = consumer_schedule(m=100, n=10, block_m=32, block_n=16, chunk_offsets=(0, 40, 100), arrival=(1, 0))
-    spans = {t[0]: (t[2], t[3]) for t in s.tiles}
+    spans = {t[0]: (t[3], t[4]) for t in s.tiles}
     assert spans[1] == (0, 1)  # rows 32..63 span both chunks
     assert spans[2] == (1, 1) and spans[3] == (1, 1)
     # chunk 1 lands first: row blocks wholly inside it come first, the straddler waits for chunk 0
@@ -70,9 +73,9 @@ def test_producer_groups_contiguous_and_complete(trial):
     pairs = [(t[0], t[1]) for t in s.tiles]
     assert sorted(pairs) == [(i, j) for i in range(cdiv(m, bm)) for j in range(cdiv(n, bn))]
     assert s.group_offsets[0] == 0 and s.group_offsets[-1] == m and s.num_groups == groups
-    group_seq = [t[2] for t in s.tiles]
+    group_seq = [t[3] for t in s.tiles]
     assert group_seq == sorted(group_seq), "groups must complete in order"
-    for pid_m, _, g, count in s.tiles:
+    for pid_m, _, _, g, count in s.tiles:
         lo, hi = s.group_rows(g)
         assert lo <= pid_m * bm < hi, "a tile's rows lie inside its group's row range"
         assert lo % bm == 0
@@ -102,3 +105,94 @@ def test_bad_offsets_and_arrival_named():
     with pytest.raises(ValueError, match=r"sizes\[1\]"):
         offsets_from_sizes([3, 0])
     assert offsets_from_sizes([3, 5]) == (0, 3, 8)
+
+
+def _covered(tiles, m, n, bm, bn, narrow_bn):
+    """Every output element covered exactly once by full-width and narrow tiles."""
+    hits = [[0] * n for _ in range(m)]
+    for pid_m, pid_n, narrow, *_ in tiles:
+        width = narrow_bn if narrow else bn
+        for r in range(pid_m * bm, min(m, (pid_m + 1) * bm)):
+            for c in range(pid_n * width, min(n, (pid_n + 1) * width)):
+                hits[r][c] += 1
+    return all(h == 1 for row in hits for h in row)
+
+
+@pytest.mark.parametrize("trial", range(20))
+def test_ramp_offsets_start_small_grow_and_cover(trial):
+    rng = random.Random()
+    align = rng.choice([1, 16, 128])
+    m = rng.randint(1, 200) * align + rng.randint(0, align - 1)
+    units = cdiv(m, align)
+    chunks = rng.randint(1, min(units, 24))
+    offsets = ramp_row_offsets(m, chunks, align=align)
+    sizes = [b - a for a, b in zip(offsets, offsets[1:])]
+    assert offsets[0] == 0 and offsets[-1] == m and len(sizes) == chunks and min(sizes) > 0
+    assert all(o % align == 0 for o in offsets[:-1])
+    if chunks > 1:
+        assert sizes[0] == min(align, m)
+        assert sizes[:-1] == sorted(sizes[:-1]), "pieces grow (the last takes the remainder)"
+    mirrored = ramp_row_offsets(m, chunks, align=align, reverse=True)
+    mirrored_sizes = [b - a for a, b in zip(mirrored, mirrored[1:])]
+    units_forward = [cdiv(size, align) for size in sizes]
+    assert [cdiv(size, align) for size in mirrored_sizes] == units_forward[::-1], "the same pieces, mirrored"
+    assert mirrored[-1] == m and all(o % align == 0 for o in mirrored[:-1])
+
+
+def test_ramp_offsets_few_pieces_for_many_rows():
+    offsets = ramp_row_offsets(8192, 6, align=128)
+    assert [b - a for a, b in zip(offsets, offsets[1:])] == [128, 256, 512, 1024, 2048, 4224]
+    assert ramp_row_offsets(8192, 6, align=128, reverse=True)[-2] == 8192 - 128
+    with pytest.raises(ValueError, match="chunks=65"):
+        ramp_row_offsets(8192, 65, align=128)
+
+
+@pytest.mark.parametrize("trial", range(15))
+def test_producer_narrow_head_and_explicit_groups(trial):
+    rng = random.Random()
+    bm, bn = rng.choice([16, 32]), rng.choice([32, 64])
+    narrow_bn = rng.choice([16, bn // 2])
+    m, n = rng.randint(bm + 1, 300), rng.randint(1, 200)
+    groups = rng.randint(1, cdiv(m, bm))
+    offsets = ramp_row_offsets(m, groups, align=bm)
+    narrow_rows = rng.randint(1, m)
+    s = producer_schedule(m=m, n=n, block_m=bm, block_n=bn, group_offsets=offsets, group_m=rng.randint(1, 3),
+                          narrow_block_n=narrow_bn, narrow_rows=narrow_rows)
+    assert s.group_offsets == offsets and s.narrow_block_n == narrow_bn
+    assert _covered(s.tiles, m, n, bm, bn, narrow_bn)
+    for pid_m, _, narrow, g, count in s.tiles:
+        assert narrow == int(pid_m * bm < narrow_rows)
+        assert s.group_rows(g)[0] <= pid_m * bm < s.group_rows(g)[1]
+        assert count == sum(1 for t in s.tiles if t[3] == g)
+    assert [t[3] for t in s.tiles] == sorted(t[3] for t in s.tiles)
+
+
+def test_producer_group_arguments_checked():
+    with pytest.raises(ValueError, match="exactly one of groups"):
+        producer_schedule(m=64, n=64, block_m=32, block_n=32, groups=2, group_offsets=(0, 32, 64))
+    with pytest.raises(ValueError, match="multiple of block_m=32"):
+        producer_schedule(m=64, n=64, block_m=32, block_n=32, group_offsets=(0, 16, 64))
+    with pytest.raises(ValueError, match="narrow_block_n=48 must divide block_n=64"):
+        producer_schedule(m=64, n=64, block_m=32, block_n=64, groups=2, narrow_block_n=48, narrow_rows=32)
+    with pytest.raises(ValueError, match="narrow_rows=-1"):
+        producer_schedule(m=64, n=64, block_m=32, block_n=64, groups=2, narrow_block_n=16, narrow_rows=-1)
+
+
+@pytest.mark.parametrize("trial", range(15))
+def test_consumer_narrow_tail_in_arrival_order(trial):
+    rng = random.Random()
+    bm, bn = 32, 64
+    m, n = rng.randint(2 * bm, 400), rng.randint(1, 200)
+    offsets = ramp_row_offsets(m, rng.randint(2, cdiv(m, bm)), align=bm, reverse=True)
+    arrival = list(range(len(offsets) - 1))
+    if rng.random() < 0.5:
+        rng.shuffle(arrival)
+    narrow_rows = rng.randint(1, m)
+    s = consumer_schedule(m=m, n=n, block_m=bm, block_n=bn, chunk_offsets=offsets, arrival=arrival,
+                          narrow_block_n=16, narrow_rows=narrow_rows)
+    assert _covered(s.tiles, m, n, bm, bn, 16)
+    steps = [s.ready_step(i) for i in range(len(s.tiles))]
+    assert steps == sorted(steps)
+    for i, (_, _, narrow, _, hi) in enumerate(s.tiles):
+        landing_after = sum(offsets[c + 1] - offsets[c] for c in arrival[steps[i]:])
+        assert narrow == int(landing_after <= narrow_rows), "narrow exactly where the chunk lands in the tail"

@@ -129,3 +129,14 @@ def test_unknown_group_and_no_process_group_are_clear_errors():
             H.matmul_all_reduce(_r(4, 8), _r(8, 3), "sum", "no-such-group")
         with pytest.raises(TypeError, match="group must be"):
             H.matmul_all_reduce(_r(4, 8), _r(8, 3), "sum", 17)
+
+
+def test_device_mesh_groups():
+    from torch.distributed.device_mesh import DeviceMesh
+
+    with default_group("gloo", 1):
+        A, B = _r(4, 8), _r(8, 3)
+        mesh = DeviceMesh("cpu", [0])
+        torch.testing.assert_close(H.matmul_all_reduce(A, B, "sum", mesh, plan="ring"), A @ B)
+        with pytest.raises(ValueError, match="1-D mesh"):
+            H.matmul_all_reduce(A, B, "sum", DeviceMesh("cpu", [[0]]))

@@ -19,7 +19,7 @@ from torch import fx
 from hocket.graph.matches import (AllGatherMatch, ConsumerMatmul, GatherUses, ProducerMatmul, ScatterMatch,
                                   Unmatched)
 from hocket.graph.nodes import (ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SPLIT_TARGETS, TRANSPOSE_TARGETS,
-                                VIEW_TARGETS, aten, getitem_index, group_args, is_call, is_plain_cast,
+                                VIEW_TARGETS, aten, getitem_index, group_args, is_call, is_noop_wait, is_plain_cast,
                                 reduce_op_of, single_wait, static_shape, val)
 
 SUPPORTED_REDUCE_OPS = ("sum", "avg")
@@ -146,7 +146,7 @@ def find_consumer_matmuls(match: AllGatherMatch) -> GatherUses:
         for user in source.users:
             if user in seen:
                 continue
-            if is_call(user, VIEW_TARGETS) or is_plain_cast(user):
+            if is_call(user, VIEW_TARGETS) or is_plain_cast(user) or is_noop_wait(user):
                 seen.add(user)
                 derived.append(user)
             elif flat and is_call(user, aten.mm.default) and user.args[0] is source and user.args[1] is not source:

@@ -16,8 +16,8 @@ from torch import fx
 import hocket.ops._library  # noqa: F401  (registers torch.ops.hocket)
 from hocket.graph.build import erase_unused, insert_call
 from hocket.graph.matches import AllGatherMatch, GatherUses, ProducerMatmul, ScatterMatch
-from hocket.graph.nodes import (TRANSPOSE_TARGETS, VIEW_TARGETS, aten, is_call, is_contiguous, is_plain_cast,
-                                static_shape, val)
+from hocket.graph.nodes import (TRANSPOSE_TARGETS, VIEW_TARGETS, aten, is_call, is_contiguous, is_noop_wait,
+                                is_plain_cast, static_shape, val)
 from hocket.graph.order import hoist_before
 
 hocket_ops = torch.ops.hocket
@@ -85,7 +85,7 @@ def _erase_dead_chain(graph: fx.Graph, root: fx.Node) -> None:
         node = stack.pop()
         order.append(node)
         for user in node.users:
-            if user not in seen and (is_call(user, RESHAPE_LIKE) or is_plain_cast(user)):
+            if user not in seen and (is_call(user, RESHAPE_LIKE) or is_plain_cast(user) or is_noop_wait(user)):
                 seen.add(user)
                 stack.append(user)
     for node in reversed(order):

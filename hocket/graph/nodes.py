@@ -66,6 +66,11 @@ def is_plain_cast(node: fx.Node) -> bool:
     return True
 
 
+def is_noop_wait(node: object) -> bool:
+    """A ``wait_tensor`` on a tensor no collective produced (eager funcol tracing adds them): a no-op."""
+    return is_call(node, WAIT) and not is_call(node.args[0], COLLECTIVE_TARGETS)
+
+
 def is_communication(node: fx.Node) -> bool:
     """A node whose position orders communication between ranks (never moved by a pass)."""
     if node.op != "call_function":

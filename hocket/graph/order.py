@@ -7,7 +7,7 @@ import operator
 import torch
 from torch import fx
 
-from hocket.graph.nodes import is_communication, is_impure
+from hocket.graph.nodes import is_communication, is_impure, is_noop_wait
 
 
 def positions(graph: fx.Graph) -> dict[fx.Node, int]:
@@ -72,10 +72,8 @@ def remove_dead_code(graph: fx.Graph) -> int:
     for node in reversed(list(graph.nodes)):
         if node.users or node.op in ("placeholder", "output", "get_attr"):
             continue
-        if is_impure(node):
-            continue
-        if is_communication(node):  # an unread collective must still run on every rank, in order
-            continue
+        if not is_noop_wait(node) and (is_impure(node) or is_communication(node)):
+            continue  # side effects, random state, or a collective every rank must still run in order
         graph.erase_node(node)
         removed += 1
     return removed

@@ -158,8 +158,9 @@ class Explanation:
         for x in self.left_alone:
             lines.append(f"  {x.graph:<12} {_named(x.collective, x.node)} left alone: {x.reason}")
         for g in self.gaps:
-            lines.append(f"  {g.graph:<12} {_named(g.collective, g.node)}: {g.moved_before + g.moved_after} node(s) moved "
-                         f"into its gap ({g.matmuls_in_gap} matmul(s), ~{_ms(g.gap_compute_ms)} ms compute vs "
+            moved = g.moved_before + g.moved_after
+            lines.append(f"  {g.graph:<12} {_named(g.collective, g.node)}: {moved} node(s) moved into its gap "
+                         f"({g.matmuls_in_gap} matmul(s), ~{_ms(g.gap_compute_ms)} ms compute vs "
                          f"~{_ms(g.comm_ms)} ms comm)")
         for g in self.graphs:
             if g.note:

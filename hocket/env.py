@@ -72,3 +72,20 @@ def cluster_env() -> str | None:
     (the live planner's cluster; default: ``hocket.hardware.probe()`` of this machine)."""
     raw = os.environ.get("HOCKET_CLUSTER", "").strip()
     return raw or None
+
+
+def symm_mailbox_bytes() -> int:
+    """``HOCKET_SYMM_MAILBOX_MB``: size of the symmetric-memory staging area the ``copy_engine``
+    transport reserves once per (group, device) for its collectives (default 256 MiB)."""
+    raw = os.environ.get("HOCKET_SYMM_MAILBOX_MB", "").strip()
+    megabytes = float(raw) if raw else 256.0
+    if not megabytes > 0:
+        raise ValueError(f"HOCKET_SYMM_MAILBOX_MB={raw!r} must be a positive number of MiB, e.g. 256")
+    return int(megabytes * 2**20)
+
+
+def host_stage_dir() -> Path:
+    """``HOCKET_HOST_STAGE_DIR``: where the multi-process ``host_staged`` transport puts its shared,
+    pinned host buffers (default ``/dev/shm``: pages that every process of the node can register)."""
+    raw = os.environ.get("HOCKET_HOST_STAGE_DIR", "").strip()
+    return Path(raw).expanduser() if raw else Path("/dev/shm")

@@ -47,8 +47,8 @@ STRATEGY_TRANSPORTS: dict[str, tuple[str, ...]] = {
     "sequential": ("collective", "copy_engine", "host_staged"),
     "bulk": ("collective", "copy_engine", "host_staged"),
     "chunked": ("collective", "copy_engine", "host_staged"),
-    "ring": ("p2p", "copy_engine"),
-    "bidir_ring": ("p2p", "copy_engine"),
+    "ring": ("p2p",),
+    "bidir_ring": ("p2p",),
     "tile_fused": ("copy_engine",),
     "substituted": ("collective", "copy_engine", "host_staged"),
 }
@@ -56,6 +56,8 @@ _TRANSPORT_REASONS = {
     "collective": "it moves shards peer to peer, not as one collective call",
     "p2p": "it runs whole collectives, not peer-to-peer sends",
     "host_staged": "the host-staged path carries whole collectives, not peer-to-peer ring steps",
+    "copy_engine": "the copy-engine transport offers collectives (rings post receives before their sends "
+                   "exist, which a pull from symmetric memory cannot serve)",
 }
 
 ORDERED_STRATEGIES = ("chunked", "ring", "tile_fused")

@@ -2,6 +2,8 @@
 
 Strategies that land later (``tile_fused`` on GPUs, other transports' executors) call
 :func:`register_executor`, which also makes the planner see them (``planning.SUPPORTED``).
+Where CUDA symmetric memory exists, :func:`register_gpu_peers` adds ``tile_fused`` and the
+copy-engine ``chunked`` pipeline, and registers the ``copy_engine`` and ``host_staged`` transports.
 """
 
 from __future__ import annotations
@@ -36,3 +38,26 @@ def executor_for(kind: str, strategy: str) -> Callable:
         raise ValueError(f"plan strategy {strategy!r} is not available for {OP_NAMES[kind]} ({kind}); it supports "
                          f"{SUPPORTED[kind]}")
     return fn
+
+
+def register_gpu_peers() -> bool:
+    """Register the GPU-only strategies and transports (no-op without CUDA symmetric memory)."""
+    from hocket.transport.symm_mem import symm_memory_available
+
+    if not symm_memory_available():
+        return False
+    from hocket.ops.lowering import peer_chunked, tile_fused
+    from hocket.transport.copy_engine import CopyEngineTransport
+    from hocket.transport.host_relay import HostStagedTransport
+    from hocket.transport.registry import register_transport
+
+    register_transport("copy_engine", CopyEngineTransport)
+    register_transport("host_staged", HostStagedTransport)
+    for kind, fn in peer_chunked.EXECUTORS.items():
+        register_executor(kind, "chunked", fn)
+    for kind, fn in tile_fused.EXECUTORS.items():
+        register_executor(kind, "tile_fused", fn)
+    return True
+
+
+register_gpu_peers()

@@ -1,0 +1,437 @@
+"""Multi-GPU overlap benchmark: all-gather + matmul and matmul + reduce-scatter across GPUs.
+
+Run under torchrun, one process per GPU (any count), in one of two link modes:
+
+    torchrun --nproc_per_node 2 benchmarks/bench_multigpu.py --link nvlink --cases issue6
+    NCCL_P2P_DISABLE=1 torchrun --nproc_per_node 2 benchmarks/bench_multigpu.py --link host_staged
+
+``nvlink``: hocket may use every transport of the cluster (``h200x2`` / ``h200x8`` presets);
+``host_staged``: the cluster offers hocket only pinned-host staging (preset ``h200-host-staged``,
+as between GPUs of two vendors) and the NCCL baselines go through host memory because of
+``NCCL_P2P_DISABLE=1`` (a separate launch). PyTorch's fused ops keep using NVLink under that
+variable, so they are measured in ``nvlink`` mode only.
+
+Per case (``--cases issue6|llama70b|llama405b|gpt3``, comma-separated), after checking every
+method's output against the sequential reference (NCCL + torch.mm): compute alone (torch.mm on
+the whole per-rank problem), communication alone (NCCL and hocket's own transport of the mode,
+the faster counts), sequential, PyTorch's ``torch.ops.symm_mem`` fused ops (default and with
+``TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP=1``), hocket's chunked / ring / tile_fused plans, and the
+planner's choice (autotuned on the live group: the top predicted plans and sequential are
+measured, sequential wins unless beaten). Times are CUDA events, each iteration behind a barrier
+and the max over ranks, medians of ``--iters`` (>= 50) with p10/p90. The cost model's
+prediction stands beside every hocket plan. ``--calibrate`` first measures a GEMM beside each
+transfer of the mode (and each transfer beside the GEMM) and hands the factors to the planner.
+
+Results: JSON lines (``hocket.bench.record`` schema) in ``--out``, a summary JSON beside it, and
+a table printed last by rank 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import hocket.ops as H
+from hocket.bench.efficiency import overlap_score
+from hocket.bench.provenance import collect, command_line
+from hocket.bench.record import Baselines, make_record, write_records
+from hocket.bench.stats import Summary, summarize
+from hocket.bench.timer import sample_ms
+from hocket.bench.tp_cases import CASE_SETS, case_sites
+from hocket.cost.predict import predict
+from hocket.hardware import load_cluster
+from hocket.hardware.fingerprint import fingerprint
+from hocket.hardware.profile import CalibrationProfile, ContentionPoint, load_profile
+from hocket.launch import init_torchrun
+from hocket.ops.lowering.peer_pipe import close_peer_pipes
+from hocket.plan.autotune import AutotuneConfig
+from hocket.plan.bucket import fit_plan
+from hocket.plan.live import LiveConfig, LivePlanner, operator_runners
+from hocket.plan.plan import Plan
+from hocket.site import Site
+from hocket.transport.group import resolve_group
+from hocket.transport.copy_engine import close_mailboxes
+from hocket.transport.host_relay import close_relays
+from hocket.transport.registry import get_transport
+
+NVLINK_PROFILE = Path(__file__).parent / "results" / "calibration" / "h200x2-nccl-full.json"
+NATIVE_ENV = "TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP"
+CHECKED_ERRORS = (RuntimeError, ValueError, AssertionError)
+"""what a method may raise on a GPU (CUDA, Triton, shape and tolerance errors): recorded, not fatal."""
+
+
+def hocket_plans(link: str, smoke: bool) -> list[Plan]:
+    """The hocket plans measured in each link mode (the planner searches its own space)."""
+    if link == "nvlink":
+        plans = [Plan(strategy="chunked", chunks=c) for c in (2, 4)]
+        plans += [Plan(strategy="ring", chunks=c, transport="p2p") for c in (1, 2)]
+        plans += [Plan(strategy="chunked", chunks=c, transport="copy_engine") for c in (1, 2, 4)]
+        plans += [Plan(strategy="tile_fused", chunks=c, transport="copy_engine") for c in (1, 2, 4, 8)]
+    else:
+        plans = [Plan(strategy="chunked", chunks=c) for c in (4, 8)]
+        plans += [Plan(strategy="bulk", transport="host_staged")]
+        plans += [Plan(strategy="chunked", chunks=c, transport="host_staged") for c in (2, 4, 8, 16)]
+    if smoke:
+        plans = [p for p in plans if p.chunks in (1, 2, 4)][:6] + [p for p in plans if p.strategy == "tile_fused"][:1]
+    return list(dict.fromkeys(plans))
+
+
+def runnable(plan: Plan, kind: str) -> bool:
+    """Whether this build runs ``plan`` here (GPU-only strategies and transports register on GPUs)."""
+    from hocket.ops.planning import SUPPORTED
+    from hocket.transport.registry import available_transports
+
+    return plan.strategy in SUPPORTED[kind] and plan.transport in available_transports()
+
+
+# -- operands and methods ---------------------------------------------------------------
+class Case:
+    """One site's operands on this rank, its reference output, and its callables."""
+
+    def __init__(self, site: Site, *, group, device: torch.device, seed: int) -> None:
+        self.site, self.group, self.device = site, group, device
+        self.handle = resolve_group(group)
+        w, rank = site.world, self.handle.rank
+        gen = torch.Generator(device=device).manual_seed(seed * 1009 + rank)
+        dtype = getattr(torch, site.dtype)
+
+        def rand(*shape):
+            return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+        rows = site.m // w if site.kind == "ag_mm" else site.m
+        self.A = rand(rows, site.k)
+        self.B = rand(site.k, site.n)
+        self.A_full = rand(site.m, site.k)
+        self.C_full = torch.empty(site.m, site.n, dtype=dtype, device=device)
+        self.comm_in = self.A if site.kind == "ag_mm" else rand(site.m, site.n)
+        comm_rows = site.m if site.kind == "ag_mm" else site.m // w
+        self.comm_out = torch.empty(comm_rows, self.comm_in.shape[1], dtype=dtype, device=device)
+        self.reference = self.run(Plan())
+
+    def run(self, plan: Plan) -> torch.Tensor:
+        if self.site.kind == "ag_mm":
+            return H.all_gather_matmul(self.A, [self.B], 0, self.group, return_A=False, plan=plan)[1][0]
+        if self.site.kind == "mm_rs":
+            return H.matmul_reduce_scatter(self.A, self.B, "sum", 0, self.group, plan=plan)
+        return H.matmul_all_reduce(self.A, self.B, "sum", self.group, plan=plan)
+
+    def compute_alone(self) -> None:
+        torch.mm(self.A_full, self.B, out=self.C_full)
+
+    def comm(self, transport_name: str):
+        transport = get_transport(transport_name, self.handle)
+        if self.site.kind == "ag_mm":
+            return lambda: transport.all_gather(self.comm_out, self.comm_in).wait()
+        return lambda: transport.reduce_scatter(self.comm_out, self.comm_in).wait()
+
+    def pytorch(self, *, native: bool):
+        """PyTorch's fused op (``native``: with TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP set during the call)."""
+        name = self.handle.name
+
+        def call():
+            if native:
+                os.environ[NATIVE_ENV] = "1"
+            try:
+                if self.site.kind == "ag_mm":
+                    return torch.ops.symm_mem.fused_all_gather_matmul(self.A, [self.B], 0, name, return_A=False)[1][0]
+                return torch.ops.symm_mem.fused_matmul_reduce_scatter(self.A, self.B, "sum", 0, name)
+            finally:
+                if native:
+                    os.environ.pop(NATIVE_ENV, None)
+
+        return call
+
+
+def all_ok(ok: bool, device) -> bool:
+    """True only if every rank's ``ok`` is True (ranks skip a failed method together)."""
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def checked(case: Case, fn, what: str) -> tuple[bool, float | None, str]:
+    """Run ``fn`` once and compare its output with the reference (every rank)."""
+    error, message = None, ""
+    try:
+        out = fn()
+        if case.device.type == "cuda":
+            torch.cuda.synchronize()
+        if out is not None:
+            H.assert_close(out, case.reference, world=case.site.world, what=what)
+            error = H.max_error(out, case.reference)
+    except CHECKED_ERRORS as exc:
+        message = f"{type(exc).__name__}: {str(exc)[:300]}"
+    ok = all_ok(not message, case.device)
+    return ok, error, message or ("" if ok else "failed on another rank")
+
+
+def timed(fn, args, case: Case):
+    samples = sample_ms(fn, iters=args.iters, warmup=args.warmup, group=case.group, device=case.device)
+    return summarize(samples)
+
+
+# -- contention calibration -----------------------------------------------------------
+def calibrate(case: Case, args, profile: CalibrationProfile | None, log) -> tuple[CalibrationProfile | None, dict]:
+    """GEMM slowdown beside each transfer of the link mode (whole, and in 8 pieces) and back."""
+    from hocket.bench.timer import TimingConfig
+    from hocket.hardware.calibrate.contention import measure_pair
+
+    transfers = {"sm_collective": "collective",
+                 "copy_engine" if args.link == "nvlink" else "host_link": "copy_engine" if args.link == "nvlink"
+                 else "host_staged"}
+    detail, measured = {}, {}
+    timing = TimingConfig(warmup=3, iters=max(10, args.iters // 3))
+    for kind, transport in transfers.items():
+        if not runnable(Plan(strategy="chunked", transport=transport), case.site.kind):
+            continue
+        whole = case.comm(transport)
+        point = measure_pair(case.compute_alone, whole, timing=timing, group=case.group, device=case.device)
+        piece_in, piece_out = case.comm_in[: case.comm_in.shape[0] // 8], case.comm_out[: case.comm_out.shape[0] // 8]
+        t = get_transport(transport, case.handle)
+        if case.site.kind == "ag_mm":
+            piece = lambda t=t, i=piece_in, o=piece_out: t.all_gather(o, i).wait()  # noqa: E731
+        else:
+            piece = lambda t=t, i=piece_in, o=piece_out: t.reduce_scatter(o, i).wait()  # noqa: E731
+        chunked = measure_pair(case.compute_alone, piece, timing=timing, group=case.group, device=case.device)
+        detail[kind] = {"transport": transport, "whole": vars(point), "eighth": vars(chunked)}
+        measured[kind] = point
+        log(f"  contention {kind:14s} via {transport:11s}: GEMM x{point.gemm_slowdown:.2f}, transfer "
+            f"x{point.transfer_slowdown:.2f} (in eighths: GEMM x{chunked.gemm_slowdown:.2f}, "
+            f"transfer x{chunked.transfer_slowdown:.2f})")
+    if profile is None:
+        return None, detail
+    merged = dict(profile.contention)
+    merged.update({k: ContentionPoint(gemm_slowdown=max(1.0, p.gemm_slowdown),
+                                      transfer_slowdown=max(1.0, p.transfer_slowdown)) for k, p in measured.items()})
+    return replace(profile, contention=merged), detail
+
+
+# -- one case ---------------------------------------------------------------------------
+def measure_case(site: Site, args, *, group, device, cluster, profile, planner, provenance, log) -> dict:
+    site = shrunk(site, args.shrink)
+    case = Case(site, group=group, device=device, seed=args.seed)
+    rank0 = dist.get_rank() == 0
+    row = {"site": site.to_dict(), "methods": {}, "failures": {}}
+
+    def measure(name: str, fn, *, plan: Plan | None = None, check: bool = True) -> float | None:
+        if check:
+            ok, err, message = checked(case, fn, name)
+            if not ok:
+                row["failures"][name] = message
+                log(f"    {name:32s} FAILED: {message}")
+                return None
+        else:
+            err = None
+            fn()
+        summary = timed(fn, args, case)
+        entry = {"median_ms": summary.median_ms, "p10_ms": summary.p10_ms, "p90_ms": summary.p90_ms,
+                 "n": summary.n, "max_error": err}
+        if plan is not None:
+            entry["plan"] = plan.to_dict()
+            entry["predicted_ms"] = predicted(site, plan, cluster, profile)
+        row["methods"][name] = entry
+        pred = entry.get("predicted_ms")
+        log(f"    {name:32s} {summary.median_ms:7.3f} ms (p10 {summary.p10_ms:.3f}, p90 {summary.p90_ms:.3f})"
+            + (f", predicted {pred:.3f}" if pred else "") + (f", max error {err:.2g}" if err is not None else ""))
+        return summary.median_ms
+
+    log(f"  {site.kind} m={site.m} k={site.k} n={site.n} ({site.name}) world {site.world}, link {args.link}")
+    measure("compute_alone", case.compute_alone, check=False)
+    measure("comm_nccl", case.comm("collective"), check=False)
+    own = "copy_engine" if args.link == "nvlink" else "host_staged"
+    if runnable(Plan(strategy="chunked", transport=own), site.kind):
+        measure(f"comm_{own}", case.comm(own), check=False)
+    measure("sequential", lambda: case.run(Plan()), plan=Plan())
+    if args.link == "nvlink" and site.kind in ("ag_mm", "mm_rs") and device.type == "cuda":
+        measure("pytorch_async_tp", case.pytorch(native=False))
+        measure("pytorch_async_tp_native", case.pytorch(native=True))
+    for plan in hocket_plans(args.link, args.smoke):
+        if runnable(plan, site.kind):
+            measure(plan.describe(), lambda plan=plan: case.run(plan), plan=plan)
+    decision = planner.decide(site, group=group, device=device, autotune_switch=True,
+                              runners=lambda s: operator_runners(s, group=group, device=device))
+    chosen = fit_plan(decision.plan, site)
+    predicted_choice = decision.search.chosen if decision.search is not None else None
+    row["planner"] = {"plan": chosen.to_dict(), "source": decision.source,
+                      "predicted_choice": predicted_choice.to_dict() if predicted_choice else None}
+    measure("planner", lambda: case.run(chosen), plan=chosen)
+    close_peer_pipes()
+    H.close_contexts()
+    if rank0:
+        write_rows(row, site, args, provenance)
+    return row
+
+
+def shrunk(site: Site, factor: int) -> Site:
+    """``site`` with m, k, n divided by ``factor`` (a dry run of the whole flow, e.g. gloo on CPU)."""
+    if factor <= 1:
+        return site
+    w = site.world
+    return replace(site, m=max(w, site.m // factor // w * w), k=max(1, site.k // factor),
+                   n=max(w, site.n // factor // w * w))
+
+
+def predicted(site: Site, plan: Plan, cluster, profile) -> float | None:
+    try:
+        return predict(site, plan, cluster, profile).total_ms
+    except ValueError:
+        return None
+
+
+def write_rows(row: dict, site: Site, args, provenance) -> None:
+    """JSON lines of every hocket plan measured (and the planner's), with the run's baselines."""
+    methods = row["methods"]
+    if "sequential" not in methods:
+        return
+    comm = min(v["median_ms"] for k, v in methods.items() if k.startswith("comm_"))
+    baselines = Baselines(sequential_ms=methods["sequential"]["median_ms"],
+                          compute_alone_ms=methods["compute_alone"]["median_ms"], comm_alone_ms=comm)
+    extra_common = {"link": args.link, "case_name": site.name,
+                    "pytorch_async_tp_ms": methods.get("pytorch_async_tp", {}).get("median_ms"),
+                    "pytorch_async_tp_native_ms": methods.get("pytorch_async_tp_native", {}).get("median_ms"),
+                    "comm_ms": {k: v["median_ms"] for k, v in methods.items() if k.startswith("comm_")}}
+    records = []
+    for name, entry in methods.items():
+        if "plan" not in entry:
+            continue
+        timing = Summary(median_ms=entry["median_ms"], p10_ms=entry["p10_ms"], p90_ms=entry["p90_ms"], n=entry["n"])
+        prov = replace(provenance, extra={**provenance.extra, **extra_common, "method": name,
+                                          "predicted_ms": entry.get("predicted_ms"),
+                                          "planner_source": row["planner"]["source"] if name == "planner" else None})
+        records.append(make_record(site=site, plan=Plan.from_dict(entry["plan"]), timing=timing,
+                                   baselines=baselines, provenance=prov, max_error=entry.get("max_error")))
+    write_records(args.out, records)
+
+
+# -- table ------------------------------------------------------------------------------
+def best(methods: dict, prefix: str) -> tuple[str, float] | None:
+    found = [(k, v["median_ms"]) for k, v in methods.items() if k.startswith(prefix)]
+    return min(found, key=lambda kv: kv[1]) if found else None
+
+
+def table(rows: list[dict], link: str) -> str:
+    head = (f"{'case (m k n)':26s} {'seq':>6s} {'mm':>6s} {'comm':>6s} {'torch':>6s} {'native':>6s} "
+            f"{'chunk/ring':>16s} {'peer chunked':>16s} {'tile_fused':>16s} {'planner':>24s} {'x seq':>6s} "
+            f"{'x torch':>7s} {'eff':>6s} {'pred':>6s}")
+    lines = [f"link mode: {link}; times in ms (medians); eff = overlap efficiency of the planner's choice, or its "
+             f"speedup (x) where the possible saving is under 15%", head, "-" * len(head)]
+    for row in rows:
+        s, m = row["site"], row["methods"]
+        if "sequential" not in m or "planner" not in m:
+            lines.append(f"{s['kind']} {s['m']} {s['k']} {s['n']}: incomplete ({row['failures']})")
+            continue
+        seq, mm = m["sequential"]["median_ms"], m["compute_alone"]["median_ms"]
+        comm = min(v["median_ms"] for k, v in m.items() if k.startswith("comm_"))
+        ours = m["planner"]["median_ms"]
+        torch_ms = m.get("pytorch_async_tp", {}).get("median_ms")
+        native_ms = m.get("pytorch_async_tp_native", {}).get("median_ms")
+        score = overlap_score(measured_ms=ours, sequential_ms=seq, compute_alone_ms=mm, comm_alone_ms=comm)
+
+        def cell(found):
+            return f"{found[1]:.3f} {found[0].split('/')[0]}" if found else "—"
+
+        stream = min(filter(None, [best({k: v for k, v in m.items() if "/" not in k or "/p2p" in k}, "chunked("),
+                                   best(m, "ring(")]), key=lambda kv: kv[1], default=None)
+        vs_torch = min(filter(None, [torch_ms, native_ms]), default=None)
+        pred = m["planner"].get("predicted_ms")
+        lines.append(
+            f"{s['kind']} {s['m']} {s['k']} {s['n']:<10d} {seq:6.3f} {mm:6.3f} {comm:6.3f} "
+            f"{(f'{torch_ms:6.3f}' if torch_ms else '     —')} {(f'{native_ms:6.3f}' if native_ms else '     —')} "
+            f"{cell(stream):>16s} {cell(best({k: v for k, v in m.items() if '/copy_engine' in k or '/host_staged' in k}, 'chunked(')):>16s} "
+            f"{cell(best(m, 'tile_fused(')):>16s} {Plan.from_dict(m['planner']['plan']).describe() + f' {ours:.3f}':>24s} "
+            f"{seq / ours:6.3f} {(f'{vs_torch / ours:7.3f}' if vs_torch else '      —')} {score.label():>6s} "
+            f"{(f'{pred:6.3f}' if pred else '     —')}")
+    return "\n".join(lines)
+
+
+# -- main -------------------------------------------------------------------------------
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--link", choices=("nvlink", "host_staged"), default="nvlink")
+    p.add_argument("--cases", default="issue6", help=f"comma-separated shape sets: {', '.join(CASE_SETS)}")
+    p.add_argument("--tokens", type=int, default=8192, help="tokens of the model shape sets")
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(3), "little"))
+    p.add_argument("--cluster", default=None, help="cluster preset (default: h200x2/h200x8, or h200-host-staged)")
+    p.add_argument("--profile", default=None, help="calibration profile JSON for the planner (nvlink default: "
+                                                    "the committed 2xH200 NCCL profile)")
+    p.add_argument("--calibrate", action="store_true", help="measure contention first, give it to the planner")
+    p.add_argument("--smoke", action="store_true", help="the first case only, fewer plans and runs")
+    p.add_argument("--time-budget-s", type=float, default=0.0, help="start no new case after this many seconds")
+    p.add_argument("--shrink", type=int, default=1, help="divide every case's m, k, n by this (dry runs)")
+    p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl", help="gloo: a CPU dry run of the flow")
+    p.add_argument("--out", default=None, help="JSON lines path (default $OUT/bench_multigpu_<link>.jsonl)")
+    args = p.parse_args(argv)
+    if args.iters < (5 if args.smoke else 50):
+        p.error(f"--iters={args.iters}: use at least 50 timed runs (5 with --smoke)")
+    if args.out is None:
+        args.out = str(Path(os.environ.get("OUT", ".")) / f"bench_multigpu_{args.link}.jsonl")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    ctx = init_torchrun(backend=args.backend)
+    device, world = ctx.device, ctx.world_size
+    rank0 = ctx.rank == 0
+    log = (lambda msg: print(msg, flush=True)) if rank0 else (lambda msg: None)
+    if args.link == "host_staged" and os.environ.get("NCCL_P2P_DISABLE") != "1":
+        log("warning: --link host_staged without NCCL_P2P_DISABLE=1: the NCCL baselines still use NVLink")
+    sites = [s for name in args.cases.split(",") for s in case_sites(name.strip(), world=world, tokens=args.tokens)]
+    if args.smoke:
+        sites = sites[:1]
+        args.iters = min(args.iters, 20)
+    cluster_name = args.cluster or ("h200-host-staged" if args.link == "host_staged"
+                                    else ("h200x2" if world == 2 else "h200x8"))
+    cluster = load_cluster(cluster_name)
+    profile = None
+    if args.profile or (args.link == "nvlink" and world == 2 and NVLINK_PROFILE.is_file()):
+        profile = load_profile(args.profile or NVLINK_PROFILE, expected=None)
+    group = dist.group.WORLD
+    hardware = fingerprint(cluster) if rank0 else {}
+    provenance = collect(command=command_line(), hardware=hardware,
+                         extra={"world": world, "backend": "nccl", "cluster": cluster_name, "iters": args.iters,
+                                "seed": args.seed, "profile": str(args.profile or (NVLINK_PROFILE if profile else ""))})
+    log(f"bench_multigpu: {len(sites)} cases, world {world}, link {args.link}, cluster {cluster_name}, "
+        f"iters {args.iters}, torch {torch.__version__}")
+    summary = {"link": args.link, "world": world, "cluster": cluster_name, "command": provenance.command,
+               "environment": provenance.environment, "versions": provenance.versions, "rows": []}
+    if args.calibrate:
+        first = Case(shrunk(sites[0], args.shrink), group=group, device=device, seed=args.seed)
+        profile, detail = calibrate(first, args, profile, log)
+        summary["contention"] = detail
+        del first
+    planner = LivePlanner(cluster=cluster, profile=profile,
+                          config=LiveConfig(autotune=True, use_disk_cache=False,
+                                            tuning=AutotuneConfig(top_k=4, warmup=2, iters=12, rounds=2)))
+    started = time.monotonic()
+    for i, site in enumerate(sites):
+        if args.time_budget_s and time.monotonic() - started > args.time_budget_s and i:
+            log(f"time budget of {args.time_budget_s:g} s spent: cases {i}..{len(sites) - 1} not measured")
+            summary["not_measured"] = [s.to_dict() for s in sites[i:]]
+            break
+        summary["rows"].append(measure_case(site, args, group=group, device=device, cluster=cluster,
+                                            profile=profile, planner=planner, provenance=provenance, log=log))
+    if rank0:
+        out = Path(args.out)
+        out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        log(f"results -> {out} (+ {out.with_suffix('.summary.json').name})\n")
+        log(table(summary["rows"], args.link))
+    close_mailboxes()
+    close_relays()
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""``chunked`` over ``transport="copy_engine"``: vendor GEMMs per piece, data pushed into the peers'
+symmetric memory by copy engines, one flag per landed piece (:mod:`hocket.ops.lowering.peer_pipe`).
+
+* all-gather + matmul: every rank pushes its shard to every peer in ``plan.chunks`` pieces
+  while it multiplies its own shard (no wait at all), then multiplies each peer's pieces as
+  their flags rise (a one-program wait on the compute stream before each piece's GEMM).
+* matmul + reduce-scatter: the peers' blocks are computed first, piece by piece, each piece
+  pushed to its owner as soon as its GEMM ends (an event orders the copy after it); this
+  rank's own block is computed last, then the pieces the peers pushed are added to it.
+* matmul + all-reduce: pieces of the whole output, each pushed to every peer when done;
+  every rank then sums all ranks' partials in rank order (the same bits on every rank).
+
+Gathering the last dim (K) runs the stream-level pipeline of :mod:`hocket.ops.lowering.chunked`
+over the copy-engine transport's collectives instead. Other transports run that pipeline too.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hocket.ops._pipeline import piece_bounds
+from hocket.ops.lowering import chunked
+from hocket.ops.lowering.peer_pipe import FLAGS_PER_SOURCE, PIPES, PeerPipe
+from hocket.ops.lowering.problems import AllReduceMatmul, GatherMatmul, ScatterMatmul
+from hocket.ops.lowering.runtime import bind_executors
+
+
+def uses_peer_pipe(rt, plan) -> bool:
+    return plan.transport == "copy_engine" and rt.world > 1
+
+
+def _pieces(rows: int, chunks: int) -> list[tuple[int, int]]:
+    return piece_bounds(rows, min(chunks, FLAGS_PER_SOURCE))
+
+
+def gather_pipe(rt, g: GatherMatmul) -> PeerPipe:
+    """Pipe of a row all-gather: region ``A`` is the gathered ``[world * R, K]`` operand."""
+    w, dtype, device = rt.world, g.local.dtype, g.local.device
+    return PIPES.get(rt.group, device, ("ag", g.R, g.Kc, dtype), [("A", (w * g.R, g.Kc), dtype)],
+                     label=f"all_gather_matmul [{w}x{g.R}, {g.Kc}] {dtype}")
+
+
+def partials_pipe(rt, rows: int, cols: int, dtype: torch.dtype, device: torch.device, *, what: str) -> PeerPipe:
+    """Pipe whose region ``partials`` holds one ``[rows, cols]`` slot per source rank."""
+    return PIPES.get(rt.group, device, (what, rows, cols, dtype), [("partials", (rt.world, rows, cols), dtype)],
+                     label=f"{what} [{rows}, {cols}] {dtype}")
+
+
+def push_shard(pipe: PeerPipe, local: torch.Tensor, pieces, send_to) -> None:
+    """Push this rank's shard rows, piece by piece, into every peer's gathered ``A``."""
+    R, rank = local.shape[0], pipe.rank
+    for peer in send_to:
+        dst = pipe.peer(peer, "A")
+        for i, (lo, hi) in enumerate(pieces):
+            pipe.push(local[lo:hi], dst[rank * R + lo:rank * R + hi], peer=peer, piece=i)
+
+
+def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
+    if not uses_peer_pipe(rt, plan):
+        return chunked.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
+    from hocket.kernels.peer_schedule import receive_order, send_order
+
+    w, rank = rt.world, rt.rank
+    g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
+    if g.k_gather:
+        return chunked.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
+    pipe = gather_pipe(rt, g)
+    pieces = _pieces(g.R, plan.chunks)
+    gathered = pipe.local("A")
+    pipe.begin(len(pieces))
+    push_shard(pipe, g.local, pieces, send_order(rank, w))
+    g.compute_rows(rank, 0, g.R, g.local)
+    for src in receive_order(rank, w):
+        for i, (lo, hi) in enumerate(pieces):
+            pipe.wait_flags(src, 1, first=i)
+            g.compute_rows(src, lo, hi, gathered[src * g.R + lo:src * g.R + hi])
+    if g.A_c is not None:
+        g.A_c.copy_(gathered)
+        g.gathered_rows(rank).copy_(g.local)
+    pipe.end()
+    return g.finish()
+
+
+def matmul_scatter(A, B, reduce_op, dim, rt, plan):
+    if not uses_peer_pipe(rt, plan):
+        return chunked.matmul_scatter(A, B, reduce_op, dim, rt, plan)
+    from hocket.kernels.peer_schedule import receive_order, send_order
+
+    w, rank = rt.world, rt.rank
+    s = ScatterMatmul(A, B, dim, w)
+    pipe = partials_pipe(rt, s.rows, s.cols, s.out_c.dtype, s.out_c.device, what="matmul_reduce_scatter")
+    pieces = _pieces(s.rows, plan.chunks)
+    work = rt.ctx.buffer("peer.rs.partials", (w, s.rows, s.cols))
+    cur = torch.cuda.current_stream()
+    pipe.begin(len(pieces))
+    for peer in send_order(rank, w):
+        dst = pipe.peer(peer, "partials")[rank]
+        for i, (lo, hi) in enumerate(pieces):
+            s.partial(peer, lo, hi, work[peer, lo:hi])
+            pipe.push(work[peer, lo:hi], dst[lo:hi], peer=peer, piece=i, after=cur.record_event())
+    s.partial(rank, 0, s.rows, s.out_c)
+    received = pipe.local("partials")
+    for src in receive_order(rank, w):
+        pipe.wait_flags(src, len(pieces))
+        s.out_c.add_(received[src])
+    pipe.end()
+    return s.finish(reduce_op)
+
+
+def sum_in_rank_order(out: torch.Tensor, own: torch.Tensor, received: torch.Tensor, rank: int, scratch) -> None:
+    """``out = sum_r partial_r`` over ranks in rank order, ``own`` being this rank's partial
+    (``out`` may be ``own``). Every rank adds the same values in the same order, so every
+    rank gets the same bits. ``scratch(dtype)`` gives an accumulator the shape of ``out``
+    (float32 for 16-bit dtypes)."""
+    world = received.shape[0]
+    parts = [own if r == rank else received[r] for r in range(world)]
+    if world == 2:  # one rounding of a commutative sum: identical on both ranks
+        torch.add(parts[0], parts[1], out=out)
+        return
+    acc = scratch(torch.float32 if out.dtype in (torch.bfloat16, torch.float16) else out.dtype)
+    acc.copy_(parts[0])
+    for part in parts[1:]:
+        acc.add_(part)
+    out.copy_(acc)
+
+
+def matmul_all_reduce(A, B, reduce_op, rt, plan):
+    if not uses_peer_pipe(rt, plan):
+        return chunked.matmul_all_reduce(A, B, reduce_op, rt, plan)
+    from hocket.kernels.peer_schedule import receive_order, send_order
+
+    w, rank = rt.world, rt.rank
+    r = AllReduceMatmul(A, B, w)
+    pipe = partials_pipe(rt, r.rows, r.cols, r.out_c.dtype, r.out_c.device, what="matmul_all_reduce")
+    pieces = _pieces(r.rows, plan.chunks)
+    cur = torch.cuda.current_stream()
+    pipe.begin(len(pieces))
+    for i, (lo, hi) in enumerate(pieces):
+        r.partial(lo, hi, r.out_c[lo:hi])
+        done = cur.record_event()
+        for peer in send_order(rank, w):
+            pipe.push(r.out_c[lo:hi], pipe.peer(peer, "partials")[rank, lo:hi], peer=peer, piece=i, after=done)
+    for src in receive_order(rank, w):
+        pipe.wait_flags(src, len(pieces))
+    pipe.end()  # the pushes read out_c: finish them before it becomes the sum
+    sum_in_rank_order(r.out_c, r.out_c, pipe.local("partials"), rank,
+                      lambda dtype: rt.ctx.buffer("peer.ar.acc", (r.rows, r.cols), dtype))
+    return r.finish(reduce_op)
+
+
+EXECUTORS = bind_executors(ag_mm=gather_matmul, mm_rs=matmul_scatter, mm_ar=matmul_all_reduce)

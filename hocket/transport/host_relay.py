@@ -1,0 +1,212 @@
+"""``transport="host_staged"`` for the operators: collectives between GPUs of one node through
+shared, pinned host memory, for GPUs without a peer path (e.g. of two vendors).
+
+Each (group, device) gets one :class:`HostRelay`: a :class:`SharedHostBuffer` file that every
+rank maps and page-locks, holding ``SLOTS`` message slots per rank; a device-to-host and a
+host-to-device copy stream; and CUDA IPC events (``landed`` per slot: this rank's copy into
+its slot is done; ``consumed`` per slot: this rank has read every peer's slot). Every step is
+stream-ordered, so the host never waits for a copy; the host only waits (bounded, a few
+microseconds when ranks run in step) for the other ranks to have *enqueued* their side of a
+message, so that each cross-process event wait refers to the right record:
+
+1. sender: once every rank has enqueued its reads of this slot's previous message, the D2H
+   stream waits on their ``consumed`` events, copies this rank's data into its slot and
+   records ``landed``; the rank then publishes "sent ``seq``" in the buffer's header;
+2. receiver: once every rank published "sent ``seq``", the H2D stream waits on their
+   ``landed`` events, copies (and reduces) their slots into the output, records
+   ``consumed`` and publishes "read ``seq``".
+
+The returned :class:`~hocket.transport.stream_pending.StreamPending` ends after both
+streams. All ranks must issue the same transfers in the same order (the operators agree on
+their plan first); every host wait is bounded by ``HOCKET_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from hocket import env
+from hocket.transport.group import GroupHandle
+from hocket.transport.per_group import PerGroup, require_cuda, require_nccl, rounds
+from hocket.transport.shared_host_buffer import SharedHostBuffer
+from hocket.transport.stream_pending import StreamPending
+
+SLOTS = 2
+
+
+class HostRelay:
+    """Shared pinned slots, copy streams and IPC events of one (group, device) (module docstring)."""
+
+    def __init__(self, group: GroupHandle, device: torch.device, slot_bytes: int) -> None:
+        self.rank, self.world = group.rank, group.world
+        self.device = device
+        self.slot_bytes = slot_bytes
+        token = [f"{env.host_stage_dir()}/hocket-relay-{group.name}-{torch.randint(0, 2**62, ()).item():x}"]
+        dist.broadcast_object_list(token, src=group.ranks[0], group=group.pg)
+        if self.rank == 0:
+            self.buf = SharedHostBuffer.create(token[0], nbytes=self.world * SLOTS * slot_bytes,
+                                               num_chunks=2 * self.world)
+        dist.barrier(group=group.pg, device_ids=[device.index])
+        if self.rank != 0:
+            self.buf = SharedHostBuffer.attach(token[0])
+        self.d2h = torch.cuda.Stream(device)
+        self.h2d = torch.cuda.Stream(device)
+        self.landed = [torch.cuda.Event(interprocess=True) for _ in range(SLOTS)]
+        self.consumed = [torch.cuda.Event(interprocess=True) for _ in range(SLOTS)]
+        mine = ([e.ipc_handle() for e in self.landed], [e.ipc_handle() for e in self.consumed])
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, mine, group=group.pg)
+        self.peer_landed = {p: [torch.cuda.Event.from_ipc_handle(device, h) for h in everyone[p][0]]
+                            for p in range(self.world) if p != self.rank}
+        self.peer_consumed = {p: [torch.cuda.Event.from_ipc_handle(device, h) for h in everyone[p][1]]
+                              for p in range(self.world) if p != self.rank}
+        self.seq = 0
+        self._scratch: dict[tuple, torch.Tensor] = {}
+        dist.barrier(group=group.pg, device_ids=[device.index])
+        if self.rank == 0:  # every rank has mapped the file: its name may go (the mappings stay)
+            self.buf.path.unlink()
+
+    def slot(self, rank: int, k: int, dtype: torch.dtype) -> torch.Tensor:
+        """Rank ``rank``'s slot ``k`` as a flat ``dtype`` host tensor."""
+        start = (rank * SLOTS + k) * self.slot_bytes
+        raw = self.buf.data[start:start + self.slot_bytes]
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return raw[:self.slot_bytes // itemsize * itemsize].view(dtype)
+
+    def capacity(self, dtype: torch.dtype) -> int:
+        return self.slot_bytes // torch.empty((), dtype=dtype).element_size()
+
+    def scratch(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        buf = self._scratch.get(dtype)
+        if buf is None or buf.numel() < numel:
+            buf = self._scratch[dtype] = torch.empty(numel, dtype=dtype, device=self.device)
+        return buf[:numel]
+
+    def message(self, send, receive, *tensors: torch.Tensor) -> None:
+        """One message: ``send(slot)`` enqueues D2H copies into this rank's host slot (on the D2H
+        stream); ``receive(slot_of)`` enqueues the H2D copies (and reductions) from every peer's
+        slot (``slot_of(rank)``, on the H2D stream). ``tensors`` stay allocated until both are done."""
+        self.seq += 1
+        seq, k, w = self.seq, self.seq % SLOTS, self.world
+        peers = [p for p in range(w) if p != self.rank]
+        cur = torch.cuda.current_stream(self.device)
+        for t in tensors:
+            t.record_stream(self.d2h)
+            t.record_stream(self.h2d)
+        if seq > SLOTS:
+            for p in peers:  # every reader of this slot's previous message has enqueued its reads
+                self.buf.wait_ready(w + p, seq - SLOTS)
+                self.d2h.wait_event(self.peer_consumed[p][k])
+        self.d2h.wait_stream(cur)
+        with torch.cuda.stream(self.d2h):
+            send(lambda dtype: self.slot(self.rank, k, dtype))
+            self.landed[k].record(self.d2h)
+        self.buf.publish(self.rank, seq)
+        self.h2d.wait_stream(cur)
+        self.h2d.wait_event(self.landed[k])
+        for p in peers:
+            self.buf.wait_ready(p, seq)
+            self.h2d.wait_event(self.peer_landed[p][k])
+        with torch.cuda.stream(self.h2d):
+            receive(lambda rank, dtype: self.slot(rank, k, dtype))
+            self.consumed[k].record(self.h2d)
+        self.buf.publish(w + self.rank, seq)
+
+    def close(self) -> None:
+        self.d2h.synchronize()
+        self.h2d.synchronize()
+        self._scratch.clear()
+        self.buf.close()
+
+
+RELAYS: PerGroup[HostRelay] = PerGroup(lambda group, device: HostRelay(group, device,
+                                                                          env.symm_mailbox_bytes() // SLOTS))
+
+
+def close_relays(group_name: str | None = None) -> int:
+    """Free the relays (all, or those of one group); call on every rank. Returns how many."""
+    return RELAYS.close(group_name)
+
+
+class HostStagedTransport:
+    """Collectives through shared pinned host memory (see the module docstring)."""
+
+    name = "host_staged"
+
+    def __init__(self, group: GroupHandle) -> None:
+        require_nccl(group, self.name, "stages GPU tensors through pinned host memory")
+        self.group = group
+
+    def _relay(self, t: torch.Tensor) -> HostRelay:
+        require_cuda(t, self.name)
+        return RELAYS.get(self.group, t.device)
+
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> StreamPending:
+        relay = self._relay(inp)
+        src, dst = inp.reshape(-1), out.view(-1)
+        n, rank = src.numel(), relay.rank
+        for lo, hi in rounds(n, relay.capacity(src.dtype)):
+            def send(slot, lo=lo, hi=hi):
+                slot(src.dtype)[:hi - lo].copy_(src[lo:hi], non_blocking=True)
+
+            def receive(slot_of, lo=lo, hi=hi):
+                for p in range(relay.world):
+                    if p != rank:
+                        dst[p * n + lo:p * n + hi].copy_(slot_of(p, src.dtype)[:hi - lo], non_blocking=True)
+
+            relay.message(send, receive, src, dst)
+        with torch.cuda.stream(relay.h2d):
+            dst[rank * n:(rank + 1) * n].copy_(src)
+        return StreamPending.after(relay.h2d, what="host-staged all-gather")
+
+    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor) -> StreamPending:
+        relay = self._relay(inp)
+        w, rank = relay.world, relay.rank
+        dst = out.view(-1)
+        n = dst.numel()
+        blocks = inp.reshape(w, n)
+        for lo, hi in rounds(n, relay.capacity(dst.dtype) // w):
+            size = hi - lo
+
+            def send(slot, lo=lo, hi=hi, size=size):
+                staged = slot(dst.dtype)[:w * size].view(w, size)
+                for p in range(w):
+                    if p != rank:
+                        staged[p].copy_(blocks[p, lo:hi], non_blocking=True)
+
+            def receive(slot_of, lo=lo, hi=hi, size=size):
+                parts = relay.scratch(w * size, dst.dtype).view(w, size)
+                for p in range(w):
+                    if p == rank:
+                        parts[p].copy_(blocks[rank, lo:hi])
+                    else:
+                        parts[p].copy_(slot_of(p, dst.dtype)[:w * size].view(w, size)[rank], non_blocking=True)
+                torch.sum(parts, dim=0, out=dst[lo:hi])
+
+            relay.message(send, receive, blocks, dst)
+        return StreamPending.after(relay.h2d, what="host-staged reduce-scatter")
+
+    def all_reduce(self, tensor: torch.Tensor) -> StreamPending:
+        relay = self._relay(tensor)
+        w = relay.world
+        flat = tensor.view(-1)
+        for lo, hi in rounds(flat.numel(), relay.capacity(flat.dtype)):
+            size = hi - lo
+
+            def send(slot, lo=lo, hi=hi, size=size):
+                slot(flat.dtype)[:size].copy_(flat[lo:hi], non_blocking=True)
+
+            def receive(slot_of, lo=lo, hi=hi, size=size):
+                parts = relay.scratch(w * size, flat.dtype).view(w, size)
+                for p in range(w):
+                    parts[p].copy_(flat[lo:hi] if p == relay.rank else slot_of(p, flat.dtype)[:size],
+                                   non_blocking=True)
+                torch.sum(parts, dim=0, out=flat[lo:hi])
+
+            relay.message(send, receive, flat)
+        return StreamPending.after(relay.h2d, what="host-staged all-reduce")
+
+    def exchange(self, sends, recvs):
+        raise ValueError("transport='host_staged' carries whole collectives, not peer-to-peer ring steps; use "
+                         "strategy 'chunked' or 'sequential' with it")

@@ -1,0 +1,93 @@
+"""Rank-side helpers of tests/gpu/test_ops_nccl.py: every rank builds every rank's operands from the
+case's seed on its GPU, runs its own part with one plan after another, and checks each result
+against the one-process reference (twice per plan: the second call reuses the plan's resources)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+import hocket.ops as H
+from hocket.launch.same_case import rank_generator
+from hocket.ops.planning import SUPPORTED
+from hocket.ops.reference import all_gather_matmul_global, matmul_all_reduce_global, matmul_reduce_scatter_global
+from hocket.transport.registry import available_transports
+
+STRATEGY_TRANSPORTS = {
+    "sequential": ("collective",),
+    "bulk": ("collective", "copy_engine", "host_staged"),
+    "chunked": ("collective", "copy_engine", "host_staged"),
+    "ring": ("p2p",),
+    "bidir_ring": ("p2p",),
+    "substituted": ("collective", "copy_engine", "host_staged"),
+    "tile_fused": ("copy_engine",),
+}
+CHUNKS = (1, 3)
+
+
+def plans_for(kind: str) -> list[dict]:
+    """Every strategy the operator supports x every transport it can use here x a few chunk counts."""
+    plans = []
+    for strategy in SUPPORTED[kind]:
+        for transport in STRATEGY_TRANSPORTS[strategy]:
+            if transport not in available_transports():
+                continue
+            for chunks in (1,) if strategy in ("sequential", "bulk") else CHUNKS:
+                plans.append({"strategy": strategy, "transport": transport, "chunks": chunks})
+    return plans
+
+
+def _operand(seed: int, rank: int, shape, dtype: str, device, *, salt: int = 0) -> torch.Tensor:
+    gen = rank_generator(seed * 7 + salt, rank=rank)
+    return torch.randn(tuple(shape), generator=gen, dtype=torch.float32).to(getattr(torch, dtype)).to(device)
+
+
+def run_plans(case: dict) -> list[tuple[str, float]]:
+    """``case``: kind, shape, dim, ns, dtype, seed (+ reduce_op / return_A); every plan of ``plans_for``."""
+    w, rank = dist.get_world_size(), dist.get_rank()
+    device = torch.device("cuda", torch.cuda.current_device())
+    kind, seed, dtype = case["kind"], case["seed"], case["dtype"]
+    shape, dim = list(case["shape"]), case["dim"]
+    checked = []
+    if kind == "ag_mm":
+        shards = [_operand(seed, r, shape, dtype, device) for r in range(w)]
+        K = shape[-1] * (w if dim % len(shape) == len(shape) - 1 else 1)
+        Bs = [_operand(seed, rank, (K, n), dtype, device, salt=1 + i) for i, n in enumerate(case["ns"])]
+        eA, eouts = all_gather_matmul_global(shards, Bs, dim)
+    else:
+        As = [_operand(seed, r, shape, dtype, device) for r in range(w)]
+        Bs = [_operand(seed, r, (shape[-1], case["ns"][0]), dtype, device, salt=1) for r in range(w)]
+    for plan in plans_for(kind):
+        label = f"{plan} {case}"
+        for call in range(2):
+            if kind == "ag_mm":
+                A, outs = H.all_gather_matmul(shards[rank], Bs, dim, dist.group.WORLD, return_A=case["return_A"],
+                                              plan=plan)
+                results = [(o, e, f"out{i}") for i, (o, e) in enumerate(zip(outs, eouts))]
+                if case["return_A"]:
+                    results.append((A, eA, "A"))
+            elif kind == "mm_rs":
+                out = H.matmul_reduce_scatter(As[rank], Bs[rank], case["reduce_op"], dim, dist.group.WORLD, plan=plan)
+                results = [(out, matmul_reduce_scatter_global(As, Bs, case["reduce_op"], dim)[rank], "out")]
+            else:
+                out = H.matmul_all_reduce(As[rank], Bs[rank], case["reduce_op"], dist.group.WORLD, plan=plan)
+                results = [(out, matmul_all_reduce_global(As, Bs, case["reduce_op"]), "out")]
+                everyone = [torch.empty_like(out) for _ in range(w)]
+                dist.all_gather(everyone, out)
+                assert all(torch.equal(everyone[0], o) for o in everyone), f"all-reduce results differ: {label}"
+            torch.cuda.synchronize()
+            for got, expected, what in results:
+                assert got.device == device, f"{what} is on {got.device}: {label}"
+                assert got.is_contiguous(), f"{what} is not contiguous: {label}"
+                H.assert_close(got, expected, world=w, what=f"{what} (call {call}) {label}")
+                checked.append((f"{plan['strategy']}/{plan['transport']}/{plan['chunks']} {what}",
+                                H.max_error(got, expected)))
+    return checked
+
+
+def run_unsupported_transport(kind: str) -> None:
+    """tile_fused with the default transport: a clear ValueError on every rank."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    a = torch.randn(256, 64, device=device)
+    b = torch.randn(64, 32, device=device)
+    H.matmul_all_reduce(a, b, "sum", dist.group.WORLD, plan={"strategy": "tile_fused", "chunks": 2})

@@ -1,0 +1,58 @@
+"""The operators on 2 GPUs with NCCL: every strategy x transport (collective, p2p, copy_engine,
+host_staged) x chunk count, fp32 and bf16, gathered / scattered along dim 0 and the last dim,
+shapes small and odd (fallback paths) and tile-aligned (the Triton kernels), against the reference.
+
+Run on a machine with >= 2 GPUs: ``python -m pytest tests/gpu/test_ops_nccl.py -q``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+    pytest.skip("needs >= 2 CUDA GPUs", allow_module_level=True)
+if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
+    pytest.skip("TRITON_INTERPRET is set: run GPU tests in their own process", allow_module_level=True)
+
+from _nccl_cases import run_plans, run_unsupported_transport  # noqa: E402
+from hocket.launch import RankPool  # noqa: E402
+
+pytestmark = pytest.mark.timeout(900)
+SEED = int.from_bytes(os.urandom(4), "little")
+
+
+@pytest.fixture(scope="module")
+def pool2():
+    with RankPool(2, backend="nccl", timeout_s=600, start_method="spawn") as pool:
+        yield pool
+
+
+CASES = [
+    # kind, shape, dim, ns, extra: tile-aligned shapes reach the kernels, odd ones the fallbacks
+    ("ag_mm", (256, 192), 0, (320,), {"return_A": True}),
+    ("ag_mm", (3, 50, 40), 1, (24, 17), {"return_A": True}),
+    ("ag_mm", (37, 40), 1, (24,), {"return_A": False}),
+    ("mm_rs", (512, 192), 0, (320,), {"reduce_op": "sum"}),
+    ("mm_rs", (6, 8, 40), 1, (24,), {"reduce_op": "avg"}),
+    ("mm_rs", (33, 40), 1, (24,), {"reduce_op": "sum"}),
+    ("mm_ar", (384, 192), 0, (320,), {"reduce_op": "sum"}),
+    ("mm_ar", (2, 7, 40), 0, (33,), {"reduce_op": "avg"}),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("kind,shape,dim,ns,extra", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}-d{c[2]}"
+                                                              for c in CASES])
+def test_every_plan_on_nccl(pool2, kind, shape, dim, ns, extra, dtype):
+    case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype=dtype, seed=SEED, **extra)
+    results = pool2.run(run_plans, case)
+    assert len(results[0]) == len(results[1]) > 0
+    print(f"\n{kind} {shape} dim {dim} {dtype}: {len(results[0])} checks, worst error "
+          f"{max(e for _, e in results[0]):.2g}")
+
+
+def test_tile_fused_names_its_transport_on_every_rank(pool2):
+    pool2.run_expect_error(run_unsupported_transport, "mm_ar", exc_type=ValueError,
+                           match="transport='copy_engine'")

@@ -11,13 +11,15 @@ from hocket.ops.all_gather_matmul import all_gather_matmul
 from hocket.ops.context import close_contexts
 from hocket.ops.matmul_all_reduce import matmul_all_reduce
 from hocket.ops.matmul_reduce_scatter import matmul_reduce_scatter
+from hocket.ops.offload import OffloadContext, close_offload_contexts, matmul_from_host, matmul_to_host
 from hocket.ops.planning import SUPPORTED, choose_plan
 from hocket.ops.sites import site_for_call
 from hocket.ops.tolerance import Tolerance, assert_close, max_error, tolerance
 from hocket.transport.pending import TransportError
 
 __all__ = [
-    "SUPPORTED", "AgreementError", "RankInputError", "Tolerance", "TransportError", "all_gather_matmul",
-    "assert_close", "choose_plan", "close_contexts", "matmul_all_reduce", "matmul_reduce_scatter", "max_error",
+    "SUPPORTED", "AgreementError", "OffloadContext", "RankInputError", "Tolerance", "TransportError",
+    "all_gather_matmul", "assert_close", "choose_plan", "close_contexts", "close_offload_contexts",
+    "matmul_all_reduce", "matmul_from_host", "matmul_reduce_scatter", "matmul_to_host", "max_error",
     "site_for_call", "tolerance",
 ]

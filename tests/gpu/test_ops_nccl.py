@@ -25,7 +25,7 @@ SEED = int.from_bytes(os.urandom(4), "little")
 
 @pytest.fixture(scope="module")
 def pool2():
-    with RankPool(2, backend="nccl", timeout_s=600, start_method="spawn") as pool:
+    with RankPool(2, backend="nccl", timeout_s=240, start_method="spawn") as pool:
         yield pool
 
 

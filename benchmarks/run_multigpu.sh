@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The multi-GPU runs of issue 6 (and, with NPROC=4/8 and CASES=..., issue 8), from the repo root:
+#   PHASES="tests nvlink host" NPROC=2 CASES=issue6 benchmarks/run_multigpu.sh [extra bench_multigpu.py args]
+# tests:  the NCCL operator tests (tests/gpu/test_ops_nccl.py)            -> $OUT/gpu_nccl_tests.log
+# nvlink: bench_multigpu.py --link nvlink --calibrate                      -> $OUT/bench_multigpu_nvlink.*
+# host:   NCCL_P2P_DISABLE=1 bench_multigpu.py --link host_staged (a separate launch) -> *_host_staged.*
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HOCKET_TIMEOUT_S="${HOCKET_TIMEOUT_S:-60}"
+OUT="${OUT:-benchmarks/results/h200x2}"
+NPROC="${NPROC:-2}"
+CASES="${CASES:-issue6}"
+PHASES="${PHASES:-tests nvlink host}"
+PY="${PYTHON:-python3}"
+mkdir -p "$OUT"
+status=0
+for phase in $PHASES; do
+  case "$phase" in
+    tests)
+      timeout "${TEST_TIMEOUT_S:-420}" "$PY" -m pytest tests/gpu/test_ops_nccl.py -q -x -rA -p no:cacheprovider \
+        > "$OUT/gpu_nccl_tests.log" 2>&1 || status=1
+      tail -n 25 "$OUT/gpu_nccl_tests.log" ;;
+    nvlink)
+      timeout "${BENCH_TIMEOUT_S:-420}" torchrun --nproc_per_node "$NPROC" benchmarks/bench_multigpu.py --link nvlink \
+        --cases "$CASES" --calibrate --out "$OUT/bench_multigpu_nvlink.jsonl" "$@" \
+        > "$OUT/bench_multigpu_nvlink.log" 2>&1 || status=1
+      grep -v "^W[0-9]" "$OUT/bench_multigpu_nvlink.log" | tail -n 40 ;;
+    host)
+      NCCL_P2P_DISABLE=1 timeout "${BENCH_TIMEOUT_S:-420}" torchrun --nproc_per_node "$NPROC" benchmarks/bench_multigpu.py \
+        --link host_staged --cases "$CASES" --calibrate --out "$OUT/bench_multigpu_host_staged.jsonl" "$@" \
+        > "$OUT/bench_multigpu_host_staged.log" 2>&1 || status=1
+      grep -v "^W[0-9]" "$OUT/bench_multigpu_host_staged.log" | tail -n 30 ;;
+    *) echo "unknown phase $phase (use tests, nvlink, host)"; status=2 ;;
+  esac
+done
+exit $status

@@ -3,17 +3,21 @@
 Per strategy (``S`` = the site's collective buffer, ``p`` = world, ``C`` = plan.chunks):
 
 * ``sequential``: collective then GEMM (ag_mm), or GEMM then collective (mm_rs, mm_ar).
-* ``bulk`` (ag_mm): the local shard's GEMM runs while the whole all-gather is in flight,
-  then one GEMM over the remaining rows.
-* ``chunked``: ``C`` row pieces; piece i's collective (``S/C``) overlaps piece i-1's GEMM
-  (ag_mm) or piece i+1's GEMM (mm_rs, mm_ar). Every piece is its own kernel: it pays a
-  launch and the small-GEMM efficiency of the wave model. ``order=local_first`` computes
-  the local shard first, before any piece arrives.
+The pipelines mirror the executors in ``hocket.ops.lowering`` (same pieces, same kernels):
+
+* ``chunked``: ``C`` pieces of every shard's (ag_mm) or destination block's (mm_rs) rows;
+  piece i's collective overlaps another piece's GEMMs, which run one per source or
+  destination block (``p`` kernels of the piece's rows: each pays a launch and the
+  small-GEMM efficiency of the wave model); mm_ar pieces are plain row ranges.
+* ``bulk`` (ag_mm): the one-piece pipeline (one collective, then the per-source GEMMs).
+  The executors also run it for mm_rs/mm_ar, where it cannot overlap anything; like the
+  planner's space, the model prices it for ag_mm only.
 * ``ring``: ``p`` steps of P2P send/recv to the next rank, each shard in ``C`` sub-steps;
   ag_mm computes on the shard in hand, mm_rs computes the partial for the next
-  destination, adds the received accumulator and passes it on.
-* ``bidir_ring``: shards travel both ways at once: ``ceil((p-1)/2)`` steps with two
-  peers each (a mesh carries both at once, a switched port shares its bandwidth).
+  destination, adds the received running sum and passes it on; mm_ar runs the
+  reduce-scatter ring, then an all-gather ring.
+* ``bidir_ring``: two lanes, half of every shard (block) each way: each step talks to
+  both neighbours (a mesh carries both at once, a switched port shares its bandwidth).
 * ``substituted``: mm_ar's all-reduce as per-piece reduce-scatter, with each piece's
   all-gather queued behind the next piece's reduce-scatter (``rs_ag``); ag_mm with
   ``ring_p2p`` is the ring.
@@ -40,7 +44,7 @@ FLAG_WAIT_US = 2.0
 _KIND_STRATEGIES = {
     "ag_mm": ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted"),
     "mm_rs": ("sequential", "chunked", "ring", "bidir_ring", "tile_fused"),
-    "mm_ar": ("sequential", "chunked", "substituted"),
+    "mm_ar": ("sequential", "chunked", "ring", "bidir_ring", "substituted"),
     "h2d_mm": ("sequential", "chunked", "tile_fused"),
     "mm_d2h": ("sequential", "chunked", "tile_fused"),
 }
@@ -115,10 +119,11 @@ class _Builder:
         return index
 
     def add_gemm(self, name: str, rows: int, *, deps=(), piece: int = 0, launches: int = 1,
-                 sms: int | None = None, k: int | None = None, n: int | None = None) -> int:
+                 sms: int | None = None, k: int | None = None, n: int | None = None, count: int = 1) -> int:
+        """``count`` GEMMs of ``rows`` rows, one after another (e.g. one per source block)."""
         site = self.site
-        duration = self.gemm(rows, k=k, n=n, launches=launches, sms=sms)
-        flops = 2.0 * rows * (k or site.k) * (n or site.n) * site.num_b
+        duration = count * self.gemm(rows, k=k, n=n, launches=launches, sms=sms)
+        flops = 2.0 * count * rows * (k or site.k) * (n or site.n) * site.num_b
         return self.add(Stage(name=name, resource="compute", duration_ms=duration, depends_on=tuple(deps),
                               piece=piece, flops=flops, op="gemm"), rows=rows)
 
@@ -202,57 +207,47 @@ def _ag_mm(b: _Builder) -> None:
                              "(or strategy='ring')")
         strategy = "ring"
     shard_rows = math.ceil(m / p)
-    local_rows = m // p  # the smallest shard: the rank that waits for the most remote rows
     if strategy == "sequential":
         t = b.add_transfer("all_gather", b.collective("all_gather", total), op="all_gather", nbytes=total)
         b.add_gemm("gemm", m, deps=(t,))
-    elif strategy == "bulk":
-        t = b.add_transfer("all_gather", b.collective("all_gather", total), op="all_gather", nbytes=total)
-        if local_rows:
-            b.add_gemm("gemm[local]", local_rows)
-        b.add_gemm("gemm[rest]", m - local_rows, deps=(t,), piece=1)
-    elif strategy == "chunked":
-        rows_left, scale = m, 1.0
-        if plan.order == "local_first" and local_rows:
-            b.add_gemm("gemm[local]", local_rows)
-            rows_left, scale = m - local_rows, p / (p - 1)  # pieces hold remote rows only
-        for i, rows in enumerate(split_even(rows_left, plan.chunks)):
-            nbytes = total * rows / m * scale
+    elif strategy in ("bulk", "chunked"):
+        # pieces cut every rank's shard rows; a piece is all-gathered, then multiplied one
+        # source block at a time (p GEMMs of the piece's rows) and, with several pieces,
+        # copied into the gathered A; bulk is the one-piece pipeline.
+        pieces = [shard_rows] if strategy == "bulk" else split_even(shard_rows, plan.chunks)
+        for i, rows in enumerate(pieces):
+            nbytes = total * rows / shard_rows
             t = b.add_transfer(f"all_gather[{i}]", b.collective("all_gather", nbytes), piece=i, op="all_gather",
                                nbytes=nbytes)
-            b.add_gemm(f"gemm[{i}]", rows, deps=(t,), piece=i)
+            g = b.add_gemm(f"gemm[{i}]", rows, deps=(t,), piece=i, count=p)
+            if len(pieces) > 1:
+                b.add_memory(f"copy_gathered[{i}]", 2.0 * nbytes, deps=(g,), piece=i, op="copy")
     elif strategy in ("ring", "bidir_ring"):
-        _ag_ring(b, shard_rows, bidirectional=strategy == "bidir_ring")
+        _ag_ring(b, shard_rows, lanes=2 if strategy == "bidir_ring" else 1)
     elif strategy == "tile_fused":
         _tile_fused(b, producer=False)
     else:
         raise _not_for(site, plan)
 
 
-def _ag_ring(b: _Builder, shard_rows: int, *, bidirectional: bool) -> None:
+def _ag_ring(b: _Builder, shard_rows: int, *, lanes: int) -> None:
+    """``p`` steps: compute on the shard (rows) in hand while passing it on. ``lanes=2``
+    (bidir_ring): half of every shard travels each way, two neighbours per step."""
     site, plan = b.site, b.plan
     p = site.world
     row_bytes = site.k * site.itemsize
-    subs = split_even(shard_rows, plan.chunks)
-    # arrivals[s] = shards (count) received at step s; step 0 is the local shard
-    steps = [1]
-    remaining = p - 1
-    while remaining > 0:
-        take = 2 if bidirectional and remaining >= 2 else 1
-        steps.append(take)
-        remaining -= take
+    subs = split_even(math.ceil(shard_rows / lanes), plan.chunks)
     last_recv: list[int | None] = [None] * len(subs)
-    for s, shards in enumerate(steps):
+    for s in range(p):
         recv_ids: list[int | None] = [None] * len(subs)
-        if s + 1 < len(steps):  # forward what we hold while computing on it
-            peers = steps[s + 1]
+        if s + 1 < p:  # forward what we hold while computing on it
             for j, rows in enumerate(subs):
                 deps = () if last_recv[j] is None else (last_recv[j],)
-                recv_ids[j] = b.add_transfer(f"send_recv[{s}.{j}]", b.ring_step(rows * row_bytes, peers=peers),
-                                             deps=deps, piece=s, op="send_recv", nbytes=rows * row_bytes * peers)
+                recv_ids[j] = b.add_transfer(f"send_recv[{s}.{j}]", b.ring_step(rows * row_bytes, peers=lanes),
+                                             deps=deps, piece=s, op="send_recv", nbytes=rows * row_bytes * lanes)
         for j, rows in enumerate(subs):
             deps = () if last_recv[j] is None else (last_recv[j],)
-            b.add_gemm(f"gemm[{s}.{j}]", rows * shards, deps=deps, piece=s)
+            b.add_gemm(f"gemm[{s}.{j}]", rows, deps=deps, piece=s, count=lanes)
         last_recv = recv_ids
 
 
@@ -260,50 +255,53 @@ def _mm_rs(b: _Builder) -> None:
     site, plan = b.site, b.plan
     p, m = site.world, site.m
     total = site.comm_bytes
+    block_rows = math.ceil(m / p)
     if plan.strategy == "sequential":
         g = b.add_gemm("gemm", m)
         b.add_transfer("reduce_scatter", b.collective("reduce_scatter", total), deps=(g,), op="reduce_scatter",
                        nbytes=total)
     elif plan.strategy == "chunked":
-        for i, rows in enumerate(split_even(m, plan.chunks)):
-            nbytes = total * rows / m
-            g = b.add_gemm(f"gemm[{i}]", rows, piece=i)
+        # pieces cut every destination block's rows: p partial GEMMs into a staging buffer,
+        # then the piece's reduce-scatter
+        pieces = split_even(block_rows, plan.chunks)
+        for i, rows in enumerate(pieces):
+            nbytes = total * rows / block_rows
+            g = b.add_gemm(f"gemm[{i}]", rows, piece=i, count=p)
             b.add_transfer(f"reduce_scatter[{i}]", b.collective("reduce_scatter", nbytes), deps=(g,), piece=i,
                            op="reduce_scatter", nbytes=nbytes)
     elif plan.strategy in ("ring", "bidir_ring"):
-        _rs_ring(b, math.ceil(m / p), bidirectional=plan.strategy == "bidir_ring")
+        _rs_ring(b, block_rows, lanes=2 if plan.strategy == "bidir_ring" else 1)
     elif plan.strategy == "tile_fused":
         _tile_fused(b, producer=True)
     else:
         raise _not_for(site, plan)
 
 
-def _rs_ring(b: _Builder, block_rows: int, *, bidirectional: bool) -> None:
-    """Each step computes the partial of the next destination block, adds the accumulator
-    received from the previous rank, and sends it on; the last step's block is ours."""
+def _rs_ring(b: _Builder, block_rows: int, *, lanes: int) -> list[int | None]:
+    """``p`` steps: compute this rank's partial of the next destination block, add the
+    running sum received from the previous rank, pass it on; after ``p`` steps our own
+    block is complete. ``lanes=2``: half of every block goes each way. Returns the last
+    stage of every sub-piece."""
     site, plan = b.site, b.plan
     p = site.world
     row_bytes = site.n * site.num_b * site.itemsize
-    subs = split_even(block_rows, plan.chunks)
-    steps, remaining = [], p
-    while remaining > 0:
-        take = 2 if bidirectional and remaining >= 3 else 1
-        steps.append(take)
-        remaining -= take
+    subs = split_even(math.ceil(block_rows / lanes), plan.chunks)
     prev_send: list[int | None] = [None] * len(subs)
-    for s, blocks in enumerate(steps):
+    last: list[int | None] = [None] * len(subs)
+    for s in range(p):
         sends: list[int | None] = [None] * len(subs)
         for j, rows in enumerate(subs):
-            g = b.add_gemm(f"gemm[{s}.{j}]", rows * blocks, piece=s)
-            deps = [g]
+            g = b.add_gemm(f"gemm[{s}.{j}]", rows, piece=s, count=lanes)
+            last[j] = g
             if prev_send[j] is not None:
-                deps.append(b.add_memory(f"reduce[{s}.{j}]", 3.0 * rows * blocks * row_bytes,
-                                         deps=(g, prev_send[j]), piece=s))
-            if s + 1 < len(steps):
+                last[j] = b.add_memory(f"reduce[{s}.{j}]", 3.0 * rows * lanes * row_bytes, deps=(g, prev_send[j]),
+                                       piece=s)
+            if s + 1 < p:
                 nbytes = rows * row_bytes
-                sends[j] = b.add_transfer(f"send_recv[{s}.{j}]", b.ring_step(nbytes, peers=blocks),
-                                          deps=(deps[-1],), piece=s, op="send_recv", nbytes=nbytes * blocks)
+                sends[j] = b.add_transfer(f"send_recv[{s}.{j}]", b.ring_step(nbytes, peers=lanes),
+                                          deps=(last[j],), piece=s, op="send_recv", nbytes=nbytes * lanes)
         prev_send = sends
+    return last
 
 
 def _tile_fused(b: _Builder, *, producer: bool) -> None:
@@ -366,6 +364,18 @@ def _mm_ar(b: _Builder) -> None:
     if plan.strategy == "sequential":
         g = b.add_gemm("gemm", m)
         b.add_transfer("all_reduce", b.collective("all_reduce", total), deps=(g,), op="all_reduce", nbytes=total)
+    elif plan.strategy in ("ring", "bidir_ring"):
+        # the reduce-scatter ring over p row blocks, then an all-gather ring of the reduced blocks
+        lanes = 2 if plan.strategy == "bidir_ring" else 1
+        block_rows = math.ceil(m / site.world)
+        last = _rs_ring(b, block_rows, lanes=lanes)
+        row_bytes = site.n * site.num_b * site.itemsize
+        for j, rows in enumerate(split_even(math.ceil(block_rows / lanes), plan.chunks)):
+            prev = last[j]
+            for s in range(site.world - 1):
+                prev = b.add_transfer(f"all_gather_step[{s}.{j}]", b.ring_step(rows * row_bytes, peers=lanes),
+                                      deps=(prev,) if prev is not None else (), piece=s, op="send_recv",
+                                      nbytes=rows * row_bytes * lanes)
     elif plan.strategy == "chunked":
         for i, rows in enumerate(split_even(m, plan.chunks)):
             nbytes = total * rows / m

@@ -53,5 +53,5 @@ def test_bad_input_is_a_clear_error(capsys):
                         "no-such-cluster")
     assert code == 2 and "h800x8" in err  # lists the presets
     code, _, err = _run(capsys, "mm_rs", "--m", "64", "--k", "64", "--n", "64", "--world", "2", "--cluster",
-                        "h800x8", "--strategy", "bulk")
-    assert code == 2 and "bulk" in err and "ag_mm" in err
+                        "h800x8", "--strategy", "substituted")
+    assert code == 2 and "substituted" in err and "mm_ar" in err

@@ -104,8 +104,8 @@ def test_impossible_requests_raise_clear_errors():
     with pytest.raises(ValueError, match="offered"):
         predict(Site(kind="ag_mm", m=64, k=64, n=64, world=8), Plan(strategy="ring", transport="p2p"),
                 load_preset("rtx4090x8"))
-    with pytest.raises(ValueError, match="bulk"):
-        predict(Site(kind="mm_rs", m=64, k=64, n=64, world=8), Plan(strategy="bulk"), H800X8)
+    with pytest.raises(ValueError, match="substituted.*mm_ar"):
+        predict(Site(kind="mm_rs", m=64, k=64, n=64, world=8), Plan(strategy="substituted"), H800X8)
     with pytest.raises(TypeError, match="ClusterSpec"):
         predict(Site(kind="mm_rs", m=64, k=64, n=64, world=8), Plan(), "h800x8")
     mixed = load_preset("mixed-nvidia-amd")

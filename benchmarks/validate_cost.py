@@ -1,0 +1,249 @@
+"""Validate the cost model against measurements committed under benchmarks/results/.
+
+Reads every results line (the schema of DESIGN.md section 4, ``hocket.bench.record``),
+groups them by measured site, and holds out a third of the sites (every third site in a
+fixed order, at least one): their measurements are never used to calibrate. The
+calibration profile the model predicts with is built from the *other* sites' baselines
+only (``compute_alone_ms`` -> GEMM points, ``comm_alone_ms`` -> transfer curve points),
+optionally merged with a machine profile (``--profile``, measured by ``hocket calibrate``
+on separate microbenchmarks). No plan's overlapped time is ever used to calibrate, so
+every strategy's prediction is a held-out prediction of its mechanism.
+
+Printed: per-point error (held-out sites), median and max relative error, and decision
+accuracy: how often the predicted sign of the saving over sequential matches the
+measured one (points whose measured saving is within the measurement noise are counted
+apart), and how often the predicted best plan of a site is the measured best (with the
+regret of following the prediction). Targets (issue 3): median <= 10%, max <= 25%,
+sign right >= 90%.
+
+  python benchmarks/validate_cost.py                            # every *.jsonl under results/
+  python benchmarks/validate_cost.py results/h200/bench_single_gpu.jsonl --cluster h200x1 --json out.json
+  python benchmarks/validate_cost.py --no-calibration           # datasheet + mechanisms only
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hocket.bench.record import read_records
+from hocket.cost import predict
+from hocket.cost.calibration import CalibrationView, calibration_view
+from hocket.hardware import list_presets, load_cluster, load_preset, probe
+from hocket.hardware.profile import CalibrationProfile, CurvePoint, GemmPoint, load_profile
+from hocket.plan.plan import Plan
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PRICED_KINDS = ("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h")
+CURVE_OF_KIND = {"ag_mm": "all_gather", "mm_rs": "reduce_scatter", "mm_ar": "all_reduce",
+                 "h2d_mm": "host_link", "mm_d2h": "host_link"}
+NOISE_FLOOR = 0.02
+"""A measured saving smaller than this fraction of sequential (or than the p10-p90 spread) is noise."""
+
+
+@dataclass
+class SiteGroup:
+    """All plans of one site measured in one run (same baselines) on one machine."""
+
+    key: str
+    site: object
+    cluster: object
+    records: list = field(default_factory=list)
+
+    @property
+    def sequential_ms(self) -> float:
+        return self.records[0].baselines.sequential_ms
+
+    def sequential_plan(self) -> Plan:
+        for r in self.records:
+            if r.plan.strategy == "sequential":
+                return r.plan
+        return Plan(transport=self.records[0].plan.transport)
+
+
+def find_cluster(record, forced, cache: dict):
+    """The ClusterSpec a line was measured on: ``--cluster``, else the preset (or this
+    machine's probe, for CPU ranks) with the same device counts and node count."""
+    if forced is not None:
+        return forced
+    hardware = record.hardware if isinstance(record.hardware, dict) else {}
+    devices = hardware.get("devices") or {}
+    key = json.dumps([devices, hardware.get("nodes")], sort_keys=True)
+    if key not in cache:
+        world = int(hardware.get("world_size") or record.site.world)
+        candidates = [probe(cpu_ranks=world)] + [load_preset(name) for name in list_presets()]
+        cache[key] = next((c for c in candidates if c.device_counts() == devices
+                           and c.num_nodes == (hardware.get("nodes") or 1)), None)
+    return cache[key]
+
+
+def group_sites(records, forced) -> tuple[list[SiteGroup], list[str]]:
+    groups: dict[str, SiteGroup] = {}
+    notes: list[str] = []
+    cache: dict = {}
+    for record in records:
+        if record.site.kind not in PRICED_KINDS:
+            notes.append(f"{record.site.kind} lines skipped (no cost model for that kind yet)")
+            continue
+        cluster = find_cluster(record, forced, cache)
+        if cluster is None:
+            notes.append(f"no preset matches the hardware of a {record.site.kind} line "
+                         f"({record.hardware.get('devices')}); pass --cluster")
+            continue
+        hw = record.hardware.get("hash", "") if isinstance(record.hardware, dict) else ""
+        # one group per run of a site: the plans of one run share their baselines
+        key = f"{record.site.key}@{hw}#{record.baselines.sequential_ms:.6g}"
+        groups.setdefault(key, SiteGroup(key=key, site=record.site, cluster=cluster)).records.append(record)
+    return list(groups.values()), sorted(set(notes))
+
+
+def split_holdout(groups: list[SiteGroup], fraction: float) -> tuple[list[SiteGroup], list[SiteGroup]]:
+    """(calibration, held out): sites in a fixed pseudo-random order, every k-th held out."""
+    # hold out by site (all runs of a held-out site stay out), in a fixed pseudo-random order
+    sites = sorted({g.key.split("#")[0] for g in groups}, key=lambda k: hashlib.sha1(k.encode()).hexdigest())
+    step = max(1, round(1 / fraction))
+    held_sites = {k for i, k in enumerate(sites) if i % step == 0}
+    held = [g for g in groups if g.key.split("#")[0] in held_sites]
+    return [g for g in groups if g not in held], held
+
+
+def calibration_profile(groups: list[SiteGroup], base: CalibrationProfile | None) -> CalibrationProfile:
+    """A profile from the calibration sites' baselines (plus ``base``'s points)."""
+    gemm = list(base.gemm) if base else []
+    curves: dict[str, list] = {op: list(points) for op, points in (base.collectives if base else {}).items()}
+    host = list(base.host_link) if base else []
+    for g in groups:
+        site, baselines = g.site, g.records[0].baselines
+        flops = site.flops
+        gemm.append(GemmPoint(m=site.m, k=site.k, n=site.n * site.num_b, dtype=site.dtype,
+                              tflops=flops / (baselines.compute_alone_ms * 1e9), ms=baselines.compute_alone_ms))
+        point = CurvePoint(bytes=site.comm_bytes, ms=baselines.comm_alone_ms)
+        curve = CURVE_OF_KIND[site.kind]
+        (host if curve == "host_link" else curves.setdefault(curve, [])).append(point)
+    return CalibrationProfile(
+        fingerprint=base.fingerprint if base else "validate_cost", world_size=base.world_size if base else 1,
+        gemm=tuple(gemm), collectives={op: tuple(sorted(p, key=lambda x: x.bytes)) for op, p in curves.items()},
+        p2p=base.p2p if base else (), copy_engine=base.copy_engine if base else (),
+        host_link=tuple(sorted(host, key=lambda x: x.bytes)), contention=base.contention if base else {})
+
+
+def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
+    points, signs, bests, unpriced = [], [], [], []
+    for g in groups:
+        predicted_seq = predict(g.site, g.sequential_plan(), g.cluster, view).total_ms
+        measured_seq = g.sequential_ms
+        per_plan = []
+        for r in g.records:
+            try:
+                pred = predict(g.site, r.plan, g.cluster, view).total_ms
+            except ValueError as exc:  # a plan the model does not price (named in the message)
+                unpriced.append(f"{g.site.key} {r.plan.describe()}: {exc}")
+                continue
+            error = pred / r.median_ms - 1.0
+            points.append({"site": g.site.key, "plan": r.plan.describe(), "measured_ms": r.median_ms,
+                           "predicted_ms": pred, "error": error})
+            per_plan.append((r, pred))
+            if r.plan.strategy == "sequential":
+                continue
+            noise = max(NOISE_FLOOR, (r.timing.p90_ms - r.timing.p10_ms) / r.median_ms)
+            measured_saving = (measured_seq - r.median_ms) / measured_seq
+            predicted_saving = (predicted_seq - pred) / predicted_seq
+            signs.append({"site": g.site.key, "plan": r.plan.describe(), "measured": measured_saving,
+                          "predicted": predicted_saving, "within_noise": abs(measured_saving) < noise,
+                          "right": (measured_saving > 0) == (predicted_saving > 0)})
+        measured_best = min(per_plan, key=lambda x: x[0].median_ms)[0]
+        predicted_best = min(per_plan, key=lambda x: x[1])[0]
+        bests.append({"site": g.site.key, "measured_best": measured_best.plan.describe(),
+                      "predicted_best": predicted_best.plan.describe(),
+                      "right": measured_best.plan == predicted_best.plan,
+                      "regret": predicted_best.median_ms / measured_best.median_ms})
+    return {"points": points, "signs": signs, "bests": bests, "unpriced": unpriced}
+
+
+def summary(result: dict) -> dict:
+    errors = [abs(p["error"]) for p in result["points"]]
+    clear = [s for s in result["signs"] if not s["within_noise"]]
+    return {
+        "points": len(errors),
+        "median_abs_error": statistics.median(errors) if errors else None,
+        "max_abs_error": max(errors) if errors else None,
+        "sign_right": sum(s["right"] for s in clear) / len(clear) if clear else None,
+        "sign_points": len(clear),
+        "sign_right_incl_noise": (sum(s["right"] for s in result["signs"]) / len(result["signs"])
+                                  if result["signs"] else None),
+        "within_noise": len(result["signs"]) - len(clear),
+        "best_right": (sum(b["right"] for b in result["bests"]) / len(result["bests"])) if result["bests"] else None,
+        "median_regret": statistics.median(b["regret"] for b in result["bests"]) if result["bests"] else None,
+        "max_regret": max(b["regret"] for b in result["bests"]) if result["bests"] else None,
+        "sites": len(result["bests"]),
+    }
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def print_report(held: dict, calib: dict, label: str) -> None:
+    print(f"{'site':<44} {'plan':<28} {'measured_ms':>11} {'predicted_ms':>12} {'error':>7}")
+    for p in held["points"]:
+        print(f"{p['site'][:44]:<44} {p['plan']:<28} {p['measured_ms']:>11.4f} {p['predicted_ms']:>12.4f} "
+              f"{p['error']:>+7.1%}")
+    for name, result in (("held-out sites", held), ("calibration sites", calib)):
+        s = summary(result)
+        print(f"\n{name} ({label}): {s['points']} points on {s['sites']} sites | median |error| "
+              f"{_pct(s['median_abs_error'])}, max {_pct(s['max_abs_error'])} | saving sign right "
+              f"{_pct(s['sign_right'])} of {s['sign_points']} (plus {s['within_noise']} within noise; "
+              f"{_pct(s['sign_right_incl_noise'])} counting them) | best plan right {_pct(s['best_right'])}, "
+              f"regret median {s['median_regret'] or 0:.3f} max {s['max_regret'] or 0:.3f}")
+    for line in held["unpriced"] + calib["unpriced"]:
+        print(f"note: not priced: {line[:150]}")
+    print("targets: median <= 10%, max <= 25%, sign right >= 90%")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="*", help="results JSON-lines files (default: every *.jsonl under results/)")
+    parser.add_argument("--cluster", default=None, help="cluster preset or YAML every line was measured on")
+    parser.add_argument("--profile", default=None, help="a calibration profile of that machine to merge in")
+    parser.add_argument("--holdout", type=float, default=1 / 3, help="fraction of sites held out (>= 1/3)")
+    parser.add_argument("--no-calibration", action="store_true", help="predict from presets and mechanisms only")
+    parser.add_argument("--json", default=None, help="write points, decisions and summaries to this file")
+    args = parser.parse_args(argv)
+    if not 1 / 3 - 1e-9 <= args.holdout < 1:
+        parser.error(f"--holdout {args.holdout} must be in [1/3, 1): a third of the sites at least stay out")
+    paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
+    records = []
+    for path in paths:
+        try:
+            records.extend(read_records(path))
+        except ValueError as exc:  # another benchmark's file (e.g. simulate timings), not results lines
+            print(f"note: {path} skipped: {str(exc)[:160]}")
+    forced = load_cluster(args.cluster) if args.cluster else None
+    groups, notes = group_sites(records, forced)
+    for note in notes:
+        print(f"note: {note}")
+    if not groups:
+        print(f"no priced results lines in {', '.join(map(str, paths)) or RESULTS}; run `hocket bench ... --out`")
+        return 0
+    calibration, held_out = split_holdout(groups, args.holdout)
+    base = load_profile(args.profile, expected=None) if args.profile else None
+    if args.no_calibration:
+        view, label = calibration_view(base), "profile only" if base else "no calibration"
+    else:
+        view = CalibrationView(calibration_profile(calibration, base))
+        label = f"calibrated on {len(calibration)} other sites' baselines" + (" + profile" if base else "")
+    held, calib = evaluate(held_out, view), evaluate(calibration, view)
+    print_report(held, calib, label)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"label": label, "held_out": {**held, "summary": summary(held)},
+                                               "calibration": {**calib, "summary": summary(calib)}},
+                                              indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

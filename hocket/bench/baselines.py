@@ -4,7 +4,9 @@
   (``[m, k] @ [k, n]`` for every B), never hocket's own kernels;
 * comm-alone: the operator's collective alone on the same bytes: all-gather of
   ``A_shard`` (ag_mm), reduce-scatter of ``[m, n]`` (mm_rs), all-reduce of ``[m, n]``
-  (mm_ar), through the fastest transport allowed (the backend's collective here).
+  (mm_ar), through every transport this group can use (torch.distributed's collective
+  always; the copy-engine transport between CUDA ranks on NCCL when it is registered);
+  the fastest of them is the comm-alone time.
 
 Buffers are allocated once, outside the callables, so only the work is timed. The
 all-reduce runs in place on one buffer, so its values grow by ``world`` per call; that
@@ -21,8 +23,8 @@ import torch.distributed as dist
 from hocket.bench.workload import check_divisible, torch_dtype
 from hocket.launch.same_case import shared_generator
 from hocket.site import Site
-from hocket.transport.group import resolve_group
-from hocket.transport.torch_dist import TorchDistTransport
+from hocket.transport.group import GroupHandle, resolve_group
+from hocket.transport.registry import available_transports, get_transport
 
 
 def _random(*shape: int, dtype: torch.dtype, device, seed: int) -> torch.Tensor:
@@ -42,14 +44,30 @@ def compute_alone(site: Site, *, device: torch.device | str = "cpu", seed: int =
     return run
 
 
-def comm_alone(site: Site, *, group=None, device: torch.device | str = "cpu", seed: int = 0) -> Callable[[], object]:
-    """The site's collective alone on the same bytes (every rank of ``group`` must call the result)."""
+COMM_TRANSPORTS = ("collective", "copy_engine")
+"""transports that can carry a whole collective, in the order they are tried."""
+
+
+def comm_transports(handle: GroupHandle, device: torch.device) -> tuple[str, ...]:
+    """The transports comm-alone is measured on for this group and device."""
+    names = ["collective"]
+    if torch.device(device).type == "cuda" and "nccl" in handle.backend and "copy_engine" in available_transports():
+        names.append("copy_engine")
+    return tuple(names)
+
+
+def comm_alone(site: Site, *, group=None, device: torch.device | str = "cpu", seed: int = 0,
+               transport: str = "collective") -> Callable[[], object]:
+    """The site's collective alone on the same bytes through ``transport`` (every rank of
+    ``group`` must call the result)."""
     check_divisible(site)
     handle = resolve_group(dist.group.WORLD if group is None else group)
     if handle.world != site.world:
         raise ValueError(f"site.world={site.world} but the process group has {handle.world} ranks; "
                          "measure on a matching group")
-    transport = TorchDistTransport(handle)
+    if transport not in COMM_TRANSPORTS:
+        raise ValueError(f"transport={transport!r} cannot carry a comm-alone baseline; use one of {COMM_TRANSPORTS}")
+    transport = get_transport(transport, handle)
     dtype = torch_dtype(site)
     rank_seed = seed + 7919 * handle.rank
     if site.kind == "ag_mm":

@@ -32,7 +32,10 @@ class SiteOutcome:
     site: Site
     compute_alone: Summary
     comm_alone: Summary
+    """the fastest transport's time for the collective alone."""
     plans: tuple[PlanOutcome, ...]
+    comm_transport: str = "collective"
+    """which transport gave ``comm_alone``."""
 
     @property
     def passed(self) -> bool:

@@ -6,7 +6,8 @@ only this. A line holds:
 * ``site``: kind, m, k, n, dtype, world, direction (per-rank shapes, m k n order);
 * ``plan``: the Plan as a dict;
 * ``median_ms``, ``p10_ms``, ``p90_ms``, ``n``: the plan's time (max across ranks per iteration);
-* ``baselines``: ``sequential_ms``, ``compute_alone_ms``, ``comm_alone_ms`` from the same run;
+* ``baselines``: ``sequential_ms``, ``compute_alone_ms``, ``comm_alone_ms`` from the same run
+  (and ``comm_alone_transport``, the fastest transport that comm-alone was measured on);
 * ``hardware`` (fingerprint), ``environment`` (transport-affecting variables),
   ``versions`` (torch, triton, nccl, driver, hocket), ``git_hash``, ``command``;
 * derived and descriptive fields: ``overlap_efficiency``, ``speedup``, ``metric``,
@@ -42,10 +43,15 @@ class Baselines:
     sequential_ms: float
     compute_alone_ms: float
     comm_alone_ms: float
+    comm_alone_transport: str = "collective"
+    """the (fastest) transport ``comm_alone_ms`` was measured on."""
 
-    def to_dict(self) -> dict:
+    def times_ms(self) -> dict[str, float]:
         return {"sequential_ms": self.sequential_ms, "compute_alone_ms": self.compute_alone_ms,
                 "comm_alone_ms": self.comm_alone_ms}
+
+    def to_dict(self) -> dict:
+        return {**self.times_ms(), "comm_alone_transport": self.comm_alone_transport}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +76,7 @@ class BenchRecord:
 
     def score(self):
         """The overlap score (efficiency, or speedup when the possible saving is < 15%)."""
-        return overlap_score(measured_ms=self.timing.median_ms, **self.baselines.to_dict())
+        return overlap_score(measured_ms=self.timing.median_ms, **self.baselines.times_ms())
 
     def to_dict(self) -> dict:
         score = self.score()
@@ -113,7 +119,8 @@ class BenchRecord:
             plan = Plan.from_dict(data["plan"])
             timing = Summary(median_ms=float(data["median_ms"]), p10_ms=float(data["p10_ms"]),
                              p90_ms=float(data["p90_ms"]), n=int(data["n"]))
-            base = Baselines(**{key: float(baselines[key]) for key in BASELINE_KEYS})
+            base = Baselines(**{key: float(baselines[key]) for key in BASELINE_KEYS},
+                             comm_alone_transport=str(baselines.get("comm_alone_transport", "collective")))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {exc}") from None
         return cls(site=site, plan=plan, timing=timing, baselines=base, hardware=data["hardware"],
@@ -136,7 +143,7 @@ def records_from_outcome(outcome: SiteOutcome, provenance: Provenance) -> list[B
         raise ValueError(f"site {outcome.site.key} has no timed sequential plan; every results line needs its time")
     baselines = Baselines(sequential_ms=sequential.timing.median_ms,
                           compute_alone_ms=outcome.compute_alone.median_ms,
-                          comm_alone_ms=outcome.comm_alone.median_ms)
+                          comm_alone_ms=outcome.comm_alone.median_ms, comm_alone_transport=outcome.comm_transport)
     return [make_record(site=outcome.site, plan=p.plan, timing=p.timing, baselines=baselines,
                         provenance=provenance, max_error=p.max_error)
             for p in outcome.plans if p.timing is not None]

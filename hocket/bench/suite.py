@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from hocket.bench.baselines import comm_alone, compute_alone
+from hocket.bench.baselines import comm_alone, comm_transports, compute_alone
 from hocket.bench.calls import compare, operator_call, reference_output
 from hocket.bench.outcome import PlanOutcome, SiteOutcome
 from hocket.bench.progress import RankProgress
@@ -21,6 +21,7 @@ from hocket.bench.timer import TimingConfig, time_interleaved
 from hocket.bench.workload import make_operands, torch_dtype
 from hocket.plan.plan import Plan
 from hocket.site import Site
+from hocket.transport.group import resolve_group
 
 REFUSALS = (ValueError, TypeError, NotImplementedError)
 """What an operator raises (on every rank, via its agreement step) when it refuses a plan."""
@@ -77,8 +78,10 @@ def measure_site(site: Site, plans: tuple[Plan, ...], *, spec: SuiteSpec, group,
     for plan in plans:
         progress.step(f"{site.kind} {site.m}×{site.k}×{site.n}: check {plan.describe()}")
         checked.append(check_plan(site, plan, operands, expected, group=group, device=device))
-    candidates = {"compute_alone": compute_alone(site, device=device, seed=spec.seed),
-                  "comm_alone": comm_alone(site, group=group, device=device, seed=spec.seed)}
+    transports = comm_transports(resolve_group(group), device)
+    candidates = {"compute_alone": compute_alone(site, device=device, seed=spec.seed)}
+    for name in transports:
+        candidates[f"comm:{name}"] = comm_alone(site, group=group, device=device, seed=spec.seed, transport=name)
     for i, outcome in enumerate(checked):
         if outcome.passed:
             candidates[f"plan{i}"] = operator_call(site, outcome.plan, operands, group)
@@ -89,8 +92,9 @@ def measure_site(site: Site, plans: tuple[Plan, ...], *, spec: SuiteSpec, group,
                     error=o.error, timing=times.get(f"plan{i}"))
         for i, o in enumerate(checked)
     )
-    return SiteOutcome(site=site, compute_alone=times["compute_alone"], comm_alone=times["comm_alone"],
-                       plans=outcomes)
+    fastest = min(transports, key=lambda name: times[f"comm:{name}"].median_ms)
+    return SiteOutcome(site=site, compute_alone=times["compute_alone"], comm_alone=times[f"comm:{fastest}"],
+                       comm_transport=fastest, plans=outcomes)
 
 
 def measure_sites(spec: SuiteSpec, *, group=None, device: torch.device | str = "cpu") -> list[SiteOutcome]:

@@ -35,7 +35,9 @@ def outcome_rows(outcome: SiteOutcome) -> list[tuple[str, ...]]:
             f"{site.kind} {site.name}".rstrip(), f"{site.m}×{site.k}×{site.n}", site.dtype, label,
             _ms(None if p.timing is None else p.timing.median_ms), spread,
             _ms(None if sequential is None else sequential.timing.median_ms),
-            _ms(outcome.compute_alone.median_ms), _ms(outcome.comm_alone.median_ms),
+            _ms(outcome.compute_alone.median_ms),
+            _ms(outcome.comm_alone.median_ms) + ("" if outcome.comm_transport == "collective"
+                                                 else f" ({outcome.comm_transport})"),
             "—" if score is None or p.plan.strategy == "sequential" else score.label(),
             f"{p.max_error:.1e}", check,
         ))

@@ -28,7 +28,8 @@ def _outcome(*, failed_plan: bool = False) -> SiteOutcome:
                          max_error=random.uniform(0, 1e-6), tolerance=1e-4, passed=True, timing=_timing())]
     if failed_plan:
         plans.append(PlanOutcome(plan=Plan(strategy="ring"), max_error=0.5, tolerance=1e-4, passed=False))
-    return SiteOutcome(site=site, compute_alone=_timing(), comm_alone=_timing(), plans=tuple(plans))
+    return SiteOutcome(site=site, compute_alone=_timing(), comm_alone=_timing(), plans=tuple(plans),
+                       comm_transport=random.choice(["collective", "copy_engine"]))
 
 
 def _provenance() -> Provenance:
@@ -55,6 +56,8 @@ def test_records_round_trip_through_json_lines(tmp_path):
     assert set(REQUIRED_KEYS) <= set(line)
     assert set(line["site"]) == set(SITE_KEYS)
     assert line["baselines"]["sequential_ms"] == outcome.sequential.timing.median_ms
+    assert line["baselines"]["comm_alone_transport"] == outcome.comm_transport
+    assert back[0].baselines.comm_alone_transport == outcome.comm_transport
     assert set(line["versions"]) == {"torch", "triton", "nccl", "driver", "hocket"}
     assert line["command"] == "hocket bench ag_mm"
 
@@ -90,7 +93,7 @@ def test_reader_names_file_line_and_field(tmp_path):
 def test_outcome_without_sequential_cannot_become_records():
     outcome = _outcome()
     no_seq = SiteOutcome(site=outcome.site, compute_alone=outcome.compute_alone, comm_alone=outcome.comm_alone,
-                         plans=outcome.plans[1:])
+                         plans=outcome.plans[1:], comm_transport=outcome.comm_transport)
     with pytest.raises(ValueError, match="sequential"):
         records_from_outcome(no_seq, _provenance())
 

@@ -21,12 +21,12 @@ for phase in $PHASES; do
         > "$OUT/gpu_nccl_tests.log" 2>&1 || status=1
       tail -n 25 "$OUT/gpu_nccl_tests.log" ;;
     nvlink)
-      timeout "${BENCH_TIMEOUT_S:-420}" torchrun --nproc_per_node "$NPROC" benchmarks/bench_multigpu.py --link nvlink \
+      timeout "${NVLINK_TIMEOUT_S:-420}" torchrun --nproc_per_node "$NPROC" benchmarks/bench_multigpu.py --link nvlink \
         --cases "$CASES" --calibrate --out "$OUT/bench_multigpu_nvlink.jsonl" "$@" \
         > "$OUT/bench_multigpu_nvlink.log" 2>&1 || status=1
       grep -v "^W[0-9]" "$OUT/bench_multigpu_nvlink.log" | tail -n 40 ;;
     host)
-      NCCL_P2P_DISABLE=1 timeout "${BENCH_TIMEOUT_S:-420}" torchrun --nproc_per_node "$NPROC" benchmarks/bench_multigpu.py \
+      NCCL_P2P_DISABLE=1 timeout "${HOST_TIMEOUT_S:-420}" torchrun --nproc_per_node "$NPROC" benchmarks/bench_multigpu.py \
         --link host_staged --cases "$CASES" --calibrate --out "$OUT/bench_multigpu_host_staged.jsonl" "$@" \
         > "$OUT/bench_multigpu_host_staged.log" 2>&1 || status=1
       grep -v "^W[0-9]" "$OUT/bench_multigpu_host_staged.log" | tail -n 30 ;;

@@ -154,8 +154,8 @@ class Site:
     def backward_sites(self) -> tuple["Site", ...]:
         """The Sites the backward of this operator runs (shapes swap, so plans differ).
 
-        ag_mm forward (A_shard[m/w,k] gathered, @ B[k,n]) has input gradient
-        ``dA_shard = reduce_scatter(dC @ B^T)``: an ``mm_rs`` with (m, k=n, n=k).
+        ag_mm forward (A_shard[m/w,k] gathered, @ each of num_b B[k,n]) has input gradient
+        ``dA_shard = reduce_scatter(sum_i dC_i @ B_i^T)``: an ``mm_rs`` with (m, k=n*num_b, n=k).
         mm_rs forward (A[m,k] @ B[k,n], scattered rows) has input gradient
         ``dA = all_gather(dC_shard) @ B^T``: an ``ag_mm`` with (m, k=n, n=k).
         mm_ar's input gradient is another all-reduce-free matmul (the gradient of an
@@ -164,7 +164,8 @@ class Site:
         common = dict(dtype=self.dtype, world=self.world, ranks=self.ranks, direction="backward",
                       count=self.count, name=f"{self.name}.grad_input" if self.name else "")
         if self.kind == "ag_mm":
-            return (Site(kind="mm_rs", m=self.m, k=self.n, n=self.k, **common),)
+            # sum_i dC_i @ B_i^T is one matmul over the concatenated widths: k = n * num_b
+            return (Site(kind="mm_rs", m=self.m, k=self.n * self.num_b, n=self.k, **common),)
         if self.kind == "mm_rs":
             return (Site(kind="ag_mm", m=self.m, k=self.n, n=self.k, **common),)
         return ()

@@ -50,6 +50,8 @@ def test_backward_sites_swap_k_and_n():
     (bwd,) = Site(kind="mm_rs", m=4096, k=1024, n=8192, world=8).backward_sites()
     assert (bwd.kind, bwd.m, bwd.k, bwd.n) == ("ag_mm", 4096, 8192, 1024)
     assert Site(kind="mm_ar", m=64, k=64, n=64).backward_sites() == ()
+    (bwd,) = Site(kind="ag_mm", m=4096, k=8192, n=1024, world=8, num_b=2).backward_sites()
+    assert (bwd.kind, bwd.k, bwd.n, bwd.num_b) == ("mm_rs", 2048, 8192, 1)
 
 
 @pytest.mark.parametrize("field, value", [("m", 0), ("k", -1), ("n", 1.5), ("world", 0), ("count", 0)])

@@ -36,8 +36,9 @@ class FakeWorld:
         self.world = None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fake_world() -> Iterator[FakeWorld]:
+    # module scope: the fake group must not outlive tests/graph (later tiers expect no default group)
     if dist.is_initialized():
         pytest.skip("a process group is already initialised in this process")
     world = FakeWorld()

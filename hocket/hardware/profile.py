@@ -181,7 +181,7 @@ def _curve(points: Any, where: str) -> tuple[CurvePoint, ...]:
             raise ProfileFormatError(f"{where}[{i}]={point!r} must be a [bytes, ms] pair")
         out.append(CurvePoint(bytes=_positive(point[0], f"{where}[{i}].bytes", integer=True),
                               ms=_positive(point[1], f"{where}[{i}].ms")))
-    return tuple(sorted(out, key=lambda p: p.bytes))
+    return tuple(sorted(out, key=lambda p: (p.bytes, p.ms)))
 
 
 def _contention(entry: Any, kind: str) -> ContentionPoint:

@@ -38,7 +38,7 @@ def test_round_trip_through_disk(tmp_path, rng):
     loaded = load_profile(expected="abc123def4567890", directory=tmp_path)
     assert loaded is not None
     assert loaded.to_dict() == profile.to_dict() == json.loads(profile.to_json())
-    assert loaded.collectives["all_gather"] == tuple(sorted(profile.collectives["all_gather"], key=lambda p: p.bytes))
+    assert loaded.collectives["all_gather"] == tuple(sorted(profile.collectives["all_gather"], key=lambda p: (p.bytes, p.ms)))
     assert loaded.gemm == profile.gemm and loaded.contention == profile.contention
 
 

@@ -64,6 +64,22 @@ def timed(fn, iters: int) -> list[float]:
     return out
 
 
+def cpu_profile(fn, iters: int) -> tuple[float, float, float]:
+    """(median wall ms over ranks' max, mean CPU ms of this thread, mean CPU ms of all other threads)."""
+    main_tid = threading.get_native_id()
+    walls, main_cpu, other_cpu = [], [], []
+    for _ in range(iters):
+        dist.barrier()
+        before = thread_cpu_ms()
+        start = time.perf_counter()
+        fn()
+        walls.append((time.perf_counter() - start) * 1e3)
+        after = thread_cpu_ms()
+        main_cpu.append(after.get(main_tid, 0.0) - before.get(main_tid, 0.0))
+        other_cpu.append(sum(v - before.get(t, 0.0) for t, v in after.items() if t != main_tid))
+    return median_max(walls), sum(main_cpu) / iters, sum(other_cpu) / iters
+
+
 def profile_rank(rank: int, world: int, m: int, k: int, n: int, chunk_counts: list[int], iters: int) -> dict:
     gen = torch.Generator().manual_seed(1234 + rank)
     a_shard = torch.randn(m // world, k, generator=gen)
@@ -83,20 +99,17 @@ def profile_rank(rank: int, world: int, m: int, k: int, n: int, chunk_counts: li
         pieces = a_full.chunk(c)
         result["chunked_mm_ms"][c] = median_max(timed(lambda: [torch.mm(p, b) for p in pieces], iters))
 
-    main_tid = threading.get_native_id()
-    walls, main_cpu, other_cpu = [], [], []
-    for _ in range(iters):
-        dist.barrier()
-        before = thread_cpu_ms()
-        start = time.perf_counter()
-        gather()
-        walls.append((time.perf_counter() - start) * 1e3)
-        after = thread_cpu_ms()
-        main_cpu.append(after.get(main_tid, 0.0) - before.get(main_tid, 0.0))
-        other_cpu.append(sum(v - before.get(t, 0.0) for t, v in after.items() if t != main_tid))
-    result["gather_ms"] = median_max(walls)
-    result["gather_main_thread_cpu_ms"] = sum(main_cpu) / iters
-    result["gather_other_threads_cpu_ms"] = sum(other_cpu) / iters
+    rows = m // world
+    src = (rank - 1) % world
+    peer_rows = gathered[src * rows:(src + 1) * rows]
+    exchange = lambda: transport.exchange([(a_shard, (rank + 1) % world)],  # noqa: E731
+                                          [(peer_rows, (rank - 1) % world)]).wait()
+    exchange()
+    for name, fn in (("gather", gather), ("p2p_exchange", exchange)):
+        wall_ms, main_ms, other_ms = cpu_profile(fn, iters)
+        result[f"{name}_ms"] = wall_ms
+        result[f"{name}_main_thread_cpu_ms"] = main_ms
+        result[f"{name}_other_threads_cpu_ms"] = other_ms
 
     mm_behind, tail = [], []
     for _ in range(iters):
@@ -133,11 +146,12 @@ def main() -> None:
     print(f"  torch.mm whole [m,k]@[k,n]          {r['mm_ms']:9.1f} ms")
     for c, ms in r["chunked_mm_ms"].items():
         print(f"  torch.mm in {c:2d} row pieces            {ms:9.1f} ms  (efficiency {r['mm_ms'] / ms:.2f})")
-    cpu = r["gather_main_thread_cpu_ms"] + r["gather_other_threads_cpu_ms"]
-    print(f"  all-gather alone                    {r['gather_ms']:9.1f} ms wall, CPU {cpu:.1f} ms "
-          f"(main thread {r['gather_main_thread_cpu_ms']:.1f}, gloo threads {r['gather_other_threads_cpu_ms']:.1f})")
-    print(f"  -> bound on overlap efficiency with every core computing: 1 - cpu/wall = "
-          f"{max(0.0, 1 - cpu / r['gather_ms']):.2f}")
+    for name, label in (("gather", "all-gather alone"), ("p2p_exchange", "P2P exchange (a ring step)")):
+        cpu = r[f"{name}_main_thread_cpu_ms"] + r[f"{name}_other_threads_cpu_ms"]
+        print(f"  {label:<36}{r[f'{name}_ms']:9.1f} ms wall, CPU {cpu:.1f} ms "
+              f"(main thread {r[f'{name}_main_thread_cpu_ms']:.1f}, other threads "
+              f"{r[f'{name}_other_threads_cpu_ms']:.1f}); 1 - cpu/wall = {max(0.0, 1 - cpu / r[f'{name}_ms']):.2f}")
+    print("  (with every core computing, overlap can hide at most the 1 - cpu/wall part of a transfer)")
     print(f"  torch.mm with the gather behind it  {r['mm_with_gather_ms']:9.1f} ms "
           f"(x{r['mm_with_gather_ms'] / r['mm_ms']:.2f}), gather still needs {r['gather_tail_after_mm_ms']:.1f} ms")
     seq = r["mm_ms"] + r["gather_ms"]

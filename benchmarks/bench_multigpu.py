@@ -72,11 +72,12 @@ def hocket_plans(link: str, smoke: bool) -> list[Plan]:
     """The hocket plans measured in each link mode (the planner searches its own space)."""
     if link == "nvlink":
         plans = [Plan(strategy="chunked", chunks=2), Plan(strategy="ring", chunks=1, transport="p2p")]
-        plans += [Plan(strategy="chunked", chunks=c, transport="copy_engine") for c in (1, 2)]
-        plans += [Plan(strategy="tile_fused", chunks=c, transport="copy_engine") for c in (1, 2, 4)]
+        plans += [Plan(strategy="chunked", chunks=c, order="local_first") for c in (1, 2, 4)]
+        plans += [Plan(strategy="chunked", chunks=1, transport="copy_engine"),
+                  Plan(strategy="tile_fused", chunks=1, transport="copy_engine")]
     else:
-        plans = [Plan(strategy="chunked", chunks=4)]
-        plans += [Plan(strategy="chunked", chunks=c, transport="host_staged") for c in (2, 4, 8, 16)]
+        plans = [Plan(strategy="chunked", chunks=4), Plan(strategy="chunked", chunks=4, transport="host_staged")]
+        plans += [Plan(strategy="chunked", chunks=c, transport="host_staged", order="local_first") for c in (1, 2, 4, 8)]
     if smoke:
         plans = [p for p in plans if p.chunks in (1, 2, 4)][:6] + [p for p in plans if p.strategy == "tile_fused"][:1]
     return list(dict.fromkeys(plans))
@@ -414,7 +415,7 @@ def main(argv=None) -> int:
         del first
     planner = LivePlanner(cluster=cluster, profile=profile,
                           config=LiveConfig(autotune=True, use_disk_cache=False,
-                                            tuning=AutotuneConfig(top_k=3, warmup=2, iters=10, rounds=2)))
+                                            tuning=AutotuneConfig(top_k=4, warmup=2, iters=16, rounds=2)))
     started = time.monotonic()
     for i, site in enumerate(sites):
         if args.time_budget_s and time.monotonic() - started > args.time_budget_s and i:

@@ -34,6 +34,9 @@ def plans_for(kind: str) -> list[dict]:
                 continue
             for chunks in (1,) if strategy in ("sequential", "bulk") else CHUNKS:
                 plans.append({"strategy": strategy, "transport": transport, "chunks": chunks})
+                if strategy == "chunked" and kind != "mm_ar" and transport != "copy_engine":
+                    plans.append({"strategy": strategy, "transport": transport, "chunks": chunks,
+                                  "order": "local_first"})
     return plans
 
 
@@ -80,7 +83,7 @@ def run_plans(case: dict) -> list[tuple[str, float]]:
                 assert got.device == device, f"{what} is on {got.device}: {label}"
                 assert got.is_contiguous(), f"{what} is not contiguous: {label}"
                 H.assert_close(got, expected, world=w, what=f"{what} (call {call}) {label}")
-                checked.append((f"{plan['strategy']}/{plan['transport']}/{plan['chunks']} {what}",
+                checked.append((f"{plan['strategy']}/{plan['transport']}/{plan['chunks']}/{plan.get('order')} {what}",
                                 H.max_error(got, expected)))
     return checked
 

@@ -2,8 +2,10 @@
 
 Strategies that land later (``tile_fused`` on GPUs, other transports' executors) call
 :func:`register_executor`, which also makes the planner see them (``planning.SUPPORTED``).
-Where CUDA symmetric memory exists, :func:`register_gpu_peers` adds ``tile_fused`` and the
-copy-engine ``chunked`` pipeline, and registers the ``copy_engine`` and ``host_staged`` transports.
+``chunked`` runs :mod:`hocket.ops.lowering.peer_chunked` (the stream-level pipeline, plus
+``order="local_first"`` and the copy-engine pipeline). Where CUDA symmetric memory exists,
+:func:`register_gpu_peers` adds ``tile_fused`` and registers the ``copy_engine`` and
+``host_staged`` transports.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hocket.ops import planning
-from hocket.ops.lowering import bidir_ring, bulk, chunked, ring, sequential, substituted
+from hocket.ops.lowering import bidir_ring, bulk, peer_chunked, ring, sequential, substituted
 from hocket.ops.planning import OP_NAMES, SUPPORTED
 
 _MODULES = {
-    "sequential": sequential, "bulk": bulk, "chunked": chunked, "ring": ring, "bidir_ring": bidir_ring,
+    "sequential": sequential, "bulk": bulk, "chunked": peer_chunked, "ring": ring, "bidir_ring": bidir_ring,
     "substituted": substituted,
 }
 _TABLE: dict[tuple[str, str], Callable] = {
@@ -46,15 +48,13 @@ def register_gpu_peers() -> bool:
 
     if not symm_memory_available():
         return False
-    from hocket.ops.lowering import peer_chunked, tile_fused
+    from hocket.ops.lowering import tile_fused
     from hocket.transport.copy_engine import CopyEngineTransport
     from hocket.transport.host_relay import HostStagedTransport
     from hocket.transport.registry import register_transport
 
     register_transport("copy_engine", CopyEngineTransport)
     register_transport("host_staged", HostStagedTransport)
-    for kind, fn in peer_chunked.EXECUTORS.items():
-        register_executor(kind, "chunked", fn)
     for kind, fn in tile_fused.EXECUTORS.items():
         register_executor(kind, "tile_fused", fn)
     return True

@@ -11,7 +11,10 @@ symmetric memory by copy engines, one flag per landed piece (:mod:`hocket.ops.lo
   every rank then sums all ranks' partials in rank order (the same bits on every rank).
 
 Gathering the last dim (K) runs the stream-level pipeline of :mod:`hocket.ops.lowering.chunked`
-over the copy-engine transport's collectives instead. Other transports run that pipeline too.
+over the copy-engine transport's collectives instead. Other transports run that pipeline too,
+except with ``plan.order == "local_first"`` (:func:`local_first_gather`, :func:`own_block_last_scatter`):
+every piece's collective is issued at once and this rank's own data is multiplied first (all-gather)
+or last (reduce-scatter), so the first (last) GEMM hides the first (last) transfers.
 """
 
 from __future__ import annotations
@@ -55,8 +58,56 @@ def push_shard(pipe: PeerPipe, local: torch.Tensor, pieces, send_to) -> None:
             pipe.push(local[lo:hi], dst[rank * R + lo:rank * R + hi], peer=peer, piece=i)
 
 
+def local_first_gather(A_shard, Bs, dim, need_A, rt, plan):
+    """All-gather + matmul over a collective transport, own shard first: the all-gathers of all
+    ``plan.chunks`` row pieces are issued at once, this rank's shard is multiplied while they run,
+    then each piece's peer rows as it lands."""
+    w, rank = rt.world, rt.rank
+    g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
+    pieces = piece_bounds(g.R, min(plan.chunks, FLAGS_PER_SOURCE))
+    stages = [rt.ctx.buffer(f"local_first.ag{i}", (w, hi - lo, g.Kc)) for i, (lo, hi) in enumerate(pieces)]
+    pending = [rt.transport.all_gather(st, g.local[lo:hi]) for st, (lo, hi) in zip(stages, pieces)]
+    g.compute_rows(rank, 0, g.R, g.local)
+    for st, (lo, hi), p in zip(stages, pieces, pending):
+        p.wait()
+        for src in range(w):
+            if src != rank:
+                g.compute_rows(src, lo, hi, st[src])
+                if g.A_c is not None:
+                    g.gathered_rows(src)[lo:hi].copy_(st[src])
+    if g.A_c is not None:
+        g.gathered_rows(rank).copy_(g.local)
+    return g.finish()
+
+
+def own_block_last_scatter(A, B, reduce_op, dim, rt, plan):
+    """Matmul + reduce-scatter over a collective transport, own block last: per row piece, the peers'
+    partials are computed and reduce-scattered (this rank's block of the piece is zero), all pieces
+    in flight at once; this rank's own partial is computed while they travel and added at the end."""
+    w, rank = rt.world, rt.rank
+    s = ScatterMatmul(A, B, dim, w)
+    pieces = piece_bounds(s.rows, min(plan.chunks, FLAGS_PER_SOURCE))
+    pending = []
+    for i, (lo, hi) in enumerate(pieces):
+        st = rt.ctx.buffer(f"own_last.rs{i}", (w, hi - lo, s.cols))
+        for b in range(w):
+            if b == rank:
+                st[b].zero_()
+            else:
+                s.partial(b, lo, hi, st[b])
+        pending.append(rt.transport.reduce_scatter(s.out_c[lo:hi], st))
+    own = rt.ctx.buffer("own_last.own", (s.rows, s.cols))
+    s.partial(rank, 0, s.rows, own)
+    for p in pending:
+        p.wait()
+    s.out_c.add_(own)
+    return s.finish(reduce_op)
+
+
 def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
     if not uses_peer_pipe(rt, plan):
+        if plan.order == "local_first" and rt.world > 1 and dim != A_shard.dim() - 1:
+            return local_first_gather(A_shard, Bs, dim, need_A, rt, plan)
         return chunked.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
     from hocket.kernels.peer_schedule import receive_order, send_order
 
@@ -83,6 +134,8 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
 
 def matmul_scatter(A, B, reduce_op, dim, rt, plan):
     if not uses_peer_pipe(rt, plan):
+        if plan.order == "local_first" and rt.world > 1:
+            return own_block_last_scatter(A, B, reduce_op, dim, rt, plan)
         return chunked.matmul_scatter(A, B, reduce_op, dim, rt, plan)
     from hocket.kernels.peer_schedule import receive_order, send_order
 

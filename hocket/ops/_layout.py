@@ -44,10 +44,26 @@ def rows_first_shape(shape: tuple[int, ...] | list[int], dim: int) -> list[int]:
     return [shape[dim], *shape[:dim], *shape[dim + 1:]]
 
 
+def dense(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with row-major strides, also for size-1 dims (where ``.contiguous()`` keeps any stride).
+
+    Fake implementations return ``torch.empty(shape)``; the real outputs must stride alike.
+    """
+    expected, step = [], 1
+    for size in reversed(t.shape):
+        expected.append(step)
+        step *= size
+    if t.stride() == tuple(reversed(expected)):
+        return t
+    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
 def from_rows_first(rows2d: torch.Tensor, shape: list[int], dim: int) -> torch.Tensor:
-    """Undo :func:`rows_first`: a 2-D canonical matrix back to ``shape`` (the original layout), contiguous."""
+    """Undo :func:`rows_first`: a 2-D canonical matrix back to ``shape`` (the original layout), row-major."""
     moved = rows2d.view(rows_first_shape(shape, dim))
-    return moved.movedim(0, dim).contiguous() if dim else moved
+    return dense(moved.movedim(0, dim)) if dim else moved
 
 
 def gathered_shape(shape: tuple[int, ...], dim: int, world: int) -> list[int]:

@@ -270,12 +270,9 @@ def _layer_sites(model: ModelSpec, tp: int, tokens: int, site) -> dict[str, Site
 
 
 def input_grad_site(site: Site) -> Site:
-    """``Site.backward_sites()[0]``, with k covering every B matrix of a multi-B ag_mm
+    """``Site.backward_sites()[0]``: for a multi-B ag_mm its k already covers every B
     (the input gradient of gate+up is one matmul over their concatenated outputs)."""
-    grad = site.backward_sites()[0]
-    if site.num_b > 1:
-        grad = replace(grad, k=grad.k * site.num_b)
-    return grad
+    return site.backward_sites()[0]
 
 
 def _backward_linear(builder: _Stage, site: Site, name: str, last, *, layer, gemm, tokens: int) -> int:

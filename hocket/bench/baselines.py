@@ -4,9 +4,9 @@
   (``[m, k] @ [k, n]`` for every B), never hocket's own kernels;
 * comm-alone: the operator's collective alone on the same bytes: all-gather of
   ``A_shard`` (ag_mm), reduce-scatter of ``[m, n]`` (mm_rs), all-reduce of ``[m, n]``
-  (mm_ar), through every transport this group can use (torch.distributed's collective
-  always; the copy-engine transport between CUDA ranks on NCCL when it is registered);
-  the fastest of them is the comm-alone time.
+  (mm_ar), through every transport this group can use (torch.distributed's collective,
+  P2P rings as the ring strategies use them, and the copy-engine transport between
+  CUDA ranks on NCCL when it is registered); the fastest of them is the comm-alone time.
 
 Buffers are allocated once, outside the callables, so only the work is timed. The
 all-reduce runs in place on one buffer, so its values grow by ``world`` per call; that
@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from hocket.bench.workload import check_divisible, torch_dtype
+from hocket.bench.p2p_ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
 from hocket.launch.same_case import shared_generator
 from hocket.site import Site
 from hocket.transport.group import GroupHandle, resolve_group
@@ -44,13 +45,13 @@ def compute_alone(site: Site, *, device: torch.device | str = "cpu", seed: int =
     return run
 
 
-COMM_TRANSPORTS = ("collective", "copy_engine")
+COMM_TRANSPORTS = ("collective", "p2p", "copy_engine")
 """transports that can carry a whole collective, in the order they are tried."""
 
 
 def comm_transports(handle: GroupHandle, device: torch.device) -> tuple[str, ...]:
     """The transports comm-alone is measured on for this group and device."""
-    names = ["collective"]
+    names = ["collective", "p2p"] if handle.world > 1 else ["collective"]
     if torch.device(device).type == "cuda" and "nccl" in handle.backend and "copy_engine" in available_transports():
         names.append("copy_engine")
     return tuple(names)
@@ -67,15 +68,24 @@ def comm_alone(site: Site, *, group=None, device: torch.device | str = "cpu", se
                          "measure on a matching group")
     if transport not in COMM_TRANSPORTS:
         raise ValueError(f"transport={transport!r} cannot carry a comm-alone baseline; use one of {COMM_TRANSPORTS}")
-    transport = get_transport(transport, handle)
+    ring = transport == "p2p"
+    mover = get_transport(transport, handle)
     dtype = torch_dtype(site)
-    rank_seed = seed + 7919 * handle.rank
+    rank, world = handle.rank, handle.world
+    rank_seed = seed + 7919 * rank
     if site.kind == "ag_mm":
-        shard = _random(site.m // handle.world, site.k, dtype=dtype, device=device, seed=rank_seed)
+        shard = _random(site.m // world, site.k, dtype=dtype, device=device, seed=rank_seed)
         gathered = torch.empty(site.m, site.k, dtype=dtype, device=device)
-        return lambda: transport.all_gather(gathered, shard).wait()
+        if ring:
+            gathered[rank * shard.shape[0]:(rank + 1) * shard.shape[0]].copy_(shard)
+            return ring_all_gather(mover, gathered, rank, world)
+        return lambda: mover.all_gather(gathered, shard).wait()
     full = _random(site.m, site.n * site.num_b, dtype=dtype, device=device, seed=rank_seed)
     if site.kind == "mm_rs":
-        scattered = torch.empty(site.m // handle.world, site.n * site.num_b, dtype=dtype, device=device)
-        return lambda: transport.reduce_scatter(scattered, full).wait()
-    return lambda: transport.all_reduce(full).wait()
+        scattered = torch.empty(site.m // world, site.n * site.num_b, dtype=dtype, device=device)
+        if ring:
+            return ring_reduce_scatter(mover, full, scattered, rank, world)
+        return lambda: mover.reduce_scatter(scattered, full).wait()
+    if ring:
+        return ring_all_reduce(mover, full, rank, world)
+    return lambda: mover.all_reduce(full).wait()

@@ -78,3 +78,49 @@ def test_measure_sites_checks_times_and_agrees_across_ranks(pool2):
             assert p.timing is not None and p.timing.n == 3
         assert outcome.compute_alone.n == 3 and outcome.comm_alone.n == 3
         assert outcome.sequential is not None
+
+
+@dataclass(frozen=True)
+class RingCase:
+    seed: int
+    rows: int
+    cols: int
+
+
+def _rings_match_collectives(case: RingCase) -> tuple[float, float, float]:
+    from hocket.bench.p2p_ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+    from hocket.launch.same_case import rank_generator
+    from hocket.transport.group import resolve_group
+    from hocket.transport.torch_dist import TorchDistTransport
+
+    handle = resolve_group(dist.group.WORLD)
+    rank, world = handle.rank, handle.world
+    transport = TorchDistTransport(handle)
+    gen = rank_generator(case.seed)
+    shard = torch.randn(case.rows, case.cols, generator=gen, dtype=torch.float64)
+    gathered = torch.zeros(world * case.rows, case.cols, dtype=torch.float64)
+    gathered[rank * case.rows:(rank + 1) * case.rows] = shard
+    ring_all_gather(transport, gathered, rank, world)()
+    expected = torch.empty_like(gathered)
+    transport.all_gather(expected, shard).wait()
+    ag_err = (gathered - expected).abs().max().item()
+
+    full = torch.randn(world * case.rows, case.cols, generator=gen, dtype=torch.float64)
+    out = torch.empty(case.rows, case.cols, dtype=torch.float64)
+    ring_reduce_scatter(transport, full, out, rank, world)()
+    want = torch.empty_like(out)
+    transport.reduce_scatter(want, full.clone()).wait()
+    rs_err = (out - want).abs().max().item()
+
+    uneven = torch.randn(world * case.rows + 1, case.cols, generator=gen, dtype=torch.float64)
+    want_ar = uneven.clone()
+    transport.all_reduce(want_ar).wait()
+    ring_all_reduce(transport, uneven, rank, world)()
+    ar_err = (uneven - want_ar).abs().max().item()
+    return ag_err, rs_err, ar_err
+
+
+def test_p2p_ring_collectives_match_the_backend(pool):
+    case = RingCase(seed=random.randrange(2**31), rows=random.randint(1, 9), cols=random.randint(1, 17))
+    for errors in pool.run(_rings_match_collectives, case):
+        assert max(errors) < 1e-12, errors

@@ -4,12 +4,12 @@
 # reduce-scatter/all-reduce operators, the matching backward shapes (m, k=n, n=k: the
 # same FLOPs and the same bytes on the wire). Appends JSON lines to $OUT.
 # Run it on a quiet machine: `uptime` first, since other processes skew CPU timings.
-# --rounds = --iters: candidates take turns one iteration at a time, so a change in
-# machine load during the run hits every candidate alike.
+# Candidates take turns one iteration at a time (bench's default --rounds = --iters), so a
+# change in machine load during the run hits every candidate alike.
 set -euo pipefail
 OUT=${OUT:-benchmarks/results/gloo_world2.jsonl}
 ITERS=${ITERS:-10}
-common=(--world 2 --backend gloo --threads-per-rank 1 --dtype fp32 --iters "$ITERS" --warmup 2 --rounds "$ITERS"
+common=(--world 2 --backend gloo --threads-per-rank 1 --dtype fp32 --iters "$ITERS" --warmup 2
         --chunks 2 4 8 --out "$OUT")
 echo "load before: $(uptime)"
 hocket bench ag_mm --m 2048 --k 4096 --n 1024 "${common[@]}"

@@ -32,8 +32,9 @@ def register(subparsers) -> None:
                         help="chunk counts for chunked/substituted (default: 2 4)")
     parser.add_argument("--iters", type=positive_int, default=10, help="timed iterations per candidate")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first")
-    parser.add_argument("--rounds", type=positive_int, default=2,
-                        help="interleaved timing rounds (spreads machine-load drift over candidates)")
+    parser.add_argument("--rounds", type=positive_int, default=None,
+                        help="interleaved timing rounds (default: --iters, i.e. candidates take turns one "
+                             "iteration at a time, so drifting machine load hits all of them alike)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random operands")
     add_rank_arguments(parser, world_flag="--world", timeout_s=1800.0)
     parser.set_defaults(func=run)
@@ -60,7 +61,7 @@ def build_spec(args):
     site = Site(kind=args.kind, m=args.m, k=args.k, n=args.n, dtype=dtype, world=world)
     plans = bench_plans(args.kind, strategies=tuple(args.strategy), chunks=tuple(args.chunks))
     return SuiteSpec(sites=((site, plans),), timing=TimingConfig(warmup=args.warmup, iters=args.iters),
-                     rounds=args.rounds, seed=args.seed)
+                     rounds=args.rounds or args.iters, seed=args.seed)
 
 
 def run(args) -> int:

@@ -69,7 +69,7 @@ def build_spec(args):
         raise ValueError(f"--warmup {args.warmup} must be >= 0")
     sites = llama_sites(world=world, tokens=tokens, scale=scale, dtype="bfloat16" if on_gpu else "float32")
     return SuiteSpec(sites=tuple((site, bench_plans(site.kind)) for site in sites),
-                     timing=TimingConfig(warmup=args.warmup, iters=args.iters), rounds=1)
+                     timing=TimingConfig(warmup=args.warmup, iters=args.iters), rounds=args.iters)
 
 
 def run(args) -> int:

@@ -20,7 +20,7 @@ def test_bench_arguments_become_one_site_with_its_plans(monkeypatch):
     (site, plans), = spec.sites
     assert (site.kind, site.m, site.k, site.n, site.world, site.dtype) == ("ag_mm", m, k, n, world, "bfloat16")
     assert [p.describe() for p in plans] == ["sequential", "chunked(3)", "chunked(5)", "ring(1)"]
-    assert spec.timing.iters == 4
+    assert spec.timing.iters == 4 and spec.rounds == 4
 
 
 def test_dtype_auto_is_float32_on_gloo(monkeypatch):

@@ -81,8 +81,9 @@ class _Run:
         if not self.config.rewrite:
             reason = "rewriting is switched off"
         elif choice.plan.strategy == "sequential" and not self.config.rewrite_sequential:
+            how = "measured" if choice.source in ("autotune", "cache") else "predicted"
             reason = "sequential chosen" + (f" ({choice.note})" if choice.note else
-                                            " (no plan predicted faster; the collective stays for reordering)")
+                                            f" (no plan {how} faster; the collective stays for reordering)")
         record = SiteRecord(graph=self.name, site=site, plan=choice.plan, source=choice.source, rewritten=not reason,
                             predicted_sequential_ms=choice.sequential_ms,
                             predicted_ms=choice.chosen_ms if not reason else choice.sequential_ms,

@@ -22,6 +22,10 @@ PlanFor = Callable[[Site], object]
 """A user's own choice: Site -> Plan (or dict/JSON/strategy name); None defers to the planner."""
 
 
+class AutotuneFailed(Exception):
+    """Measuring plans while compiling failed (collective, so it is never swallowed by the pass)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Choice:
     """The plan for one site and what the cost model predicts for it (ms per occurrence)."""
@@ -117,8 +121,13 @@ class GraphPlanner:
     def _tune(self, site: Site, group_name: str) -> object:
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-        with unset_fake_temporarily():
-            return tune(site, group=_resolve_group(group_name), autotune=True, planner=self.planner)
+        try:
+            with unset_fake_temporarily():
+                return tune(site, group=_resolve_group(group_name), autotune=True, planner=self.planner)
+        except (RuntimeError, ValueError) as exc:
+            # collective: a failure here must stop every rank, never leave one rank's graph unrewritten
+            raise AutotuneFailed(f"hocket.compile(autotune=True) could not measure {site.key} on group "
+                                 f"{group_name!r}: {exc}") from exc
 
     # -- rough times for reordering --------------------------------------------------------
     def collective_ms(self, site: Site) -> float | None:

@@ -148,12 +148,13 @@ class Explanation:
         lines = [f"hocket.compile: {len(self.graphs)} graph(s), {len(self.sites)} site(s), "
                  f"{len(self.rewritten)} rewritten, predicted saving {self.predicted_saving_ms:.3f} ms per step"]
         if self.sites:
-            lines.append(f"  {'graph':<12} {'kind':<6} {'m x k x n':<18} {'dtype':<9} {'w':>2} {'plan':<16} "
-                         f"{'seq_ms':>9} {'plan_ms':>9} {'saving_ms':>9}  status")
+            lines.append(f"  {'graph':<12} {'kind':<6} {'m x k x n':<18} {'dtype':<9} {'w':>2} {'plan':<24} "
+                         f"{'from':<10} {'seq_ms':>9} {'plan_ms':>9} {'saving_ms':>9}  status")
             for s in self.sites:
                 status = "rewritten" if s.rewritten else f"left alone: {s.reason}"
                 lines.append(f"  {s.graph:<12} {s.kind:<6} {_shape(s.site):<18} {s.site.dtype:<9} {s.site.world:>2} "
-                             f"{s.plan.describe():<16} {_ms(s.predicted_sequential_ms):>9} {_ms(s.predicted_ms):>9} "
+                             f"{s.plan.describe():<24} {s.source:<10} {_ms(s.predicted_sequential_ms):>9} "
+                             f"{_ms(s.predicted_ms):>9} "
                              f"{_ms(s.predicted_saving_ms):>9}  {status}")
         for x in self.left_alone:
             lines.append(f"  {x.graph:<12} {_named(x.collective, x.node)} left alone: {x.reason}")

@@ -15,8 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from hocket.graph import overlap_pass
+from hocket.graph import GraphPlanner, PassConfig, overlap_pass
+from hocket.graph.planning import Choice
 from hocket.graph.transplant import on_copy
+from hocket.plan.plan import Plan
 
 c10d = torch.ops._c10d_functional
 RAW = ("all_gather_into_tensor", "reduce_scatter_tensor", "_c10d_functional.all_reduce")
@@ -256,3 +258,31 @@ def test_a_failing_pass_leaves_the_graph_as_traced(fake_world):
     result, error = on_copy(gm.graph, broken)
     assert result is None and "boom" in error
     assert str(gm.graph) == before
+
+
+class _PredictsSaving(GraphPlanner):
+    """A planner whose cost model predicts ``chunked(2)`` saves ``fraction`` of sequential's 1 ms."""
+
+    def __init__(self, fraction: float) -> None:
+        super().__init__(cluster="cpu-host")
+        self.fraction = fraction
+
+    def choose(self, site, *, group_name):
+        return Choice(plan=Plan(strategy="chunked", chunks=2), source="predicted", sequential_ms=1.0,
+                      chosen_ms=1.0 - self.fraction)
+
+
+@pytest.mark.parametrize("fraction,config,rewritten", [
+    (0.05, PassConfig(), False),
+    (0.25, PassConfig(), True),
+    (0.05, PassConfig(min_saving_fraction=0.0), True),
+])
+def test_small_predicted_savings_keep_the_collective(fake_world, fraction, config, rewritten):
+    group = fake_world(2)
+    gm = trace(lambda x, w: gather(x, 0, 2, group) @ w, rand(4, 8), rand(8, 3))
+    report = overlap_pass(gm.graph, planner=_PredictsSaving(fraction), direction="forward", config=config)
+    (site,) = report.sites
+    assert site.rewritten is rewritten
+    assert ("hocket.all_gather_matmul" in str(gm.graph)) is rewritten
+    if not rewritten:
+        assert "min_saving_fraction" in site.reason and site.predicted_saving_ms == 0.0

@@ -10,7 +10,7 @@ only this. A line holds:
   (and ``comm_alone_transport``, the fastest transport that comm-alone was measured on);
 * ``hardware`` (fingerprint), ``environment`` (transport-affecting variables),
   ``versions`` (torch, triton, nccl, driver, hocket), ``git_hash``, ``command``;
-* derived and descriptive fields: ``overlap_efficiency``, ``speedup``, ``metric``,
+* derived and descriptive fields: ``overlap_efficiency``, ``speedup``, ``metric``, ``hidden_fraction``,
   ``max_error`` (relative to the reference's largest magnitude), ``run`` (backend, threads per rank, ...), ``schema``.
 """
 
@@ -89,6 +89,7 @@ class BenchRecord:
             "baselines": self.baselines.to_dict(),
             "overlap_efficiency": None if math.isnan(score.overlap_efficiency) else score.overlap_efficiency,
             "speedup": score.speedup,
+            "hidden_fraction": score.hidden_fraction,
             "metric": score.metric,
             "max_error": self.max_error,
             "hardware": self.hardware,

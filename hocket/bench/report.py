@@ -36,7 +36,9 @@ def summary_lines(result: RunResult) -> list[str]:
                          f"({best.timing.median_ms:.2f} ms)")
             continue
         score = outcome.score(best)
-        metric = "—" if score is None else f"{score.metric.replace('_', ' ')} {score.label()}"
+        metric = "—" if score is None else (f"{score.metric.replace('_', ' ')} {score.label()}; hides "
+                                            f"{score.hidden_fraction:.2f} of the shorter of compute-alone and "
+                                            f"comm-alone ({outcome.comm_transport})")
         lines.append(f"{site.kind} {site.m}×{site.k}×{site.n} {site.dtype}: best {best.plan.describe()} "
                      f"{best.timing.median_ms:.2f} ms ({metric})")
     return lines

@@ -35,6 +35,17 @@ def test_efficiency_follows_the_definition():
     assert 0.0 <= score.overlap_efficiency <= 1.0
     assert score.speedup == pytest.approx(sequential / measured)
     assert score.value == score.overlap_efficiency
+    assert score.hidden_fraction == pytest.approx((compute + comm - measured) / min(compute, comm))
+
+
+def test_beating_a_slow_sequential_by_a_faster_transport_hides_nothing():
+    # sequential ran a slow collective (100 ms); the fastest transport needs 20 ms, and a
+    # plan that runs compute then the fast transport back to back is "efficient" vs sequential
+    compute, fast_comm = random.uniform(200, 400), 20.0
+    score = overlap_score(measured_ms=compute + fast_comm, sequential_ms=compute + 100.0,
+                          compute_alone_ms=compute, comm_alone_ms=fast_comm)
+    assert score.overlap_efficiency == pytest.approx(0.8)
+    assert score.hidden_fraction == pytest.approx(0.0)
 
 
 def test_perfect_overlap_is_one_and_a_loss_is_negative():

@@ -8,6 +8,7 @@ Correct first, then timed: a plan whose result is off the reference is never tim
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -18,7 +19,7 @@ from hocket.bench.calls import compare, operator_call, reference_output
 from hocket.bench.outcome import PlanOutcome, SiteOutcome
 from hocket.bench.progress import RankProgress
 from hocket.bench.timer import TimingConfig, time_interleaved
-from hocket.bench.workload import make_operands, torch_dtype
+from hocket.bench.workload import make_operands
 from hocket.plan.plan import Plan
 from hocket.site import Site
 from hocket.transport.group import resolve_group
@@ -65,7 +66,7 @@ def check_plan(site: Site, plan: Plan, operands, expected: torch.Tensor, *, grou
         return PlanOutcome(plan=plan, max_error=float("nan"), tolerance=float("nan"), passed=False,
                            error=f"{type(exc).__name__}: {exc}")
     error, passed, atol = compare(site, got, expected)
-    error, passed = _agree(error if error == error else float("inf"), passed, group, device)
+    error, passed = _agree(float("inf") if math.isnan(error) else error, passed, group, device)
     return PlanOutcome(plan=plan, max_error=error, tolerance=atol, passed=passed)
 
 

@@ -20,7 +20,7 @@ from hocket.graph.matches import (AllGatherMatch, ConsumerMatmul, GatherUses, Pr
                                   Unmatched)
 from hocket.graph.nodes import (ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SPLIT_TARGETS, TRANSPOSE_TARGETS,
                                 VIEW_TARGETS, aten, getitem_index, group_args, is_call, is_noop_wait, is_plain_cast,
-                                reduce_op_of, single_wait, static_shape, val)
+                                numel, reduce_op_of, single_wait, static_shape, val)
 
 SUPPORTED_REDUCE_OPS = ("sum", "avg")
 
@@ -104,14 +104,7 @@ def _match_all_gather(start: fx.Node) -> AllGatherMatch | Unmatched:
 def _is_flat_2d(node: fx.Node, gathered_shape: tuple[int, ...]) -> bool:
     shape = static_shape(node)
     k = gathered_shape[-1]
-    return shape is not None and len(shape) == 2 and shape[1] == k and shape[0] * k == _numel(gathered_shape)
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    total = 1
-    for size in shape:
-        total *= size
-    return total
+    return shape is not None and len(shape) == 2 and shape[1] == k and shape[0] * k == numel(gathered_shape)
 
 
 def _is_2d_transpose(node: fx.Node, source: fx.Node) -> bool:
@@ -265,7 +258,7 @@ def find_producer_matmul(match: ScatterMatch) -> ProducerMatmul | Unmatched:
     if source_shape[-1] != n:
         return Unmatched(node=match.start, reason=f"a reshape between the matmul [{m}, {n}] and the reduction "
                                                   f"{list(source_shape)} moves the matmul's N dim")
-    if any(static_shape(b) is None or static_shape(b)[-1] != n or _numel(static_shape(b)) != m * n
+    if any(static_shape(b) is None or static_shape(b)[-1] != n or numel(static_shape(b)) != m * n
            for b in between):
         return Unmatched(node=match.start, reason="a reshape between the matmuls and the reduction moves the "
                                                   "matmul's N dim, or an add broadcasts")

@@ -94,10 +94,6 @@ def is_impure(node: fx.Node) -> bool:
     return node.is_impure()
 
 
-def tensor_users(node: fx.Node) -> list[fx.Node]:
-    return list(node.users)
-
-
 def getitem_index(node: fx.Node) -> int | None:
     if is_call(node, operator.getitem) and isinstance(node.args[1], int):
         return node.args[1]

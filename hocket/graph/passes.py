@@ -8,7 +8,6 @@ does not support: such a pattern stays as it is and the reason goes into the rep
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import torch
@@ -25,8 +24,6 @@ from hocket.graph.reorder import fill_gaps
 from hocket.graph.report import GapRecord, GraphReport, LeftAlone, SiteRecord
 from hocket.ops.sites import site_for_call
 from hocket.site import Site, canonical_dtype
-
-logger = logging.getLogger("hocket.compile")
 
 DIRECTIONS = ("forward", "backward")
 

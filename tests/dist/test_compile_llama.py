@@ -119,7 +119,7 @@ def test_planner_choice_matches_eager_and_explains(pool2, seed):
     for result in results:
         _expected_sites(result["sites"])
         for _, _, rewritten, plan, _ in result["sites"]:
-            assert rewritten == (plan != "sequential"), result["text"]
+            assert plan != "sequential" or not rewritten, result["text"]  # sequential sites stay as traced
         assert "ag_mm" in result["text"] and "mm_rs" in result["text"]
 
 

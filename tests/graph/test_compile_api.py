@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from torch import nn
@@ -20,7 +22,8 @@ class _Mlp(nn.Module):
         return self.down(torch.relu(self.up(x)))
 
 
-def test_a_model_without_sites_compiles_to_an_equivalent_module_with_an_empty_report():
+def test_a_model_without_sites_compiles_to_an_equivalent_module_with_an_empty_report(caplog):
+    caplog.set_level(logging.INFO, logger="hocket.compile")
     torch._dynamo.reset()
     model = _Mlp()
     compiled = hocket.compile(model, backend="aot_eager")
@@ -40,6 +43,8 @@ def test_a_model_without_sites_compiles_to_an_equivalent_module_with_an_empty_re
     report = hocket.explain(compiled)
     assert [g.direction for g in report.graphs] == ["forward", "backward"]
     assert report.sites == () and report.left_alone == () and report.gaps == ()
+    logged = [r.getMessage() for r in caplog.records if r.name == "hocket.compile"]
+    assert len(logged) == 2 and all("0 site(s)" in m for m in logged)  # once per compiled graph
     torch._dynamo.reset()
 
 

@@ -57,3 +57,15 @@ def test_drawn_cases_world2(pool2, data):
 @given(data=st.data())
 def test_drawn_cases_world4(pool4, data):
     _drawn(pool4, data)
+
+
+@pytest.mark.parametrize("strategy", ["ring", "bidir_ring"])
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_all_reduce_rings_with_uneven_blocks_world4(pool4, strategy, chunks):
+    # 9 rows in 4 blocks (3, 2, 2, 2): in bidir_ring the two lanes hold blocks of different
+    # sizes at once, whose row halves overlap (found by hypothesis: shape [3, 3, 1]).
+    for shape in ([3, 3, 1], [9, 5], [3, 4]):
+        case = dict(kind="mm_ar", strategy=strategy, chunks=chunks, shape=shape, dim=0, ns=[3],
+                    dtype="float32", seed=11, reduce_op="sum")
+        results = pool4.run(run_case, case)
+        assert all(len(r) == len(results[0]) > 0 for r in results)

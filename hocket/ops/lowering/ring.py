@@ -168,8 +168,13 @@ def reduce_ring(rt, pieces: BlockPieces, partial, block_rows: int, cols: int, fi
     the receive of the next block's piece).
     """
     w, rank = rt.world, rt.rank
-    send = [rt.ctx.buffer(f"{tag}.send{i}", (block_rows, cols)) for i in range(2)]
-    recv = [rt.ctx.buffer(f"{tag}.recv{i}", (block_rows, cols)) for i in range(2)]
+    # One buffer pair per direction: in a step the two lanes work on different blocks, and
+    # with uneven blocks their row halves can overlap (a 3-row block's first half is rows
+    # 0:2, a 2-row block's second half is row 1:2).
+    send = {d: [rt.ctx.buffer(f"{tag}.send{d:+d}.{i}", (block_rows, cols)) for i in range(2)]
+            for d in pieces.directions}
+    recv = {d: [rt.ctx.buffer(f"{tag}.recv{d:+d}.{i}", (block_rows, cols)) for i in range(2)]
+            for d in pieces.directions}
     pending: dict[tuple[int, int, int], object] = {}
     for s in range(w):
         for d in pieces.directions:
@@ -180,14 +185,14 @@ def reduce_ring(rt, pieces: BlockPieces, partial, block_rows: int, cols: int, fi
                 sends = []
                 if out_piece is not None:
                     lo, hi = out_piece
-                    target = final(lo, hi) if s == w - 1 else send[s % 2][lo:hi]
+                    target = final(lo, hi) if s == w - 1 else send[d][s % 2][lo:hi]
                     partial(b, lo, hi, target)
                     if s > 0:
                         pending.pop((s - 1, d, i)).wait()
-                        target.add_(recv[s % 2][lo:hi])
+                        target.add_(recv[d][s % 2][lo:hi])
                     if s < w - 1:
                         sends = [(target, (rank + d) % w)]
-                recvs = [(recv[(s + 1) % 2][in_piece[0]:in_piece[1]], (rank - d) % w)] if in_piece else []
+                recvs = [(recv[d][(s + 1) % 2][in_piece[0]:in_piece[1]], (rank - d) % w)] if in_piece else []
                 if sends or recvs:
                     pending[(s, d, i)] = rt.transport.exchange(sends, recvs)
         for key in [k for k in pending if k[0] == s - 1]:  # batches of step s-1 this step did not consume

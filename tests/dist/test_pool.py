@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -359,7 +360,9 @@ def test_init_torchrun_under_real_torchrun() -> None:
                "-m", "hocket.launch.selfcheck"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    lines = sorted(line.split()[1:6] for line in done.stdout.splitlines() if line.startswith("selfcheck"))
+    # the two ranks share one pipe: match the records anywhere, not only at line starts
+    found = re.findall(r"selfcheck (rank=\d+) (world=\d+) (local_rank=\d+) (backend=\w+) (device=\w+)", done.stdout)
+    lines = sorted(list(m) for m in found)
     assert lines == [
         ["rank=0", "world=2", "local_rank=0", "backend=gloo", "device=cpu"],
         ["rank=1", "world=2", "local_rank=1", "backend=gloo", "device=cpu"],

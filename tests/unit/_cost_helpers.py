@@ -21,7 +21,7 @@ def with_island_link(cluster, gbps: float):
 def sites(draw, kinds=("ag_mm", "mm_rs", "mm_ar"), worlds=(2, 4, 8), max_dim=1 << 16):
     kind = draw(st.sampled_from(kinds))
     world = draw(st.sampled_from(worlds))
-    m = draw(st.integers(1, max_dim))
+    m = world * draw(st.integers(1, max(1, max_dim // world)))  # per-rank shards: m/w rows (DESIGN.md)
     k = draw(st.integers(1, max_dim))
     n = draw(st.integers(1, max_dim))
     dtype = draw(st.sampled_from(["bfloat16", "float32"]))

@@ -30,7 +30,8 @@ PRESETS = ["h200x2", "h800x8", "cpu-host", "mi300xx8", "rtx4090x8", "h100-ib-2no
 def test_every_candidate_is_finite_and_monotone_in_flops_and_bytes(preset, site, dim, extra):
     cluster = load_preset(preset)
     site = replace(site, world=min(site.world, cluster.world_size))
-    bigger = replace(site, **{dim: getattr(site, dim) + extra})
+    step = site.world if dim == "m" else 1  # m stays a multiple of the world size
+    bigger = replace(site, **{dim: getattr(site, dim) + extra * step})
     for plan in candidate_plans(site, cluster):
         small, big = predict(site, plan, cluster), predict(bigger, plan, cluster)
         for p in (small, big):

@@ -11,9 +11,7 @@ numerics, never the signalling itself (tests/gpu does that).
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +19,7 @@ import pytest
 import torch
 
 from hocket.kernels.config import TileConfig
-from hocket.ops.tolerance import tolerance
+from _interpret import assert_matches_reference, run_interpreted
 
 SHAPES = [  # (m, k, n): none divides the 32x32x16 blocks except where noted
     (100, 50, 70),
@@ -107,25 +105,7 @@ def _child(cases_path: str, out_path: str) -> None:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("interpret")
-    cases_path, out_path = tmp / "cases.json", tmp / "results.pt"
-    cases_path.write_text(json.dumps(_cases(random.Random())))
-    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="1")
-    proc = subprocess.run([sys.executable, __file__, str(cases_path), str(out_path)], env=env,
-                          capture_output=True, text=True, timeout=280)
-    assert proc.returncode == 0, f"interpreter child failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return torch.load(out_path, weights_only=False)
-
-
-def _assert_matches_fp32(record: dict) -> None:
-    out, a, b = record["out"], record["a"], record["b"]
-    assert not out.isnan().any(), f"{int(out.isnan().sum())} output elements never written in {record['case']}"
-    ref = torch.mm(a.double(), b.double())
-    tol = tolerance(out.dtype)
-    scale = max(1.0, float(ref.abs().max()))
-    err = (out.double() - ref).abs()
-    bound = tol.atol * scale + tol.rtol * ref.abs()
-    assert bool((err <= bound).all()), f"max error {float(err.max()):.3g} beyond {out.dtype} tolerance in {record['case']}"
+    return run_interpreted(__file__, _cases(random.Random()), tmp_path_factory.mktemp("interpret"))
 
 
 @pytest.mark.timeout(300)
@@ -135,7 +115,7 @@ def test_consumer_numerics_every_element_written(results):
     for record in consumers:  # narrow_rows covers at least the last chunk: its tiles are narrow
         assert (record["narrow_tiles"] > 0) == (record["case"]["narrow_rows"] > 0)
     for record in consumers:
-        _assert_matches_fp32(record)
+        assert_matches_reference(record)
         assert record["timeout_message"] == ""
 
 
@@ -144,7 +124,7 @@ def test_producer_numerics_and_every_group_signalled(results):
     producers = [r for r in results if r["case"]["kind"] == "producer"]
     assert len(producers) == len(SHAPES) * len(DTYPES)
     for record in producers:
-        _assert_matches_fp32(record)
+        assert_matches_reference(record)
         groups = record["case"]["groups"]
         assert record["flags"].tolist() == [1] * groups
         bm, n = CONFIG["block_m"], record["case"]["n"]

@@ -9,16 +9,14 @@ script with TRITON_INTERPRET=1); the interpreter tests tile order and numerics, 
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from hocket.ops.tolerance import tolerance
+from _interpret import assert_matches_reference, run_interpreted
 
 CONFIG = dict(block_m=32, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=1)
 
@@ -99,23 +97,7 @@ def _child(cases_path: str, out_path: str) -> None:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("peer_interpret")
-    cases_path, out_path = tmp / "cases.json", tmp / "results.pt"
-    cases_path.write_text(json.dumps(_cases(random.Random())))
-    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="1")
-    proc = subprocess.run([sys.executable, __file__, str(cases_path), str(out_path)], env=env,
-                          capture_output=True, text=True, timeout=280)
-    assert proc.returncode == 0, f"interpreter child failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return torch.load(out_path, weights_only=False)
-
-
-def _assert_matches(record: dict) -> None:
-    out, a, b = record["out"], record["a"], record["b"]
-    assert not out.isnan().any(), f"{int(out.isnan().sum())} output elements never written in {record['case']}"
-    ref = torch.mm(a.double(), b.double())
-    tol = tolerance(out.dtype)
-    scale = max(1.0, float(ref.abs().max()))
-    assert bool(((out.double() - ref).abs() <= tol.atol * scale + tol.rtol * ref.abs()).all()), record["case"]
+    return run_interpreted(__file__, _cases(random.Random()), tmp_path_factory.mktemp("peer_interpret"))
 
 
 @pytest.mark.timeout(300)
@@ -123,7 +105,7 @@ def test_ring_ordered_producer_table_computes_every_tile_and_signals_every_group
     producers = [r for r in results if r["case"]["kind"] == "producer"]
     assert len(producers) == 2
     for record in producers:
-        _assert_matches(record)
+        assert_matches_reference(record)
         n_tiles = -(-record["case"]["n"] // CONFIG["block_n"])
         offsets = record["offsets"]
         assert record["flags"].tolist() == [1] * (len(offsets) - 1)
@@ -136,7 +118,7 @@ def test_consumer_reads_flags_from_a_shared_region_in_local_first_order(results)
     consumers = [r for r in results if r["case"]["kind"] == "consumer"]
     assert len(consumers) == 2
     for record in consumers:
-        _assert_matches(record)
+        assert_matches_reference(record)
         assert record["flags_is_view"], "the workspace must wait on the symmetric flags, not a private copy"
         assert record["errors"].tolist() == [0, 0]
 

@@ -61,8 +61,18 @@ class SiteGroup:
     def sequential_plan(self) -> Plan:
         for r in self.records:
             if r.plan.strategy == "sequential":
-                return r.plan
-        return Plan(transport=self.records[0].plan.transport)
+                return self.priced(r.plan)
+        return self.priced(Plan(transport=self.records[0].plan.transport))
+
+    def priced(self, plan: Plan) -> Plan:
+        """The plan as the cost model prices it on this cluster: NCCL run with
+        ``NCCL_P2P_DISABLE=1`` on a cluster whose GPUs only meet through host memory stages
+        through pinned host buffers, which is the host_staged path."""
+        if plan.transport == "collective" and self.site.world > 1:
+            offered = self.cluster.group_transports(self.site.group_ranks)
+            if "collective" not in offered and "host_staged" in offered:
+                return plan.with_(transport="host_staged")
+        return plan
 
 
 def find_cluster(record, forced, cache: dict):
@@ -70,6 +80,11 @@ def find_cluster(record, forced, cache: dict):
     machine's probe, for CPU ranks) with the same device counts and node count."""
     if forced is not None:
         return forced
+    named = record.run.get("cluster") if isinstance(record.run, dict) else None
+    if isinstance(named, str) and named in list_presets():  # the preset the benchmark ran with
+        if named not in cache:
+            cache[named] = load_preset(named)
+        return cache[named]
     hardware = record.hardware if isinstance(record.hardware, dict) else {}
     devices = hardware.get("devices") or {}
     key = json.dumps([devices, hardware.get("nodes")], sort_keys=True)
@@ -101,13 +116,42 @@ def group_sites(records, forced) -> tuple[list[SiteGroup], list[str]]:
     return list(groups.values()), sorted(set(notes))
 
 
+HELD_OUT_SITES = (
+    "mm_d2h:8192x8192x7168:bfloat16:w1:forward:454f92dd685e",
+    "mm_d2h:8192x3584x8192:bfloat16:w1:forward:55808633c354",
+    "ag_mm:8192x4096x14336:bfloat16:w2:forward:01266eff6b4a",
+    "mm_rs:8192x7168x4096:bfloat16:w2:forward:9bd060bebad8",
+    "mm_ar:8192x2048x4096:bfloat16:w2:forward:a2f7af969c5f",
+)
+"""The sites held out when the split was first drawn (commit 6a85ac4): frozen, so adding
+results files never moves a site between the held-out and the calibration sets."""
+CALIBRATION_SITES = (
+    "ag_mm:8192x8192x7168:bfloat16:w2:forward:ac3caf2b20ea",
+    "h2d_mm:8192x8192x7168:bfloat16:w1:forward:864c0d0c32ac",
+    "h2d_mm:8192x3584x8192:bfloat16:w1:forward:31bd8e2387c1",
+    "mm_d2h:8192x8192x1280:bfloat16:w1:forward:2f139fc0238c",
+    "h2d_mm:8192x8192x1280:bfloat16:w1:forward:0ed5e6a8df4d",
+    "mm_d2h:4096x12288x6144:bfloat16:w1:forward:14dc1e9dd533",
+    "h2d_mm:4096x12288x6144:bfloat16:w1:forward:f88a41022c68",
+    "ag_mm:8192x4096x3072:bfloat16:w2:forward:72acf1ed60d1",
+)
+"""The sites that calibrated in that first split (frozen alike)."""
+
+
+def held_out_site(site_key: str, step: int) -> bool:
+    """Frozen sites keep their side; any other site is held out when its key's SHA-1 is
+    divisible by ``step`` (a rule that does not depend on which other sites exist)."""
+    if site_key in HELD_OUT_SITES:
+        return True
+    if site_key in CALIBRATION_SITES:
+        return False
+    return int(hashlib.sha1(site_key.encode()).hexdigest(), 16) % step == 0
+
+
 def split_holdout(groups: list[SiteGroup], fraction: float) -> tuple[list[SiteGroup], list[SiteGroup]]:
-    """(calibration, held out): sites in a fixed pseudo-random order, every k-th held out."""
-    # hold out by site (all runs of a held-out site stay out), in a fixed pseudo-random order
-    sites = sorted({g.key.split("#")[0] for g in groups}, key=lambda k: hashlib.sha1(k.encode()).hexdigest())
+    """(calibration, held out), by site: all runs of a held-out site stay out."""
     step = max(1, round(1 / fraction))
-    held_sites = {k for i, k in enumerate(sites) if i % step == 0}
-    held = [g for g in groups if g.key.split("#")[0] in held_sites]
+    held = [g for g in groups if held_out_site(g.key.split("@")[0], step)]
     return [g for g in groups if g not in held], held
 
 
@@ -134,12 +178,16 @@ def calibration_profile(groups: list[SiteGroup], base: CalibrationProfile | None
 def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
     points, signs, bests, unpriced = [], [], [], []
     for g in groups:
-        predicted_seq = predict(g.site, g.sequential_plan(), g.cluster, view).total_ms
+        try:
+            predicted_seq = predict(g.site, g.sequential_plan(), g.cluster, view).total_ms
+        except ValueError as exc:  # e.g. NCCL through host memory on a cluster that offers only host_staged
+            predicted_seq = None
+            unpriced.append(f"{g.site.key} sequential on {g.cluster.name} (no saving signs for this run): {exc}")
         measured_seq = g.sequential_ms
         per_plan = []
         for r in g.records:
             try:
-                pred = predict(g.site, r.plan, g.cluster, view).total_ms
+                pred = predict(g.site, g.priced(r.plan), g.cluster, view).total_ms
             except ValueError as exc:  # a plan the model does not price (named in the message)
                 unpriced.append(f"{g.site.key} {r.plan.describe()}: {exc}")
                 continue
@@ -147,7 +195,7 @@ def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
             points.append({"site": g.site.key, "plan": r.plan.describe(), "measured_ms": r.median_ms,
                            "predicted_ms": pred, "error": error})
             per_plan.append((r, pred))
-            if r.plan.strategy == "sequential":
+            if r.plan.strategy == "sequential" or predicted_seq is None:
                 continue
             noise = max(NOISE_FLOOR, (r.timing.p90_ms - r.timing.p10_ms) / r.median_ms)
             measured_saving = (measured_seq - r.median_ms) / measured_seq
@@ -155,6 +203,8 @@ def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
             signs.append({"site": g.site.key, "plan": r.plan.describe(), "measured": measured_saving,
                           "predicted": predicted_saving, "within_noise": abs(measured_saving) < noise,
                           "right": (measured_saving > 0) == (predicted_saving > 0)})
+        if not per_plan:
+            continue
         measured_best = min(per_plan, key=lambda x: x[0].median_ms)[0]
         predicted_best = min(per_plan, key=lambda x: x[1])[0]
         bests.append({"site": g.site.key, "measured_best": measured_best.plan.describe(),
@@ -187,9 +237,10 @@ def _pct(value) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
-def print_report(held: dict, calib: dict, label: str) -> None:
+def print_report(held: dict, calib: dict, label: str, *, all_points: bool = False) -> None:
     print(f"{'site':<44} {'plan':<28} {'measured_ms':>11} {'predicted_ms':>12} {'error':>7}")
-    for p in held["points"]:
+    shown = held["points"] + (calib["points"] if all_points else [])
+    for p in shown:
         print(f"{p['site'][:44]:<44} {p['plan']:<28} {p['measured_ms']:>11.4f} {p['predicted_ms']:>12.4f} "
               f"{p['error']:>+7.1%}")
     for name, result in (("held-out sites", held), ("calibration sites", calib)):
@@ -199,18 +250,36 @@ def print_report(held: dict, calib: dict, label: str) -> None:
               f"{_pct(s['sign_right'])} of {s['sign_points']} (plus {s['within_noise']} within noise; "
               f"{_pct(s['sign_right_incl_noise'])} counting them) | best plan right {_pct(s['best_right'])}, "
               f"regret median {s['median_regret'] or 0:.3f} max {s['max_regret'] or 0:.3f}")
-    for line in held["unpriced"] + calib["unpriced"]:
+    for line in sorted(set(held["unpriced"] + calib["unpriced"])):
         print(f"note: not priced: {line[:150]}")
     print("targets: median <= 10%, max <= 25%, sign right >= 90%")
+
+
+def machine_of(group: SiteGroup) -> str:
+    """The device models of the cluster a site ran on: one table per machine kind."""
+    return "+".join(sorted(group.cluster.device_counts()))
+
+
+def profile_for(machine: str, profiles: list[CalibrationProfile]) -> CalibrationProfile | None:
+    """The profile measured on devices of this machine's models (a profile without
+    fingerprint devices applies everywhere)."""
+    for profile in profiles:
+        devices = profile.fingerprint_data.get("devices") if isinstance(profile.fingerprint_data, dict) else None
+        if not devices or "+".join(sorted(devices)) == machine:
+            return profile
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", help="results JSON-lines files (default: every *.jsonl under results/)")
     parser.add_argument("--cluster", default=None, help="cluster preset or YAML every line was measured on")
-    parser.add_argument("--profile", default=None, help="a calibration profile of that machine to merge in")
+    parser.add_argument("--profile", action="append", default=[],
+                        help="a calibration profile to merge in (repeatable: each applies to the sites measured "
+                             "on its devices' models)")
     parser.add_argument("--holdout", type=float, default=1 / 3, help="fraction of sites held out (>= 1/3)")
     parser.add_argument("--no-calibration", action="store_true", help="predict from presets and mechanisms only")
+    parser.add_argument("--all-points", action="store_true", help="print the calibration sites' points too")
     parser.add_argument("--json", default=None, help="write points, decisions and summaries to this file")
     args = parser.parse_args(argv)
     if not 1 / 3 - 1e-9 <= args.holdout < 1:
@@ -229,19 +298,24 @@ def main(argv: list[str] | None = None) -> int:
     if not groups:
         print(f"no priced results lines in {', '.join(map(str, paths)) or RESULTS}; run `hocket bench ... --out`")
         return 0
-    calibration, held_out = split_holdout(groups, args.holdout)
-    base = load_profile(args.profile, expected=None) if args.profile else None
-    if args.no_calibration:
-        view, label = calibration_view(base), "profile only" if base else "no calibration"
-    else:
-        view = CalibrationView(calibration_profile(calibration, base))
-        label = f"calibrated on {len(calibration)} other sites' baselines" + (" + profile" if base else "")
-    held, calib = evaluate(held_out, view), evaluate(calibration, view)
-    print_report(held, calib, label)
+    profiles = [p for p in (load_profile(path, expected=None) for path in args.profile) if p is not None]
+    report = {}
+    for machine in sorted({machine_of(g) for g in groups}):
+        mine = [g for g in groups if machine_of(g) == machine]
+        calibration, held_out = split_holdout(mine, args.holdout)
+        base = profile_for(machine, profiles)
+        if args.no_calibration:
+            view, label = calibration_view(base), "profile only" if base else "no calibration"
+        else:
+            view = CalibrationView(calibration_profile(calibration, base))
+            label = f"calibrated on {len(calibration)} other sites' baselines" + (" + profile" if base else "")
+        held, calib = evaluate(held_out, view), evaluate(calibration, view)
+        print(f"\n## {machine}: {len(mine)} site runs ({', '.join(sorted({g.cluster.name for g in mine}))})")
+        print_report(held, calib, label, all_points=args.all_points)
+        report[machine] = {"label": label, "held_out": {**held, "summary": summary(held)},
+                           "calibration": {**calib, "summary": summary(calib)}}
     if args.json:
-        Path(args.json).write_text(json.dumps({"label": label, "held_out": {**held, "summary": summary(held)},
-                                               "calibration": {**calib, "summary": summary(calib)}},
-                                              indent=1, default=str) + "\n")
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str) + "\n")
     return 0
 
 

@@ -9,7 +9,7 @@ TRANSPORT_ENV_VARS = (
     "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_NVLS_ENABLE", "NCCL_ALGO",
     "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_SOCKET_IFNAME",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST", "TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP", "NVSHMEM_DISABLE_NVLS",
-    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME",
+    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "HOCKET_HOST_STAGE_PIECE_MB",
 )
 
 
@@ -82,6 +82,17 @@ def symm_mailbox_bytes() -> int:
     if not megabytes > 0:
         raise ValueError(f"HOCKET_SYMM_MAILBOX_MB={raw!r} must be a positive number of MiB, e.g. 256")
     return int(megabytes * 2**20)
+
+
+def host_stage_piece_bytes() -> int:
+    """``HOCKET_HOST_STAGE_PIECE_MB``: the most bytes one host-staged message moves (default 8 MiB).
+    A collective is cut into messages of at most this size (the first two smaller, a ramp), so the
+    device-to-host copy of one message overlaps the host-to-device copy of the one before."""
+    raw = os.environ.get("HOCKET_HOST_STAGE_PIECE_MB", "").strip()
+    megabytes = float(raw) if raw else 8.0
+    if not megabytes > 0:
+        raise ValueError(f"HOCKET_HOST_STAGE_PIECE_MB={raw!r} must be a positive number of MiB, e.g. 8")
+    return max(1, int(megabytes * 2**20))
 
 
 def host_stage_dir() -> Path:

@@ -3,11 +3,14 @@ shared, pinned host memory, for GPUs without a peer path (e.g. of two vendors).
 
 Each (group, device) gets one :class:`HostRelay`: a :class:`SharedHostBuffer` file that every
 rank maps and page-locks, holding ``SLOTS`` message slots per rank; a device-to-host and a
-host-to-device copy stream; and CUDA IPC events (``landed`` per slot: this rank's copy into
-its slot is done; ``consumed`` per slot: this rank has read every peer's slot). Every step is
-stream-ordered, so the host never waits for a copy; the host only waits (bounded, a few
-microseconds when ranks run in step) for the other ranks to have *enqueued* their side of a
-message, so that each cross-process event wait refers to the right record:
+host-to-device copy stream; CUDA IPC events (``landed`` per slot: this rank's copy into
+its slot is done; ``consumed`` per slot: this rank has read every peer's slot); and an
+:class:`~hocket.transport.issue_thread.IssueThread` that issues the messages. A collective is
+cut into messages of at most ``HOCKET_HOST_STAGE_PIECE_MB`` (ramped: the first two smaller), so
+the device-to-host copy of one message runs while the host-to-device copy of the previous one
+does. Every step is stream-ordered, so no thread waits for a copy; the issue thread waits
+(bounded, a few microseconds when ranks run in step) for the other ranks to have *enqueued*
+their side of a message, so that each cross-process event wait refers to the right record:
 
 1. sender: once every rank has enqueued its reads of this slot's previous message, the D2H
    stream waits on their ``consumed`` events, copies this rank's data into its slot and
@@ -16,9 +19,11 @@ message, so that each cross-process event wait refers to the right record:
    ``landed`` events, copies (and reduces) their slots into the output, records
    ``consumed`` and publishes "read ``seq``".
 
-The returned :class:`~hocket.transport.stream_pending.StreamPending` ends after both
-streams. All ranks must issue the same transfers in the same order (the operators agree on
-their plan first); every host wait is bounded by ``HOCKET_TIMEOUT_S``.
+The launching thread only records a "ready" event (inputs written, outputs free) on its stream
+and submits; it never waits for a peer, so the GEMM launched after a collective starts at once.
+The returned :class:`~hocket.transport.issue_thread.ThreadPending` ends after both streams. All
+ranks must issue the same transfers in the same order (the operators agree on their plan first);
+every host wait is bounded by ``HOCKET_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -28,11 +33,11 @@ import torch.distributed as dist
 
 from hocket import env
 from hocket.transport.group import GroupHandle
-from hocket.transport.per_group import PerGroup, require_cuda, require_nccl, rounds
+from hocket.transport.issue_thread import IssueThread, ThreadPending
+from hocket.transport.per_group import PerGroup, ramped_rounds, require_cuda, require_nccl
 from hocket.transport.shared_host_buffer import SharedHostBuffer
-from hocket.transport.stream_pending import StreamPending
 
-SLOTS = 2
+SLOTS = 4
 
 
 class HostRelay:
@@ -63,6 +68,7 @@ class HostRelay:
                               for p in range(self.world) if p != self.rank}
         self.seq = 0
         self._scratch: dict[tuple, torch.Tensor] = {}
+        self.issuer = IssueThread(device, name=f"host-relay-{group.name}-{device}")
         dist.barrier(group=group.pg, device_ids=[device.index])
         if self.rank == 0:  # every rank has mapped the file: its name may go (the mappings stay)
             self.buf.path.unlink()
@@ -77,33 +83,59 @@ class HostRelay:
     def capacity(self, dtype: torch.dtype) -> int:
         return self.slot_bytes // torch.empty((), dtype=dtype).element_size()
 
+    def pieces(self, total: int, dtype: torch.dtype, *, copies: int = 1,
+               slot_copies: int | None = None) -> list[tuple[int, int]]:
+        """Element ranges of one collective's messages: a message copies ``copies`` ranges of this
+        size device -> host (at most ``HOCKET_HOST_STAGE_PIECE_MB`` together) and its slot holds
+        ``slot_copies`` of them (default ``copies``)."""
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        per_range = min(self.slot_bytes // max(1, slot_copies or copies),
+                        env.host_stage_piece_bytes() // max(1, copies)) // itemsize
+        return ramped_rounds(total, per_range)
+
+    def post(self, messages, *tensors: torch.Tensor, finish=None, what: str) -> ThreadPending:
+        """Issue ``messages`` (``(send, receive)`` pairs, see :meth:`message`) on the issue thread,
+        after the work enqueued so far on the caller's stream; ``finish()`` then runs on the H2D
+        stream. ``tensors`` stay allocated until the copies are done."""
+        ready = torch.cuda.current_stream(self.device).record_event()
+        for t in tensors:
+            t.record_stream(self.d2h)
+            t.record_stream(self.h2d)
+
+        def job() -> torch.cuda.Event:
+            for send, receive in messages:
+                self.message(send, receive, ready=ready)
+            with torch.cuda.stream(self.h2d):
+                if finish is not None:
+                    finish()
+                return self.h2d.record_event()
+
+        return self.issuer.submit(job, what=what)
+
     def scratch(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
         buf = self._scratch.get(dtype)
         if buf is None or buf.numel() < numel:
             buf = self._scratch[dtype] = torch.empty(numel, dtype=dtype, device=self.device)
         return buf[:numel]
 
-    def message(self, send, receive, *tensors: torch.Tensor) -> None:
-        """One message: ``send(slot)`` enqueues D2H copies into this rank's host slot (on the D2H
-        stream); ``receive(slot_of)`` enqueues the H2D copies (and reductions) from every peer's
-        slot (``slot_of(rank)``, on the H2D stream). ``tensors`` stay allocated until both are done."""
+    def message(self, send, receive, *, ready: torch.cuda.Event) -> None:
+        """One message (on the issue thread): ``send(slot)`` enqueues D2H copies into this rank's
+        host slot (on the D2H stream); ``receive(slot_of)`` enqueues the H2D copies (and reductions)
+        from every peer's slot (``slot_of(rank)``, on the H2D stream). Both streams first wait for
+        ``ready`` (the caller's inputs written and outputs free)."""
         self.seq += 1
         seq, k, w = self.seq, self.seq % SLOTS, self.world
         peers = [p for p in range(w) if p != self.rank]
-        cur = torch.cuda.current_stream(self.device)
-        for t in tensors:
-            t.record_stream(self.d2h)
-            t.record_stream(self.h2d)
         if seq > SLOTS:
             for p in peers:  # every reader of this slot's previous message has enqueued its reads
                 self.buf.wait_ready(w + p, seq - SLOTS)
                 self.d2h.wait_event(self.peer_consumed[p][k])
-        self.d2h.wait_stream(cur)
+        self.d2h.wait_event(ready)
         with torch.cuda.stream(self.d2h):
             send(lambda dtype: self.slot(self.rank, k, dtype))
             self.landed[k].record(self.d2h)
         self.buf.publish(self.rank, seq)
-        self.h2d.wait_stream(cur)
+        self.h2d.wait_event(ready)
         self.h2d.wait_event(self.landed[k])
         for p in peers:
             self.buf.wait_ready(p, seq)
@@ -114,6 +146,7 @@ class HostRelay:
         self.buf.publish(w + self.rank, seq)
 
     def close(self) -> None:
+        self.issuer.close()
         self.d2h.synchronize()
         self.h2d.synchronize()
         self._scratch.clear()
@@ -142,11 +175,12 @@ class HostStagedTransport:
         require_cuda(t, self.name)
         return RELAYS.get(self.group, t.device)
 
-    def all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> StreamPending:
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> ThreadPending:
         relay = self._relay(inp)
         src, dst = inp.reshape(-1), out.view(-1)
         n, rank = src.numel(), relay.rank
-        for lo, hi in rounds(n, relay.capacity(src.dtype)):
+        messages = []
+        for lo, hi in relay.pieces(n, src.dtype):
             def send(slot, lo=lo, hi=hi):
                 slot(src.dtype)[:hi - lo].copy_(src[lo:hi], non_blocking=True)
 
@@ -155,18 +189,21 @@ class HostStagedTransport:
                     if p != rank:
                         dst[p * n + lo:p * n + hi].copy_(slot_of(p, src.dtype)[:hi - lo], non_blocking=True)
 
-            relay.message(send, receive, src, dst)
-        with torch.cuda.stream(relay.h2d):
-            dst[rank * n:(rank + 1) * n].copy_(src)
-        return StreamPending.after(relay.h2d, what="host-staged all-gather")
+            messages.append((send, receive))
 
-    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor) -> StreamPending:
+        def own_rows():
+            dst[rank * n:(rank + 1) * n].copy_(src)
+
+        return relay.post(messages, src, dst, finish=own_rows, what="host-staged all-gather")
+
+    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor) -> ThreadPending:
         relay = self._relay(inp)
         w, rank = relay.world, relay.rank
         dst = out.view(-1)
         n = dst.numel()
         blocks = inp.reshape(w, n)
-        for lo, hi in rounds(n, relay.capacity(dst.dtype) // w):
+        messages = []
+        for lo, hi in relay.pieces(n, dst.dtype, copies=w - 1, slot_copies=w):
             size = hi - lo
 
             def send(slot, lo=lo, hi=hi, size=size):
@@ -184,14 +221,15 @@ class HostStagedTransport:
                         parts[p].copy_(slot_of(p, dst.dtype)[:w * size].view(w, size)[rank], non_blocking=True)
                 torch.sum(parts, dim=0, out=dst[lo:hi])
 
-            relay.message(send, receive, blocks, dst)
-        return StreamPending.after(relay.h2d, what="host-staged reduce-scatter")
+            messages.append((send, receive))
+        return relay.post(messages, blocks, dst, what="host-staged reduce-scatter")
 
-    def all_reduce(self, tensor: torch.Tensor) -> StreamPending:
+    def all_reduce(self, tensor: torch.Tensor) -> ThreadPending:
         relay = self._relay(tensor)
         w = relay.world
         flat = tensor.view(-1)
-        for lo, hi in rounds(flat.numel(), relay.capacity(flat.dtype)):
+        messages = []
+        for lo, hi in relay.pieces(flat.numel(), flat.dtype):
             size = hi - lo
 
             def send(slot, lo=lo, hi=hi, size=size):
@@ -204,8 +242,8 @@ class HostStagedTransport:
                                    non_blocking=True)
                 torch.sum(parts, dim=0, out=flat[lo:hi])
 
-            relay.message(send, receive, flat)
-        return StreamPending.after(relay.h2d, what="host-staged all-reduce")
+            messages.append((send, receive))
+        return relay.post(messages, flat, what="host-staged all-reduce")
 
     def exchange(self, sends, recvs):
         raise ValueError("transport='host_staged' carries whole collectives, not peer-to-peer ring steps; use "

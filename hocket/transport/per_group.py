@@ -40,6 +40,20 @@ def rounds(total: int, per_round: int) -> list[tuple[int, int]]:
     return [(lo, min(total, lo + per_round)) for lo in range(0, total, per_round)] or [(0, 0)]
 
 
+def ramped_rounds(total: int, per_round: int) -> list[tuple[int, int]]:
+    """Like :func:`rounds`, but the first two rounds are a quarter and a half of ``per_round``: the
+    second stage of a two-stage pipeline (device->host, then host->device) starts sooner."""
+    per_round = max(1, per_round)
+    bounds, lo = [], 0
+    for size in (max(1, per_round // 4), max(1, per_round // 2)):
+        if lo < total:
+            bounds.append((lo, min(total, lo + size)))
+            lo = bounds[-1][1]
+    if lo >= total:
+        return bounds or [(0, 0)]
+    return bounds + [(a + lo, b + lo) for a, b in rounds(total - lo, per_round)]
+
+
 def require_nccl(group: GroupHandle, transport: str, why: str) -> None:
     if "nccl" not in group.backend:
         raise ValueError(f"transport={transport!r} {why}; group {group.name!r} uses {group.backend!r} "

@@ -17,6 +17,7 @@ The cluster each line was measured on is found by matching its hardware fingerpr
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -26,9 +27,12 @@ from hocket.bench.record import read_records
 from hocket.hardware import fingerprint, list_presets, load_cluster, load_preset, probe
 from hocket.plan.regret import planner_regret
 from hocket.plan.search import predict_cost_fn
+from hocket.plan.uncertainty import uncertainty_from_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MATCH_KEYS = ("devices", "nodes", "topology", "network_transports")
+PRICED_KINDS = ("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h")
+"""the kinds benchmarks/validate_cost.py scores (its hold-out draws from these sites)."""
 
 
 def _shape(fp: dict) -> str:
@@ -59,13 +63,39 @@ class ClusterFinder:
             self._by_shape[shape] = next((c for c in self._candidates(world) if _shape(fingerprint(c)) == shape), None)
         return self._by_shape[shape]
 
+    def profile_for(self, record) -> object:
+        """``--profile`` for lines measured on the profile's device models, else None (an H200
+        profile says nothing about CPU ranks)."""
+        if self.profile is None:
+            return None
+        hardware = record.hardware if isinstance(record.hardware, dict) else {}
+        mine = set((getattr(self.profile, "fingerprint_data", None) or {}).get("devices") or {})
+        return self.profile if not mine or mine == set(hardware.get("devices") or {}) else None
+
     def cost_for(self, record):
         cluster = self.cluster_for(record)
         if cluster is None:
             return None
-        if id(cluster) not in self._costs:
-            self._costs[id(cluster)] = predict_cost_fn(cluster, self.profile)
-        return self._costs[id(cluster)]
+        profile = self.profile_for(record)
+        key = (id(cluster), id(profile))
+        if key not in self._costs:
+            self._costs[key] = predict_cost_fn(cluster, profile)
+        return self._costs[key]
+
+    def uncertainty_for(self, record):
+        return uncertainty_from_profile(self.profile_for(record))
+
+
+def held_out_keys(records, finder: ClusterFinder) -> set[tuple[str, str]]:
+    """(site key, hardware hash) of the sites benchmarks/validate_cost.py holds out: of the
+    sites of priced kinds on a known cluster, every third in the same fixed pseudo-random order."""
+    keys = set()
+    for r in records:
+        if r.site.kind in PRICED_KINDS and finder.cluster_for(r) is not None:
+            hardware = r.hardware.get("hash", "") if isinstance(r.hardware, dict) else ""
+            keys.add(f"{r.site.key}@{hardware}")
+    ordered = sorted(keys, key=lambda k: hashlib.sha1(k.encode()).hexdigest())
+    return {tuple(k.split("@", 1)) for i, k in enumerate(ordered) if i % 3 == 0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,10 +105,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default=None, help="calibration profile JSON to predict with (that machine's)")
     parser.add_argument("--top-k", type=int, default=4, help="plans autotuning times besides sequential (default 4)")
     parser.add_argument("--margin", type=float, default=0.03, help="saving a plan needs over sequential")
+    parser.add_argument("--no-uncertainty", action="store_true",
+                        help="prediction alone with the plain margin (no per-class model-error allowance)")
+    parser.add_argument("--holdout", choices=("all", "held-out", "calibration"), default="all",
+                        help="score every site, or only validate_cost.py's held-out third (or the rest)")
     parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
-    records = [r for path in paths for r in read_records(path)]
+    records, skipped = [], []
+    for path in paths:
+        try:
+            records.extend(read_records(path))
+        except ValueError as exc:  # not a bench results file (e.g. compile step times): say so, go on
+            if args.paths:
+                raise
+            skipped.append(f"{path} skipped: {str(exc)[:160]}")
     if not records:
         print(f"no results lines found in {', '.join(map(str, paths)) or RESULTS}; run `hocket bench ... --out` first")
         return 0
@@ -88,7 +129,15 @@ def main(argv: list[str] | None = None) -> int:
 
         profile = load_profile(args.profile, expected=None)
     finder = ClusterFinder(args.cluster, profile)
-    rows, notes = planner_regret(records, finder.cost_for, top_k=args.top_k, margin=args.margin)
+    rows, notes = planner_regret(records, finder.cost_for, top_k=args.top_k, margin=args.margin,
+                                 uncertainty_for=None if args.no_uncertainty else finder.uncertainty_for)
+    if args.holdout != "all":
+        held = held_out_keys(records, finder)
+        rows = [r for r in rows if ((r.site.key, r.hardware_hash) in held) == (args.holdout == "held-out")]
+    allowance = ("no model-error allowance" if args.no_uncertainty else
+                 "model-error allowance per plan class (hocket.plan.uncertainty; larger where no profile applies)")
+    print(f"prediction alone: margin {args.margin:.0%}, {allowance}; profile: {args.profile or 'none'} "
+          f"(for lines of its device models); sites: {args.holdout}")
     header = (f"{'site':<34} {'n':>3} {'best':<22} {'best ms':>9} {'predicted':<22} {'regret':>6} {'vs seq':>6} "
               f"{'tuned':<22} {'regret':>6} {'vs seq':>6} {'noise':>6}")
     print(header)
@@ -110,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
               f"max {max(pred):.3f}, slower than sequential beyond noise: {lost_pred} | "
               f"autotuned: median {statistics.median(tuned):.3f}, max {max(tuned):.3f}, "
               f"slower than sequential beyond noise: {lost_tuned} | target: regret <= 1.05, 0 losses")
-    for note in notes:
+    for note in skipped + notes:
         print(f"note: {note}")
     for row in rows:
         for why in row.unpriced:

@@ -115,18 +115,23 @@ def render(report: dict) -> None:
                       row["plan_label"], f"{seq_ms:.3f}", f"{chosen_ms:.3f}",
                       f"{(seq_ms - chosen_ms) / seq_ms:.1%}" if seq_ms > 0 else "-")
     console.print(table)
-    layers = Table(title="per stage (sites only)", title_justify="left")
-    for column in ("stage", "layers", "per layer seq ms", "per layer chosen ms", "stage seq ms", "stage chosen ms"):
+    layers = Table(title="per stage (per step: sites, compute, both)", title_justify="left")
+    for column in ("stage", "layers", "per layer seq ms", "per layer chosen ms", "sites seq ms", "sites chosen ms",
+                   "compute ms", "stage seq ms", "stage chosen ms"):
         layers.add_column(column, justify="right")
     for stage in report["per_stage"]:
         layers.add_row(str(stage["stage"]), str(stage["layers"]), f"{stage['per_layer_ms']['sequential']:.3f}",
                        f"{stage['per_layer_ms']['chosen']:.3f}", f"{stage['sites_ms']['sequential']:.2f}",
-                       f"{stage['sites_ms']['chosen']:.2f}")
+                       f"{stage['sites_ms']['chosen']:.2f}", f"{stage['compute_ms']['per_step']:.2f}",
+                       f"{stage['step_ms']['sequential']:.2f}", f"{stage['step_ms']['chosen']:.2f}")
     console.print(layers)
     step = report["predicted_step_ms"]
     saving = (step["sequential"] - step["chosen"]) / step["sequential"] if step["sequential"] > 0 else 0.0
-    console.print(f"predicted step (communicating sites of the busiest stage): sequential {step['sequential']:.2f} ms, "
-                  f"chosen {step['chosen']:.2f} ms ({saving:.1%} saved); {len(report['sites'])} sites, "
+    sites_only = step["sites_only"]
+    console.print(f"predicted step (sites + compute of the busiest stage + pipeline fill/drain {step['bubble_ms']:.1f} "
+                  f"ms; no pipeline sends or DP sync): sequential {step['sequential']:.2f} ms, chosen "
+                  f"{step['chosen']:.2f} ms ({saving:.1%} saved); sites alone {sites_only['sequential']:.2f} -> "
+                  f"{sites_only['chosen']:.2f} ms; {len(report['sites'])} sites, "
                   f"{report['searches']} searches in {report['planning_s']:.2f} s")
     for note in report["notes"]:
         console.print(f"note: {note}")

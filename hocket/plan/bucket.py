@@ -79,7 +79,8 @@ def fit_plan(plan: Plan, site: Site) -> Plan:
 
     ``chunks`` is capped so every piece keeps at least one row of the dimension the
     strategy splits (see :func:`hocket.plan.space.split_rows`). ``split_sizes`` (uneven
-    shards) are rescaled to the real ``m`` keeping their proportions.
+    pieces of those rows, :mod:`hocket.plan.pieces`) are rescaled to the real rows keeping
+    their proportions, never leaving a piece empty (pieces are merged when rows are too few).
     """
     from hocket.plan.space import split_rows
 
@@ -89,8 +90,10 @@ def fit_plan(plan: Plan, site: Site) -> Plan:
         changes["chunks"] = max(1, rows)
     if plan.split_sizes is not None:
         total = sum(plan.split_sizes)
-        if total != site.m and total > 0:
-            changes["split_sizes"] = _rescale(plan.split_sizes, site.m)
+        if total != rows and total > 0:
+            sizes = tuple(s for s in _rescale(plan.split_sizes, rows) if s > 0)
+            changes["split_sizes"] = sizes
+            changes["chunks"] = len(sizes)
     return plan.with_(**changes) if changes else plan
 
 

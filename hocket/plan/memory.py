@@ -89,6 +89,12 @@ def estimate_extra_memory(site: Site, plan: Plan) -> MemoryEstimate:
             "sequential": 0, "bulk": 0, "chunked": 0, "ring": 0, "bidir_ring": 0,
             "tile_fused": 0, "substituted": 2 * _ceil_div(piece, w),
         }[plan.strategy]
+    if plan.split_sizes is not None and plan.strategy == "chunked" and site.kind in ("ag_mm", "mm_rs"):
+        # uneven pieces: the staging slots hold pieces of each distinct size (largest and smallest)
+        total = max(1, sum(plan.split_sizes))
+        largest, smallest = max(plan.split_sizes), min(plan.split_sizes)
+        staged = full if site.kind == "ag_mm" else product
+        workspace = 2 * _ceil_div(staged * largest, total) + 2 * _ceil_div(staged * smallest, total)
     if plan.hierarchy == "intra_first":
         workspace += _ceil_div(full, 2)  # the node-reduced (or node-gathered) intermediate
     symmetric = 0

@@ -4,7 +4,8 @@ Input: results lines (``hocket.bench.record.BenchRecord``) grouped by site and m
 For each group, among the plans that were measured (sequential always is):
 
 * **prediction alone**: the plan :func:`hocket.plan.search.select` picks from their
-  predicted times (autotune off);
+  predicted times (autotune off), with the model-error allowance ``uncertainty``
+  (:mod:`hocket.plan.uncertainty`; None = the plain margin);
 * **autotuned**: the ``top_k`` best-predicted plans plus sequential, decided by their
   *measured* times with the same margin rule (what :mod:`hocket.plan.autotune` does);
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from hocket.plan.plan import Plan
 from hocket.plan.search import DEFAULT_MARGIN, CostFn, select
+from hocket.plan.uncertainty import Uncertainty
 from hocket.site import Site
 
 
@@ -73,7 +75,8 @@ def _baseline_record(records: list):
     return min(plain, key=lambda r: r.plan.transport != "collective", default=None)
 
 
-def site_regret(records: list, cost_fn: CostFn, *, top_k: int = 4, margin: float = DEFAULT_MARGIN) -> RegretRow | None:
+def site_regret(records: list, cost_fn: CostFn, *, top_k: int = 4, margin: float = DEFAULT_MARGIN,
+                uncertainty: Uncertainty | None = None) -> RegretRow | None:
     """The regret row of one site's records, or None without a measured sequential plan."""
     site = records[0].site
     sequential = _baseline_record(records)
@@ -90,7 +93,7 @@ def site_regret(records: list, cost_fn: CostFn, *, top_k: int = 4, margin: float
     if not any(plan == sequential.plan for plan, _ in predicted):
         return None
     baseline = sequential.plan
-    pred_plan, _, ranked = select(predicted, baseline=baseline, margin=margin)
+    pred_plan, _, ranked = select(predicted, baseline=baseline, margin=margin, uncertainty=uncertainty)
     shortlist = [baseline] + [s.plan for s in ranked if s.plan != baseline][:top_k]
     tuned_plan, _, _ = select([(p, max(measured[p], 1e-9)) for p in shortlist], baseline=baseline, margin=margin)
     priced = {p for p, _ in predicted}
@@ -109,11 +112,15 @@ def site_regret(records: list, cost_fn: CostFn, *, top_k: int = 4, margin: float
 
 
 def planner_regret(records: Iterable, cost_for: Callable[[object], CostFn | None], *, top_k: int = 4,
-                   margin: float = DEFAULT_MARGIN) -> tuple[list[RegretRow], list[str]]:
+                   margin: float = DEFAULT_MARGIN,
+                   uncertainty_for: Callable[[object], Uncertainty | None] | None = None
+                   ) -> tuple[list[RegretRow], list[str]]:
     """Regret rows for every measured site, and notes on groups that were skipped.
 
     ``cost_for(record)`` returns the CostFn for the machine a record was measured on
-    (None: no cluster description for it, the group is skipped with a note).
+    (None: no cluster description for it, the group is skipped with a note);
+    ``uncertainty_for(record)`` the model-error allowance of prediction alone on that machine
+    (None, or no function: the plain margin).
     """
     rows: list[RegretRow] = []
     notes: list[str] = []
@@ -122,7 +129,8 @@ def planner_regret(records: Iterable, cost_for: Callable[[object], CostFn | None
         if cost_fn is None:
             notes.append(f"{key} on hardware {hardware}: no cluster description matches its fingerprint; skipped")
             continue
-        row = site_regret(group, cost_fn, top_k=top_k, margin=margin)
+        uncertainty = uncertainty_for(group[0]) if uncertainty_for is not None else None
+        row = site_regret(group, cost_fn, top_k=top_k, margin=margin, uncertainty=uncertainty)
         if row is None:
             why = ("no measured sequential plan" if _baseline_record(group) is None
                    else f"the cost model cannot price its sequential plan (kind {group[0].site.kind})")

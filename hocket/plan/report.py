@@ -12,10 +12,18 @@
 layer's sites for one micro-batch, and every site of the stage over the step), and
 ``predicted_step_ms`` {sequential, chosen}.
 
-``predicted_step_ms`` counts communicating matmul sites only: it is the busiest
-stage's total site time per step (one rank of a pipeline stage runs its sites one
-after another). Non-communicating compute, pipeline bubbles and data-parallel
-gradient traffic are ``hocket simulate``'s job.
+``predicted_step_ms`` {sequential, chosen} is a step time: every stage's sites plus its
+non-communicating compute (attention cores, weight-gradient GEMMs, norms, embedding and
+loss, priced like ``hocket simulate`` prices them: ``hocket.sim.pricing``) per
+micro-batch, one after another on a rank, times the micro-batches, plus the 1F1B
+pipeline fill and drain (``pp - 1`` micro-batch slots of the slowest stage):
+
+    step = max over stages (micro_batches * per_mb[s] + once_per_step[s]) + (pp - 1) * max over stages per_mb[s]
+
+Pipeline sends and the data-parallel gradient sync are left out (``hocket simulate``
+schedules them); ``predicted_step_ms`` also carries ``sites_only`` (the former figure:
+the busiest stage's site time per step), ``compute_ms`` and ``bubble_ms``. Each
+``per_stage`` entry adds ``compute_ms`` {per_micro_batch, per_step} and ``step_ms``.
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ from hocket.plan.search import SearchConfig, SearchResult, search_sites
 from hocket.plan.space import SpaceConfig
 from hocket.site import Site
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
+"""2: predicted_step_ms is a step time (sites + compute + pipeline fill/drain); sites_only added."""
 
 
 def plan_label(plan) -> str:
@@ -98,7 +107,9 @@ def plan_model(model: object, cluster: object, *, tp: int, pp: int = 1, dp: int 
                     per_layer[which] += entry["predicted_ms"][which] * layers.count(layer)
         per_stage.append({"stage": stage.index, "layers": stage.layers, "first_layer": stage.first_layer,
                           "ranks": list(stage.ranks), "per_layer_ms": per_layer, "sites_ms": totals})
+    _add_compute(graph, cluster, profile, per_stage)
     busiest = max(per_stage, key=lambda s: s["sites_ms"]["sequential"])
+    step = step_totals(per_stage, micro_batches=graph.micro_batches, pp=len(graph.stages))
     return {
         "version": REPORT_VERSION,
         "model": getattr(graph.model, "name", str(model)),
@@ -109,14 +120,52 @@ def plan_model(model: object, cluster: object, *, tp: int, pp: int = 1, dp: int 
         "margin": config.margin,
         "sites": entries,
         "per_stage": per_stage,
-        "predicted_step_ms": {"sequential": busiest["sites_ms"]["sequential"],
-                              "chosen": max(s["sites_ms"]["chosen"] for s in per_stage),
-                              "busiest_stage": busiest["stage"],
-                              "scope": "communicating matmul sites of the busiest pipeline stage, per step"},
+        "predicted_step_ms": {
+            **step,
+            "sites_only": {"sequential": busiest["sites_ms"]["sequential"],
+                           "chosen": max(s["sites_ms"]["chosen"] for s in per_stage),
+                           "busiest_stage": busiest["stage"]},
+            "scope": "sites + non-communicating compute of the busiest stage per step, plus the 1F1B "
+                     "pipeline fill/drain; pipeline sends and DP gradient sync excluded (hocket simulate)"},
         "searches": len({id(r.ranked) for r in results.values()}),
         "notes": list(graph.notes),
         "planning_s": time.perf_counter() - started,
     }
+
+
+def _add_compute(graph, cluster, profile, per_stage: list[dict]) -> None:
+    """Add each stage's non-communicating compute (per micro-batch, per step) and step time."""
+    from hocket.models.graph import ComputeOp
+    from hocket.plan.plan import Plan
+    from hocket.sim.pricing import Pricer
+
+    pricer = Pricer(cluster, profile=profile, choose_plan=lambda site: Plan())
+    for stage, entry in zip(graph.stages, per_stage):
+        devices = {cluster.device(rank) for rank in stage.ranks}
+
+        def ms(nodes) -> float:
+            ops = [node.op for node in nodes if isinstance(node.op, ComputeOp)]
+            return max(sum(pricer.compute(op, device).ms for op in ops) for device in devices)
+
+        per_mb, once = ms(stage.nodes), ms(stage.step_nodes)
+        entry["compute_ms"] = {"per_micro_batch": per_mb, "per_step": per_mb * graph.micro_batches + once,
+                               "once_per_step": once}
+        entry["step_ms"] = {which: entry["sites_ms"][which] + entry["compute_ms"]["per_step"]
+                            for which in ("sequential", "chosen")}
+
+
+def step_totals(per_stage: list[dict], *, micro_batches: int, pp: int) -> dict:
+    """``{sequential, chosen, compute_ms, bubble_ms, busiest_stage}`` of one 1F1B step (module doc)."""
+    out: dict = {}
+    for which in ("sequential", "chosen"):
+        slot = max(s["sites_ms"][which] / micro_batches + s["compute_ms"]["per_micro_batch"] for s in per_stage)
+        busiest = max(per_stage, key=lambda s: s["step_ms"][which])
+        out[which] = busiest["step_ms"][which] + (pp - 1) * slot
+        if which == "chosen":
+            out["bubble_ms"] = (pp - 1) * slot
+            out["compute_ms"] = busiest["compute_ms"]["per_step"]
+            out["busiest_stage"] = busiest["stage"]
+    return out
 
 
 def summary_rows(report: Mapping) -> list[dict]:

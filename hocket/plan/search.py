@@ -12,7 +12,10 @@ every candidate.
 
 The rule that makes the planner safe: the sequential baseline is always a candidate,
 and another plan is chosen only if it is predicted faster than sequential by more than
-``margin`` (default 3%) of sequential's time.
+``margin`` (default 3%) of sequential's time *after* its predicted time is inflated by
+the cost model's error for its class of plan (:mod:`hocket.plan.uncertainty`: larger
+for mechanisms the model prices less well and for classes the calibration profile did
+not measure).
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from hocket.plan.pieces import split_pattern
 from hocket.plan.plan import Plan
 from hocket.plan.space import PlanSpace, Pruned, SpaceConfig, enumerate_plans, group_facts, simplicity
+from hocket.plan.uncertainty import NO_UNCERTAINTY, Uncertainty, uncertainty_from_profile
 from hocket.site import Site
 
 DEFAULT_MARGIN = 0.03
@@ -54,6 +59,8 @@ class SearchResult:
     pruned: tuple[Pruned, ...]
     """plans the space or the cost model left out, each with its reason."""
     margin: float
+    uncertainty: Uncertainty | None = None
+    """the model-error allowance the choice was made with (None: the plain margin only)."""
 
     @property
     def saving_ms(self) -> float:
@@ -73,15 +80,18 @@ def _check_margin(margin: float) -> None:
         raise ValueError(f"margin={margin!r} must be a fraction in [0, 1), e.g. {DEFAULT_MARGIN} for 3%")
 
 
-def select(priced: Sequence[tuple[Plan, float]], *, baseline: Plan, margin: float = DEFAULT_MARGIN
-           ) -> tuple[Plan, float, tuple[Scored, ...]]:
+def select(priced: Sequence[tuple[Plan, float]], *, baseline: Plan, margin: float = DEFAULT_MARGIN,
+           uncertainty: Uncertainty | None = None) -> tuple[Plan, float, tuple[Scored, ...]]:
     """Choose among priced plans: ``(chosen, chosen_ms, ranked)``.
 
     ``priced`` must contain ``baseline``. Times that are not finite and positive are a
-    cost-model bug and raise. The fastest plan wins only if it beats ``baseline`` by
-    more than ``margin``; otherwise ``baseline`` is chosen.
+    cost-model bug and raise. A plan qualifies when its *pessimistic* time (its predicted
+    time inflated by ``uncertainty``'s error for its class; with None, its predicted time)
+    beats ``baseline`` by more than ``margin``; the qualifying plan with the lowest
+    pessimistic time is chosen, else ``baseline``. ``ranked`` is ordered by predicted time.
     """
     _check_margin(margin)
+    uncertainty = uncertainty or NO_UNCERTAINTY
     times: dict[Plan, float] = {}
     for plan, ms in priced:
         if not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms <= 0:
@@ -94,22 +104,30 @@ def select(priced: Sequence[tuple[Plan, float]], *, baseline: Plan, margin: floa
     order = sorted(times, key=lambda p: (times[p], simplicity(p)))
     seq_ms = times[baseline]
     limit_ms = seq_ms * (1.0 - margin)
-    best = order[0]
-    chosen = best if best == baseline or times[best] < limit_ms else baseline
+    pessimistic = {p: (ms if p == baseline else uncertainty.pessimistic_ms(p, ms)) for p, ms in times.items()}
+    eligible = [p for p in order if p != baseline and pessimistic[p] < limit_ms]
+    chosen = min(eligible, key=lambda p: (pessimistic[p], simplicity(p))) if eligible else baseline
     chosen_ms = times[chosen]
     ranked = []
     for plan in order:
         ms = times[plan]
+        error = uncertainty.error_of(plan)
         if plan == chosen:
-            reason = "chosen" if plan != baseline or best == baseline else \
-                f"chosen: no plan beats sequential by more than the {margin:.0%} margin"
+            reason = "chosen" if plan != baseline or order[0] == baseline else \
+                f"chosen: no plan beats sequential by more than the {margin:.0%} margin and its error"
         elif plan == baseline:
             reason = f"sequential baseline: {chosen.describe()} predicted {1 - chosen_ms / seq_ms:.1%} faster"
-        elif ms < seq_ms and ms >= limit_ms:
-            reason = (f"predicted {1 - ms / seq_ms:.1%} faster than sequential, within the {margin:.0%} margin "
-                      f"(not worth the risk)")
         elif ms >= seq_ms:
             reason = f"predicted {ms / seq_ms - 1:.1%} slower than sequential"
+        elif ms >= limit_ms:
+            reason = (f"predicted {1 - ms / seq_ms:.1%} faster than sequential, within the {margin:.0%} margin "
+                      f"(not worth the risk)")
+        elif pessimistic[plan] >= limit_ms:
+            reason = (f"predicted {1 - ms / seq_ms:.1%} faster than sequential, but its class's model error "
+                      f"({error:.1%}) leaves less than the {margin:.0%} margin")
+        elif chosen != baseline and ms < chosen_ms:
+            reason = (f"predicted {1 - ms / chosen_ms:.1%} faster than {chosen.describe()}, but slower once "
+                      f"each plan's model error is counted ({error:.1%} vs {uncertainty.error_of(chosen):.1%})")
         else:
             reason = f"predicted {ms / chosen_ms - 1:.1%} slower than {chosen.describe()}"
         ranked.append(Scored(plan=plan, predicted_ms=ms, reason=reason))
@@ -127,19 +145,40 @@ class SearchConfig:
     chunk_patience: int = 2
     """within a family (a plan minus its chunk count), stop pricing larger chunk counts once the
     time has failed to improve this many times in a row; time over chunks is unimodal in practice."""
+    uncertainty: Uncertainty | str | None = "profile"
+    """the model-error allowance of the saving rule (:mod:`hocket.plan.uncertainty`):
+    ``"profile"`` = the documented per-class errors, larger for classes the calibration
+    profile did not measure; an ``Uncertainty`` = that one; None = the plain margin only."""
 
     def __post_init__(self) -> None:
         _check_margin(self.margin)
+        if not (self.uncertainty is None or self.uncertainty == "profile" or isinstance(self.uncertainty, Uncertainty)):
+            raise ValueError(f"SearchConfig.uncertainty={self.uncertainty!r} must be 'profile', an "
+                             f"hocket.plan.uncertainty.Uncertainty, or None (plain margin)")
         if isinstance(self.chunk_patience, bool) or not isinstance(self.chunk_patience, int) \
                 or self.chunk_patience < 1:
             raise ValueError(f"SearchConfig.chunk_patience={self.chunk_patience!r} must be an int >= 1")
 
 
+def resolve_uncertainty(config: SearchConfig, profile: object = None) -> Uncertainty:
+    """The Uncertainty ``config`` asks for, given the calibration profile predictions use."""
+    if config.uncertainty is None:
+        return NO_UNCERTAINTY
+    if isinstance(config.uncertainty, Uncertainty):
+        return config.uncertainty
+    return uncertainty_from_profile(profile)
+
+
+def family_key(plan: Plan) -> tuple:
+    """A plan minus its chunk count (uneven splits keep their pattern: fill, drain, ...)."""
+    return (plan.with_(chunks=1, split_sizes=None), split_pattern(plan.split_sizes))
+
+
 def _price(space: PlanSpace, cost_fn: CostFn, config: SearchConfig
            ) -> tuple[list[tuple[Plan, float]], list[Pruned]]:
-    families: dict[Plan, list[Plan]] = {}
+    families: dict[tuple, list[Plan]] = {}
     for plan in space.candidates:
-        families.setdefault(plan.with_(chunks=1), []).append(plan)
+        families.setdefault(family_key(plan), []).append(plan)
     priced: list[tuple[Plan, float]] = []
     skipped: list[Pruned] = []
     for members in families.values():
@@ -165,15 +204,19 @@ def _price(space: PlanSpace, cost_fn: CostFn, config: SearchConfig
     return priced, skipped
 
 
-def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | None = None) -> SearchResult:
-    """Price the candidates of ``space`` with ``cost_fn`` and select."""
+def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | None = None,
+                profile: object = None) -> SearchResult:
+    """Price the candidates of ``space`` with ``cost_fn`` and select (``profile``: the
+    calibration profile ``cost_fn`` predicts with; it decides which classes count as measured)."""
     config = config or SearchConfig()
+    uncertainty = resolve_uncertainty(config, profile)
     priced, skipped = _price(space, cost_fn, config)
-    chosen, chosen_ms, ranked = select(priced, baseline=space.baseline, margin=config.margin)
+    chosen, chosen_ms, ranked = select(priced, baseline=space.baseline, margin=config.margin,
+                                       uncertainty=uncertainty)
     seq_ms = next(s.predicted_ms for s in ranked if s.plan == space.baseline)
     return SearchResult(site=space.site, chosen=chosen, chosen_ms=chosen_ms, sequential=space.baseline,
                         sequential_ms=seq_ms, ranked=ranked, pruned=space.pruned + tuple(skipped),
-                        margin=config.margin)
+                        margin=config.margin, uncertainty=uncertainty)
 
 
 def predict_cost_fn(cluster: object, profile: object = None) -> CostFn:
@@ -211,7 +254,7 @@ def search(site: Site, cluster: object, *, profile: object = None, config: Searc
     memory as the base of the default memory budget.
     """
     space = enumerate_plans(site, group_facts(site, cluster, free_memory_bytes=free_memory_bytes), space_config)
-    return price_space(space, cost_fn or predict_cost_fn(cluster, profile), config=config)
+    return price_space(space, cost_fn or predict_cost_fn(cluster, profile), config=config, profile=profile)
 
 
 def group_signature(site: Site, cluster: object) -> tuple:
@@ -237,8 +280,8 @@ def search_sites(sites: Iterable[Site], cluster: object, *, profile: object = No
         signature = group_signature(site, cluster)
         found = by_signature.get(signature)
         if found is None:
-            found = by_signature[signature] = search(site, cluster, config=config, space_config=space_config,
-                                                     cost_fn=cost)
+            found = by_signature[signature] = search(site, cluster, profile=profile, config=config,
+                                                     space_config=space_config, cost_fn=cost)
             results[site.key] = found
         else:
             results[site.key] = replace(found, site=site)

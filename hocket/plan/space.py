@@ -6,7 +6,12 @@ a :class:`GroupFacts` (what the cluster offers between the group's ranks), built
 ClusterSpec by :func:`group_facts`, so tests can hand it a toy group.
 
 Dimensions: strategy x transport x chunks (powers of two and divisors of the split
-rows, up to ``max_chunks``) x order x hierarchy x comm SM budget. A field that does
+rows, up to ``max_chunks``) x order x hierarchy x comm SM budget, plus uneven pieces
+(``split_sizes``: a small first piece to fill the pipeline, a small last one to drain
+it, or both; :mod:`hocket.plan.pieces`) where the executor honours them: today the
+``chunked`` executors of ag_mm, mm_rs and mm_ar (``hocket.ops.lowering.chunked``; the
+offload operators honour them too but are not planned here). Rings, tile_fused,
+substituted and bulk cut evenly and are pruned with that reason. A field that does
 not apply to a strategy is not enumerated (``order`` of ``sequential``); a choice
 that applies but is invalid here is pruned with a reason, at the first dimension
 that fails (so one pruned entry stands for the subtree below it). ``sequential`` is
@@ -18,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hocket.plan.memory import GIB, budget_from_memory, estimate_extra_memory, over_budget_reason
+from hocket.plan.pieces import SPLIT_PATTERNS, ramp_sizes
 from hocket.plan.plan import ORDERS, STRATEGIES, TRANSPORTS, Plan
 from hocket.site import Site
 
@@ -66,6 +72,8 @@ HIERARCHICAL_TRANSPORTS = ("collective", "host_staged")
 MIN_CHUNKS = {"sequential": 1, "bulk": 1, "chunked": 2, "substituted": 2,
               "ring": 1, "bidir_ring": 1, "tile_fused": 1}
 FIXED_CHUNKS = ("sequential", "bulk")
+SPLIT_STRATEGIES = ("chunked",)
+"""strategies whose executor cuts its pieces by ``Plan.split_sizes`` (hocket.ops.lowering.chunked)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +119,12 @@ class SpaceConfig:
     memory_budget_bytes: int | None = None
     """extra device memory a plan may use; None = a share of the group's device memory."""
     memory_budget_fraction: float = 0.25
+    split_patterns: tuple[str, ...] = SPLIT_PATTERNS
+    """uneven piece shapes to enumerate (``()`` = even pieces only)."""
+    split_max_chunks: int = 16
+    """uneven pieces are enumerated up to this many pieces (beyond, every piece is already small)."""
+    split_align: int = 8
+    """the small piece's rows are a multiple of this."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_chunks, int) or not 1 <= self.max_chunks <= 4096:
@@ -126,6 +140,13 @@ class SpaceConfig:
         for sms in self.comm_sms_options:
             if sms is not None and (not isinstance(sms, int) or sms < 1):
                 raise ValueError(f"SpaceConfig.comm_sms_options has {sms!r}; use None or ints >= 1")
+        bad = [p for p in self.split_patterns if p not in SPLIT_PATTERNS]
+        if bad:
+            raise ValueError(f"SpaceConfig.split_patterns has unknown {bad}; use names from {SPLIT_PATTERNS}")
+        for name in ("split_max_chunks", "split_align"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SpaceConfig.{name}={value!r} must be an int >= 1")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes < 0:
             raise ValueError(f"SpaceConfig.memory_budget_bytes={self.memory_budget_bytes!r} must be >= 0 or None")
 
@@ -214,7 +235,7 @@ def simplicity(plan: Plan) -> tuple:
     """Tie-break key: among equally fast plans, prefer the simpler one."""
     return (STRATEGIES.index(plan.strategy), plan.chunks, ORDERS.index(plan.order),
             TRANSPORTS.index(plan.transport), plan.hierarchy is not None, plan.comm_sms or 0,
-            plan.substitute or "")
+            plan.substitute or "", plan.split_sizes is not None, plan.split_sizes or ())
 
 
 def baseline_plan(facts: GroupFacts, site: Site) -> Plan:
@@ -346,6 +367,7 @@ def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budg
         else:
             valid_chunks.append(chunks)
     orders = _orders(site, strategy, head, pruned)
+    splits = _split_options(site, config, strategy, head, valid_chunks, pruned)
     for transport in config.transports:
         plan_t = head.with_(transport=transport)
         reason = _transport_reason(site, facts, strategy, transport)
@@ -359,10 +381,59 @@ def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budg
                 for hierarchy in hierarchies:
                     for sms in sms_list:
                         plan = plan_t.with_(chunks=chunks, order=order, hierarchy=hierarchy, comm_sms=sms)
-                        if plan == baseline:
+                        if plan != baseline:
+                            _add(site, plan, budget, candidates, pruned)
+                        if order != "natural":
                             continue
-                        reason = over_budget_reason(estimate_extra_memory(site, plan), budget)
-                        if reason:
-                            pruned.append(Pruned(plan=plan, reason=reason))
-                        else:
-                            candidates.append(plan)
+                        for sizes in splits.get(chunks, ()):
+                            _add(site, plan.with_(split_sizes=sizes), budget, candidates, pruned)
+
+
+def _add(site: Site, plan: Plan, budget: int | None, candidates: list[Plan], pruned: list[Pruned]) -> None:
+    reason = over_budget_reason(estimate_extra_memory(site, plan), budget)
+    if reason:
+        pruned.append(Pruned(plan=plan, reason=reason))
+    else:
+        candidates.append(plan)
+
+
+def _split_options(site: Site, config: SpaceConfig, strategy: str, head: Plan, valid_chunks: list[int],
+                   pruned: list[Pruned]) -> dict[int, list[tuple[int, ...]]]:
+    """chunks -> uneven ``split_sizes`` to try with it (order 'natural' only: the ramp is in
+    processing order); the shapes that do not fit are pruned with the reason, once per strategy."""
+    if not config.split_patterns or strategy in FIXED_CHUNKS:
+        return {}
+    rows = split_rows(site, strategy)
+    if strategy not in SPLIT_STRATEGIES:
+        sizes = ramp_sizes(rows, max(2, MIN_CHUNKS[strategy]), "fill", align=1)
+        if sizes is not None:
+            pruned.append(Pruned(plan=head.with_(chunks=len(sizes), split_sizes=sizes),
+                                 reason=f"the {strategy} executor cuts its pieces evenly and ignores split_sizes; "
+                                        f"uneven pieces are enumerated for {SPLIT_STRATEGIES} only"))
+        return {}
+    options: dict[int, list[tuple[int, ...]]] = {}
+    rows_per_gemm_row = site.m / rows if strategy == "chunked" and site.kind != "mm_ar" and site.dim != -1 else 1
+    for chunks in valid_chunks:
+        if chunks > config.split_max_chunks:
+            pruned.append(Pruned(plan=head.with_(chunks=chunks, split_sizes=(rows,)),
+                                 reason=f"uneven pieces with chunks={chunks} > split_max_chunks="
+                                        f"{config.split_max_chunks}: every piece is already small, a smaller "
+                                        f"first or last one changes little (and each count here stands for "
+                                        f"the larger ones)"))
+            break
+        for pattern in config.split_patterns:
+            sizes = ramp_sizes(rows, chunks, pattern, align=config.split_align)
+            if sizes is None:
+                pruned.append(Pruned(plan=head.with_(chunks=chunks, split_sizes=(rows,)),
+                                     reason=f"split pattern {pattern!r} does not fit chunks={chunks} over {rows} rows "
+                                            f"(needs {3 if pattern == 'fill_drain' else 2}+ pieces and a small piece "
+                                            f"of >= {config.split_align} rows below the others)"))
+                continue
+            gemm = int(min(sizes) * rows_per_gemm_row)
+            if gemm < config.min_gemm_rows:
+                pruned.append(Pruned(plan=head.with_(chunks=chunks, split_sizes=sizes),
+                                     reason=f"split pattern {pattern!r}: its small piece's GEMM has {gemm} rows, "
+                                            f"under min_gemm_rows={config.min_gemm_rows}"))
+                continue
+            options.setdefault(chunks, []).append(sizes)
+    return options

@@ -22,6 +22,8 @@ def run_case(case: dict) -> list[tuple[str, float]]:
     w, rank = dist.get_world_size(), dist.get_rank()
     kind, seed, dtype = case["kind"], case["seed"], case["dtype"]
     plan = {"strategy": case["strategy"], "chunks": case.get("chunks", 1)}
+    if case.get("split_sizes"):
+        plan["split_sizes"] = list(case["split_sizes"])
     shape, dim = list(case["shape"]), case["dim"]
     checked = []
 

@@ -46,7 +46,10 @@ def test_chosen_never_predicted_slower_and_totals_add_up(report_8b):
     for which in ("sequential", "chosen"):
         total = sum(s["count"] * s["predicted_ms"][which] for s in r["sites"])
         assert stage["sites_ms"][which] == pytest.approx(total)
-        assert r["predicted_step_ms"][which] == pytest.approx(total)
+        assert r["predicted_step_ms"]["sites_only"][which] == pytest.approx(total)
+        # one stage, one micro-batch: the step is its sites plus its non-communicating compute
+        assert stage["compute_ms"]["per_step"] > 0
+        assert r["predicted_step_ms"][which] == pytest.approx(total + stage["compute_ms"]["per_step"])
         layer = sum(s["predicted_ms"][which] for s in r["sites"] if not s["name"].startswith("lm_head"))
         assert stage["per_layer_ms"][which] == pytest.approx(layer)
     assert r["predicted_step_ms"]["chosen"] <= r["predicted_step_ms"]["sequential"]

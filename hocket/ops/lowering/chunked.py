@@ -1,19 +1,29 @@
 """``chunked``: rows cut into ``plan.chunks`` pieces; the collective of one piece runs while
-another computes (see :mod:`hocket.ops._pipeline`)."""
+another computes (see :mod:`hocket.ops._pipeline`). ``plan.split_sizes`` names uneven
+pieces (:mod:`hocket.plan.pieces`: e.g. a small first piece to fill the pipeline);
+``bulk`` runs these executors with ``chunks=1`` and ignores them."""
 
 from __future__ import annotations
 
 from hocket.ops._pipeline import piece_bounds, run_pipeline
 from hocket.ops.lowering.problems import AllReduceMatmul, GatherMatmul, ScatterMatmul
 from hocket.ops.lowering.runtime import bind_executors
+from hocket.plan.pieces import piece_ranges
 
 DEPTH = 2
+
+
+def _pieces(rows: int, plan, chunks: int | None) -> list[tuple[int, int]]:
+    """The plan's pieces over ``rows``; a fixed ``chunks`` (bulk) cuts evenly."""
+    if chunks is None and plan.split_sizes is not None:
+        return piece_ranges(rows, plan)
+    return piece_bounds(rows, chunks or plan.chunks)
 
 
 def gather_matmul(A_shard, Bs, dim, need_A, rt, plan, *, chunks: int | None = None):
     w = rt.world
     g = GatherMatmul(A_shard, Bs, dim, w, rt.rank, need_A=need_A)
-    pieces = piece_bounds(g.R, chunks or plan.chunks)
+    pieces = _pieces(g.R, plan, chunks)
     whole = len(pieces) == 1
 
     def stage(i):
@@ -47,7 +57,7 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan, *, chunks: int | None = No
 def matmul_scatter(A, B, reduce_op, dim, rt, plan, *, chunks: int | None = None):
     w = rt.world
     s = ScatterMatmul(A, B, dim, w)
-    pieces = piece_bounds(s.rows, chunks or plan.chunks)
+    pieces = _pieces(s.rows, plan, chunks)
 
     def stage(i):
         lo, hi = pieces[i]
@@ -69,7 +79,7 @@ def matmul_scatter(A, B, reduce_op, dim, rt, plan, *, chunks: int | None = None)
 
 def matmul_all_reduce(A, B, reduce_op, rt, plan, *, chunks: int | None = None):
     r = AllReduceMatmul(A, B, rt.world)
-    pieces = piece_bounds(r.rows, chunks or plan.chunks)
+    pieces = _pieces(r.rows, plan, chunks)
 
     def produce(i):
         lo, hi = pieces[i]

@@ -1,0 +1,180 @@
+"""How far a predicted saving over sequential can be trusted, per class of plan.
+
+The saving rule of :mod:`hocket.plan.search` compares a plan's predicted time with
+sequential's. The cost model's error is not the same for every plan: it prices whole
+collectives well (a profile measures them directly) but leaves out costs that only
+overlapped plans pay, and leaves out more of them for some mechanisms than for others:
+
+* ``pipelined`` (``chunked``/``bulk``/``substituted`` over an SM-driven collective or
+  P2P): per-piece launches and stream waits, and a GEMM slowed by the NCCL kernel
+  beside it beyond the profile's one contention factor;
+* ``copy_engine``: the same pipeline over copy-engine pulls (per-piece signalling);
+* ``ring``: one Python-issued send/recv pair per step and sub-step;
+* ``tile_fused``: a persistent kernel's flag waits and a grid capped below the SM count;
+* ``host_staged``: a slow link whose transfer time dominates; the model's pieces are
+  the best understood (PCIe copies at a measured bandwidth).
+
+``DEFAULT_REL_ERROR`` holds, per class, how much the model may under-price a plan
+*relative to sequential*: the plan may run ``(1 + e)`` times slower (relative to the
+sequential run) than predicted. They are documented constants (see their docstring for
+where they come from: validate_cost's calibration sites, never its held-out ones). Each
+further piece adds ``per_piece_error`` (the un-priced overhead grows with the piece
+count), up to ``max_error``.
+
+A calibration profile lowers the error of the classes whose transfers it measured
+(their curve and their contention factor): a class it did not measure (or no profile at
+all) gets ``uncalibrated_factor`` times the error. :func:`uncertainty_from_profile`
+derives that from the profile's content.
+
+The rule (:meth:`Uncertainty.pessimistic_ms`): a plan's price is inflated by its error
+before it is compared with ``sequential * (1 - margin)``; a plan is chosen only if even
+its pessimistic price wins, and among the plans that qualify the lowest pessimistic
+price wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hocket.plan.plan import Plan
+
+PLAN_CLASSES = ("sequential", "pipelined", "copy_engine", "ring", "tile_fused", "host_staged")
+
+DEFAULT_REL_ERROR: Mapping[str, float] = {
+    "sequential": 0.0,
+    "pipelined": 0.13,
+    "copy_engine": 0.19,
+    "ring": 0.21,
+    "tile_fused": 0.13,
+    "host_staged": 0.07,
+}
+"""Per class: how much slower relative to sequential a plan may run than predicted (see module doc).
+
+Set from the *calibration* two-thirds of the sites ``benchmarks/validate_cost.py`` splits
+off (never its held-out third), with the 2xH200 profile, 2026-11-29 results: the 75th
+percentile, over those sites' measured plans, of how much the model under-priced
+``plan / sequential`` (chunked over NCCL 0.13, copy-engine pipelines 0.19, rings 0.21
+(P2P and collective), tile_fused over copy engines 0.13, host-staged offload 0.06-0.10;
+medians 0.09 / 0.05 / 0.14 / 0.13 / 0.03-0.04). A plan must win by the margin even if its
+prediction is that far off. Recompute them when the cost model changes."""
+
+DEFAULT_PER_PIECE_ERROR = 0.003
+"""Added per piece beyond the first (chunks, ring sub-steps, flag groups)."""
+DEFAULT_MAX_ERROR = 0.30
+DEFAULT_UNCALIBRATED_FACTOR = 1.5
+
+CLASS_TRANSFERS: Mapping[str, tuple[str, ...]] = {
+    "sequential": (),
+    "pipelined": ("collectives", "sm_collective"),
+    "copy_engine": ("copy_engine", "copy_engine_contention"),
+    "ring": ("p2p", "sm_p2p"),
+    "tile_fused": ("copy_engine", "copy_engine_contention"),
+    "host_staged": ("host_link", "host_link_contention"),
+}
+"""What a profile must hold for a class to count as calibrated: a transfer curve and the
+contention kind the cost model uses for it (``*_contention`` names the contention entry of
+the same transfer)."""
+
+
+def plan_class(plan: Plan) -> str:
+    """The class of ``plan`` (one of ``PLAN_CLASSES``) whose error applies to it."""
+    if plan.strategy == "sequential":
+        return "sequential"
+    if plan.transport == "host_staged":
+        return "host_staged"
+    if plan.strategy in ("ring", "bidir_ring"):
+        return "ring"
+    if plan.strategy == "tile_fused":
+        return "tile_fused"
+    if plan.transport == "copy_engine":
+        return "copy_engine"
+    return "pipelined"
+
+
+def plan_pieces(plan: Plan) -> int:
+    """Pieces the executor issues one by one (what the per-piece error counts)."""
+    if plan.strategy == "sequential":
+        return 1
+    if plan.split_sizes is not None:
+        return len(plan.split_sizes)
+    return plan.chunks
+
+
+@dataclass(frozen=True, kw_only=True)
+class Uncertainty:
+    """Relative error of predicted savings per plan class (see the module docstring)."""
+
+    rel_error: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_REL_ERROR))
+    per_piece_error: float = DEFAULT_PER_PIECE_ERROR
+    max_error: float = DEFAULT_MAX_ERROR
+    uncalibrated_factor: float = DEFAULT_UNCALIBRATED_FACTOR
+    calibrated: frozenset[str] | None = None
+    """classes a profile measured; None = treat every class as calibrated (no factor)."""
+
+    def __post_init__(self) -> None:
+        missing = [c for c in PLAN_CLASSES if c not in self.rel_error]
+        unknown = [c for c in self.rel_error if c not in PLAN_CLASSES]
+        if missing or unknown:
+            raise ValueError(f"Uncertainty.rel_error must give every class of {PLAN_CLASSES}; "
+                             f"missing {missing}, unknown {unknown}")
+        for name, value in self.rel_error.items():
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"Uncertainty.rel_error[{name!r}]={value!r} must be a fraction in [0, 1)")
+        for name in ("per_piece_error", "max_error"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"Uncertainty.{name}={value!r} must be a fraction in [0, 1)")
+        if not isinstance(self.uncalibrated_factor, (int, float)) or self.uncalibrated_factor < 1.0:
+            raise ValueError(f"Uncertainty.uncalibrated_factor={self.uncalibrated_factor!r} must be >= 1 "
+                             f"(a class the profile did not measure is no better known than one it did)")
+        if self.calibrated is not None:
+            object.__setattr__(self, "calibrated", frozenset(self.calibrated))
+            unknown = sorted(self.calibrated - set(PLAN_CLASSES))
+            if unknown:
+                raise ValueError(f"Uncertainty.calibrated has unknown classes {unknown}; use {PLAN_CLASSES}")
+
+    def error_of(self, plan: Plan) -> float:
+        """How much slower, relative to sequential, ``plan`` may run than predicted."""
+        cls = plan_class(plan)
+        if cls == "sequential":
+            return 0.0
+        error = self.rel_error[cls] + self.per_piece_error * (plan_pieces(plan) - 1)
+        if self.calibrated is not None and cls not in self.calibrated:
+            error *= self.uncalibrated_factor
+        return min(error, self.max_error)
+
+    def pessimistic_ms(self, plan: Plan, predicted_ms: float) -> float:
+        """``predicted_ms`` inflated by the plan's error (what the saving rule compares)."""
+        return predicted_ms * (1.0 + self.error_of(plan))
+
+
+NO_UNCERTAINTY = Uncertainty(rel_error={c: 0.0 for c in PLAN_CLASSES}, per_piece_error=0.0)
+"""Trust every prediction as it is (only the plain margin applies)."""
+
+
+def calibrated_classes(profile: object) -> frozenset[str]:
+    """The classes whose transfers ``profile`` (a CalibrationProfile, a CalibrationView over
+    one, or None) measured: a curve of the class's transfer and its contention entry."""
+    profile = getattr(profile, "profile", profile)  # a CalibrationView holds its profile
+    if profile is None:
+        return frozenset({"sequential"})
+    contention = getattr(profile, "contention", None) or {}
+    held = {
+        "collectives": bool(getattr(profile, "collectives", None)),
+        "p2p": bool(getattr(profile, "p2p", ())),
+        "copy_engine": bool(getattr(profile, "copy_engine", ())),
+        "host_link": bool(getattr(profile, "host_link", ())),
+        "sm_collective": "sm_collective" in contention or "cpu_collective" in contention,
+        "sm_p2p": "sm_p2p" in contention or "cpu_p2p" in contention,
+        "copy_engine_contention": "copy_engine" in contention,
+        "host_link_contention": "host_link" in contention,
+    }
+    return frozenset(cls for cls, needs in CLASS_TRANSFERS.items() if all(held[n] for n in needs))
+
+
+def uncertainty_from_profile(profile: object, base: Uncertainty | None = None) -> Uncertainty:
+    """``base`` (default: the documented constants) with the classes ``profile`` measured."""
+    base = base or Uncertainty()
+    return Uncertainty(rel_error=base.rel_error, per_piece_error=base.per_piece_error, max_error=base.max_error,
+                       uncalibrated_factor=base.uncalibrated_factor, calibrated=calibrated_classes(profile))

@@ -64,15 +64,16 @@ def split_pattern(sizes: tuple[int, ...] | None) -> str | None:
         return None
     if len(sizes) < 2:
         return "custom"
-    inner = sizes[1:-1]
-    first_small = sizes[0] < min(sizes[1:])
-    last_small = sizes[-1] < min(sizes[:-1])
-    if first_small and last_small and (not inner or max(inner) - min(inner) <= 1):
-        return "fill_drain"
-    if first_small and max(sizes[1:]) - min(sizes[1:]) <= 1:
+    def even(part) -> bool:
+        return bool(part) and max(part) - min(part) <= 1
+
+    if even(sizes[1:]) and sizes[0] < min(sizes[1:]):
         return "fill"
-    if last_small and max(sizes[:-1]) - min(sizes[:-1]) <= 1:
+    if even(sizes[:-1]) and sizes[-1] < min(sizes[:-1]):
         return "drain"
+    inner = sizes[1:-1]
+    if even(inner) and max(sizes[0], sizes[-1]) < min(inner):
+        return "fill_drain"
     return "custom"
 
 

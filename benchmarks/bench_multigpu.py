@@ -33,6 +33,7 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,6 +62,7 @@ from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 from hocket.transport.registry import get_transport
+from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
 
 NVLINK_PROFILE = Path(__file__).parent / "results" / "calibration" / "h200x2-nccl-full.json"
 NATIVE_ENV = "TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP"
@@ -68,13 +70,15 @@ CHECKED_ERRORS = (RuntimeError, ValueError, AssertionError)
 """what a method may raise on a GPU (CUDA, Triton, shape and tolerance errors): recorded, not fatal."""
 
 
-def hocket_plans(link: str, smoke: bool) -> list[Plan]:
-    """The hocket plans measured in each link mode (the planner searches its own space)."""
+def hocket_plans(link: str, smoke: bool, budgets: tuple[int, ...] = ()) -> list[Plan]:
+    """The hocket plans measured in each link mode (the planner searches its own space); ``budgets``:
+    the NCCL SM caps made up front (``--sm-budgets``), each tried on a local-first chunked plan."""
     if link == "nvlink":
         plans = [Plan(strategy="chunked", chunks=2), Plan(strategy="ring", chunks=1, transport="p2p")]
         plans += [Plan(strategy="chunked", chunks=c, order="local_first") for c in (1, 2, 4)]
         plans += [Plan(strategy="chunked", chunks=1, transport="copy_engine"),
                   Plan(strategy="tile_fused", chunks=1, transport="copy_engine")]
+        plans += [Plan(strategy="chunked", chunks=2, order="local_first", comm_sms=sms) for sms in budgets]
     else:
         plans = [Plan(strategy="chunked", chunks=4), Plan(strategy="chunked", chunks=4, transport="host_staged")]
         plans += [Plan(strategy="chunked", chunks=c, transport="host_staged", order="local_first") for c in (1, 2, 4, 8)]
@@ -125,8 +129,8 @@ class Case:
     def compute_alone(self) -> None:
         torch.mm(self.A_full, self.B, out=self.C_full)
 
-    def comm(self, transport_name: str):
-        transport = get_transport(transport_name, self.handle)
+    def comm(self, transport_name: str, *, comm_sms: int | None = None):
+        transport = get_transport(transport_name, self.handle, comm_sms=comm_sms)
         if self.site.kind == "ag_mm":
             return lambda: transport.all_gather(self.comm_out, self.comm_in).wait()
         return lambda: transport.reduce_scatter(self.comm_out, self.comm_in).wait()
@@ -188,6 +192,14 @@ def calibrate(case: Case, args, profile: CalibrationProfile | None, log) -> tupl
                  else "host_staged"}
     detail, measured = {}, {}
     timing = TimingConfig(warmup=3, iters=max(10, args.iters // 3))
+    for cap in sm_caps(args):  # NCCL beside the GEMM with each SM budget: the GEMM keeps more SMs
+        capped = case.comm("collective", comm_sms=cap)
+        point = measure_pair(case.compute_alone, capped, timing=timing, group=case.group, device=case.device)
+        alone = summarize(sample_ms(capped, iters=timing.iters, warmup=2, group=case.group, device=case.device))
+        detail[f"sm_collective_sms{cap}"] = {"transport": "collective", "comm_sms": cap, "whole": vars(point),
+                                             "comm_alone_ms": alone.median_ms}
+        log(f"  contention NCCL max_ctas={cap:<3d}: GEMM x{point.gemm_slowdown:.2f}, transfer "
+            f"x{point.transfer_slowdown:.2f}, alone {alone.median_ms:.3f} ms")
     for kind, transport in transfers.items():
         if not runnable(Plan(strategy="chunked", transport=transport), case.site.kind):
             continue
@@ -246,7 +258,7 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     measure("compute_alone", case.compute_alone, check=False)
     measure("comm_nccl", case.comm("collective"), check=False)
     measure("sequential", lambda: case.run(Plan()), plan=Plan())
-    plans = [p for p in hocket_plans(args.link, args.smoke) if runnable(p, site.kind)]
+    plans = [p for p in hocket_plans(args.link, args.smoke, sm_caps(args)) if runnable(p, site.kind)]
     for plan in plans:  # NCCL plans first: the riskier GPU-only paths come after every safe measurement
         if plan.transport in ("collective", "p2p"):
             measure(plan.describe(), lambda plan=plan: case.run(plan), plan=plan)
@@ -254,11 +266,13 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
         measure("pytorch_async_tp", case.pytorch(native=False))
         measure("pytorch_async_tp_native", case.pytorch(native=True))
     own = "copy_engine" if args.link == "nvlink" else "host_staged"
-    if runnable(Plan(strategy="chunked", transport=own), site.kind):
-        measure(f"comm_{own}", case.comm(own), check=False)
-    for plan in plans:
-        if plan.transport not in ("collective", "p2p"):
-            measure(plan.describe(), lambda plan=plan: case.run(plan), plan=plan)
+    for suffix, variant_env in transport_variants(args):
+        with environment(variant_env):
+            if runnable(Plan(strategy="chunked", transport=own), site.kind):
+                measure(f"comm_{own}{suffix}", case.comm(own), check=False)
+            for plan in plans:
+                if plan.transport not in ("collective", "p2p"):
+                    measure(plan.describe() + suffix, lambda plan=plan: case.run(plan), plan=plan)
     decision = planner.decide(site, group=group, device=device, autotune_switch=True,
                               runners=lambda s: operator_runners(s, group=group, device=device))
     chosen = fit_plan(decision.plan, site)
@@ -271,6 +285,47 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     if rank0:
         write_rows(row, site, args, provenance)
     return row
+
+
+def sm_caps(args) -> tuple[int, ...]:
+    """``--sm-budgets`` as ints (NCCL max CTAs per capped communicator)."""
+    if not args.sm_budgets:
+        return ()
+    try:
+        return tuple(int(c) for c in args.sm_budgets.split(","))
+    except ValueError:
+        raise ValueError(f"--sm-budgets={args.sm_budgets!r}: write comma-separated CTA counts, e.g. 8,32") from None
+
+
+def transport_variants(args) -> list[tuple[str, dict[str, str]]]:
+    """(name suffix, environment) of each host-staged variant of ``--host-variants``: the first is
+    the run's own environment (no suffix), the others set ``HOCKET_HOST_STAGE_PIECE_MB`` and
+    ``HOCKET_HOST_STAGE_THREAD`` for their measurements only."""
+    variants = [("", {})]
+    if args.link != "host_staged" or not args.host_variants:
+        return variants
+    for spec in args.host_variants.split(","):
+        piece_mb, _, thread = spec.strip().partition(":")
+        if not piece_mb or thread not in ("0", "1"):
+            raise ValueError(f"--host-variants entry {spec!r}: write PIECE_MB:THREAD, e.g. 8:1 or 1024:0")
+        variants.append((f" @{piece_mb}MB,thread={thread}",
+                         {"HOCKET_HOST_STAGE_PIECE_MB": piece_mb, "HOCKET_HOST_STAGE_THREAD": thread}))
+    return variants
+
+
+@contextmanager
+def environment(values: dict[str, str]):
+    """Set ``values`` in os.environ for the block (every rank sets the same), then restore."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def shrunk(site: Site, factor: int) -> Site:
@@ -370,6 +425,11 @@ def parse_args(argv=None):
     p.add_argument("--calibrate", action="store_true", help="measure contention first, give it to the planner")
     p.add_argument("--smoke", action="store_true", help="the first case only, fewer plans and runs")
     p.add_argument("--time-budget-s", type=float, default=0.0, help="start no new case after this many seconds")
+    p.add_argument("--host-variants", default="", help="host_staged mode: extra PIECE_MB:THREAD variants of the "
+                   "host-staged transport measured beside the default, e.g. 1024:0,8:0 (1024:0 = the old single-message, "
+                   "calling-thread path)")
+    p.add_argument("--sm-budgets", default="", help="NCCL SM caps (max CTAs) of communicators made up front, "
+                   "e.g. 8,32: calibrated beside the GEMM and tried as Plan.comm_sms (nccl only)")
     p.add_argument("--shrink", type=int, default=1, help="divide every case's m, k, n by this (dry runs)")
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl", help="gloo: a CPU dry run of the flow")
     p.add_argument("--out", default=None, help="JSON lines path (default $OUT/bench_multigpu_<link>.jsonl)")
@@ -400,6 +460,8 @@ def main(argv=None) -> int:
     if args.profile or (args.link == "nvlink" and world == 2 and NVLINK_PROFILE.is_file()):
         profile = load_profile(args.profile or NVLINK_PROFILE, expected=None)
     group = dist.group.WORLD
+    if sm_caps(args) and args.backend == "nccl":
+        create_sm_budgets(resolve_group(group), sm_caps(args), device=device)
     hardware = fingerprint(cluster) if rank0 else {}
     provenance = collect(command=command_line(), hardware=hardware,
                          extra={"world": world, "backend": "nccl", "cluster": cluster_name, "iters": args.iters,
@@ -431,6 +493,7 @@ def main(argv=None) -> int:
         log(table(summary["rows"], args.link))
     close_mailboxes()
     close_relays()
+    close_sm_budgets()
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -10,6 +10,7 @@ TRANSPORT_ENV_VARS = (
     "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_SOCKET_IFNAME",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST", "TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP", "NVSHMEM_DISABLE_NVLS",
     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "HOCKET_HOST_STAGE_PIECE_MB",
+    "HOCKET_HOST_STAGE_THREAD",
 )
 
 
@@ -93,6 +94,15 @@ def host_stage_piece_bytes() -> int:
     if not megabytes > 0:
         raise ValueError(f"HOCKET_HOST_STAGE_PIECE_MB={raw!r} must be a positive number of MiB, e.g. 8")
     return max(1, int(megabytes * 2**20))
+
+
+def host_stage_issue_thread() -> bool:
+    """``HOCKET_HOST_STAGE_THREAD``: 1 (default) issues host-staged messages on a background thread per
+    relay, so the launching thread never waits for a peer; 0 issues them on the calling thread."""
+    raw = os.environ.get("HOCKET_HOST_STAGE_THREAD", "1").strip()
+    if raw not in ("0", "1"):
+        raise ValueError(f"HOCKET_HOST_STAGE_THREAD={raw!r} must be 0 or 1")
+    return raw == "1"
 
 
 def host_stage_dir() -> Path:

@@ -82,7 +82,7 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
     agree(group, descriptor, device=device, local_error=local_error)
     if plan is None:
         plan = settle_plan(group, op, lambda: check_supported(kind, choose_plan(site)), device=device)
-    transport = get_transport(plan.transport, group)
+    transport = get_transport(plan.transport, group, comm_sms=plan.comm_sms)
     run = executor_for(kind, plan.strategy)
     runtime = Runtime(group=group, ctx=context_for(group.name, device, tensors[0].dtype), transport=transport)
     prepared = Prepared(group=group, site=site, plan=plan, dim=dim, runtime=runtime, run=run,

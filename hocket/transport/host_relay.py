@@ -36,8 +36,12 @@ from hocket.transport.group import GroupHandle
 from hocket.transport.issue_thread import IssueThread, ThreadPending
 from hocket.transport.per_group import PerGroup, ramped_rounds, require_cuda, require_nccl
 from hocket.transport.shared_host_buffer import SharedHostBuffer
+from hocket.transport.stream_pending import StreamPending
 
 SLOTS = 4
+POLL_S = 2e-5
+"""host poll interval of the issue thread (a real sleep: a spinning thread would hold the GIL that the
+launching thread needs for every kernel launch)."""
 
 
 class HostRelay:
@@ -93,7 +97,7 @@ class HostRelay:
                         env.host_stage_piece_bytes() // max(1, copies)) // itemsize
         return ramped_rounds(total, per_range)
 
-    def post(self, messages, *tensors: torch.Tensor, finish=None, what: str) -> ThreadPending:
+    def post(self, messages, *tensors: torch.Tensor, finish=None, what: str) -> ThreadPending | StreamPending:
         """Issue ``messages`` (``(send, receive)`` pairs, see :meth:`message`) on the issue thread,
         after the work enqueued so far on the caller's stream; ``finish()`` then runs on the H2D
         stream. ``tensors`` stay allocated until the copies are done."""
@@ -101,16 +105,20 @@ class HostRelay:
         for t in tensors:
             t.record_stream(self.d2h)
             t.record_stream(self.h2d)
+        threaded = env.host_stage_issue_thread()
 
         def job() -> torch.cuda.Event:
             for send, receive in messages:
-                self.message(send, receive, ready=ready)
+                self.message(send, receive, ready=ready, poll_s=POLL_S if threaded else 0.0)
             with torch.cuda.stream(self.h2d):
                 if finish is not None:
                     finish()
                 return self.h2d.record_event()
 
-        return self.issuer.submit(job, what=what)
+        if threaded:
+            return self.issuer.submit(job, what=what)
+        self.issuer.drain()  # messages stay in order when the flag changes between calls
+        return StreamPending(job(), what=what)
 
     def scratch(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
         buf = self._scratch.get(dtype)
@@ -118,7 +126,7 @@ class HostRelay:
             buf = self._scratch[dtype] = torch.empty(numel, dtype=dtype, device=self.device)
         return buf[:numel]
 
-    def message(self, send, receive, *, ready: torch.cuda.Event) -> None:
+    def message(self, send, receive, *, ready: torch.cuda.Event, poll_s: float = 0.0) -> None:
         """One message (on the issue thread): ``send(slot)`` enqueues D2H copies into this rank's
         host slot (on the D2H stream); ``receive(slot_of)`` enqueues the H2D copies (and reductions)
         from every peer's slot (``slot_of(rank)``, on the H2D stream). Both streams first wait for
@@ -128,7 +136,7 @@ class HostRelay:
         peers = [p for p in range(w) if p != self.rank]
         if seq > SLOTS:
             for p in peers:  # every reader of this slot's previous message has enqueued its reads
-                self.buf.wait_ready(w + p, seq - SLOTS)
+                self.buf.wait_ready(w + p, seq - SLOTS, poll_s=poll_s)
                 self.d2h.wait_event(self.peer_consumed[p][k])
         self.d2h.wait_event(ready)
         with torch.cuda.stream(self.d2h):
@@ -138,7 +146,7 @@ class HostRelay:
         self.h2d.wait_event(ready)
         self.h2d.wait_event(self.landed[k])
         for p in peers:
-            self.buf.wait_ready(p, seq)
+            self.buf.wait_ready(p, seq, poll_s=poll_s)
             self.h2d.wait_event(self.peer_landed[p][k])
         with torch.cuda.stream(self.h2d):
             receive(lambda rank, dtype: self.slot(rank, k, dtype))

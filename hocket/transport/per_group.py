@@ -42,8 +42,11 @@ def rounds(total: int, per_round: int) -> list[tuple[int, int]]:
 
 def ramped_rounds(total: int, per_round: int) -> list[tuple[int, int]]:
     """Like :func:`rounds`, but the first two rounds are a quarter and a half of ``per_round``: the
-    second stage of a two-stage pipeline (device->host, then host->device) starts sooner."""
+    second stage of a two-stage pipeline (device->host, then host->device) starts sooner. A total
+    that fits one round stays one round."""
     per_round = max(1, per_round)
+    if total <= per_round:
+        return [(0, total)]
     bounds, lo = [], 0
     for size in (max(1, per_round // 4), max(1, per_round // 2)):
         if lo < total:

@@ -29,7 +29,13 @@ def available_transports() -> tuple[str, ...]:
     return tuple(sorted(_FACTORIES))
 
 
-def get_transport(name: str, group: GroupHandle):
+SM_DRIVEN = ("collective", "p2p")
+"""transports whose kernels run on SMs (NCCL): a plan's ``comm_sms`` picks their communicator."""
+
+
+def get_transport(name: str, group: GroupHandle, *, comm_sms: int | None = None):
+    """The transport ``name`` on ``group``; for SM-driven transports with ``comm_sms`` set, on the
+    capped communicator that :mod:`hocket.transport.sm_budget` made for the group (if any)."""
     try:
         factory = _FACTORIES[name]
     except KeyError:
@@ -37,4 +43,10 @@ def get_transport(name: str, group: GroupHandle):
             f"plan.transport={name!r} is not available in this build; available: {available_transports()}. "
             "Use transport='collective' (torch.distributed) or install the transport's module"
         ) from None
+    if comm_sms is not None and name in SM_DRIVEN:
+        from hocket.transport.sm_budget import budget_group
+
+        picked = budget_group(group, comm_sms)
+        if picked is not None:
+            group = picked[1]
     return factory(group)

@@ -114,7 +114,7 @@ class SharedHostBuffer:
             raise ValueError(f"shape {tuple(shape)} {dtype} needs {need} bytes but {self.path} holds {self.nbytes}")
         return self.data[:need].view(dtype).view(*shape)
 
-    def _wait(self, slot: int, seq: int, what: str, timeout_s: float | None) -> None:
+    def _wait(self, slot: int, seq: int, what: str, timeout_s: float | None, poll_s: float = 0.0) -> None:
         limit = env.wait_timeout_s() if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
         while int(self.header[slot]) < seq:
@@ -122,13 +122,14 @@ class SharedHostBuffer:
                 raise SharedBufferTimeout(f"{what} of message {seq} did not happen within {limit:g} s on {self.path} "
                                           f"(last seen {int(self.header[slot])}); the peer process stopped, "
                                           f"diverged, or is slower than HOCKET_TIMEOUT_S")
-            time.sleep(0)
+            time.sleep(poll_s)  # > 0 on a background thread: the launching thread then gets the GIL at once
 
     def publish(self, chunk: int, seq: int) -> None:
         self.header[HEADER_SLOTS + chunk] = seq
 
-    def wait_ready(self, chunk: int, seq: int, *, timeout_s: float | None = None) -> None:
-        self._wait(HEADER_SLOTS + chunk, seq, f"chunk {chunk}'s publication", timeout_s)
+    def wait_ready(self, chunk: int, seq: int, *, timeout_s: float | None = None, poll_s: float = 0.0) -> None:
+        """Wait until ``chunk``'s slot reaches ``seq``; ``poll_s`` > 0 sleeps that long between polls."""
+        self._wait(HEADER_SLOTS + chunk, seq, f"chunk {chunk}'s publication", timeout_s, poll_s)
 
     def mark_consumed(self, seq: int) -> None:
         self.header[3] = seq

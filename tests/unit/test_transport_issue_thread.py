@@ -68,9 +68,11 @@ def test_ramped_rounds_cover_every_element_once_and_ramp(trial):
     assert all(a[1] == b[0] for a, b in zip(cut, cut[1:]))
     sizes = [hi - lo for lo, hi in cut]
     assert max(sizes) <= per_round
-    if total >= per_round:  # the first two messages are smaller, the rest as before
+    if total > per_round:  # the first two messages are smaller, the rest as before
         assert sizes[0] == max(1, per_round // 4) and sizes[1] == max(1, per_round // 2)
         assert len(cut) <= len(rounds(total, per_round)) + 2
+    else:  # what fits one message stays one message
+        assert cut == [(0, total)]
 
 
 def test_piece_size_flag_is_checked(monkeypatch):

@@ -8,12 +8,12 @@ reference):
 * compute alone (``torch.mm``, the whole problem) and transfer alone (one copy of the bytes);
 * ``sequential`` (copy then mm / mm then copy), ``chunked`` (two streams) for several
   chunk counts, ``tile_fused`` (the Triton kernels; tile config chosen first by timing
-  the kernel alone) in several variants (``VARIANTS``): the operator's default ramp of
-  pieces with narrow edge tiles for several piece counts, the ramp with fewer or more
-  narrow pieces, and the schedule before tuning (even groups, full tiles only, flag
-  waits on the copy stream);
+  the kernel alone) in several variants (``VARIANTS``): the operator's defaults (ramp of
+  pieces, narrow edge tiles, tiles from a ticket counter, device-held copies) for several
+  piece counts and narrow pieces, each lever undone once, the previous run's schedule
+  and the schedule before tuning;
 * the best tile_fused plan's GEMM alone vs cuBLAS (TFLOP/s), and its timeline (when each
-  piece was ready, when each copy ended, when the GEMM ended), next to the old schedule's.
+  piece was ready, when each copy ended, when the GEMM ended), next to the previous schedule's.
 
 Times are CUDA-event medians of >= 50 back-to-back runs with p10/p90; overlap efficiency
 is DESIGN.md section 4's (or the speedup when the possible saving is under 15%). Results
@@ -48,6 +48,7 @@ from hocket.hardware.fingerprint import fingerprint
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint
 from hocket.kernels import (candidate_configs, consumer_gemm, even_row_offsets, producer_gemm, reset_producer,
                             warmup_consumer, warmup_producer)
+from hocket.kernels.schedule import trapezoid_row_offsets
 from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host
 from hocket.ops.offload_pieces import piece_offsets
 from hocket.ops.offload_timeline import offload_timeline
@@ -110,33 +111,60 @@ class Variant:
 
     name: str
     pieces: str
-    """``ramp`` (the operator's default: one row block at the exposed edge, growing) or ``even``."""
+    """``ramp`` (the operator's default: one row block at the exposed edge, growing), ``trapezoid``
+    (one block at both ends, growing towards an even middle) or ``even``."""
     chunks: tuple[int, ...]
     edge_pieces: int
     side_waits: bool = True
+    dynamic: bool = True
+    """tiles from a ticket counter (False: fixed stride)."""
+    copy_wait: str = "auto"
+    """to host: ``auto`` (a stream wait on the flag value where the driver has it), ``side_kernel``, ``copy_kernel``."""
+    chunk_flags: str = "side"
+    """from host: chunk flags from a side stream (``side``) or behind each copy on the H2D stream (``copy``)."""
 
     def context_kwargs(self) -> dict:
-        return dict(edge_pieces=self.edge_pieces, side_waits=self.side_waits)
+        return dict(edge_pieces=self.edge_pieces, side_waits=self.side_waits, dynamic=self.dynamic,
+                    copy_wait=self.copy_wait, chunk_flags=self.chunk_flags)
 
 
+_PREVIOUS = dict(dynamic=False, copy_wait="side_kernel", chunk_flags="copy")
 VARIANTS = (
-    Variant(name="ramp/edge1", pieces="ramp", chunks=(4, 6, 8, 12, 16), edge_pieces=1),
-    Variant(name="ramp/edge0", pieces="ramp", chunks=(6, 8, 12), edge_pieces=0),
-    Variant(name="ramp/edge2", pieces="ramp", chunks=(8, 12, 16), edge_pieces=2),
-    Variant(name="even/before", pieces="even", chunks=(8, 16), edge_pieces=0, side_waits=False),
+    Variant(name="dyn/edge1", pieces="ramp", chunks=(4, 6, 8, 12, 16), edge_pieces=1),
+    Variant(name="dyn/edge2", pieces="ramp", chunks=(6, 8, 12, 16), edge_pieces=2),
+    Variant(name="dyn/edge3", pieces="ramp", chunks=(8, 12), edge_pieces=3),
+    Variant(name="dyn/edge0", pieces="ramp", chunks=(6, 8), edge_pieces=0),
+    Variant(name="dyn/trap1", pieces="trapezoid", chunks=(8, 12, 16, 24), edge_pieces=1),
+    Variant(name="dyn/trap2", pieces="trapezoid", chunks=(12, 16), edge_pieces=2),
+    Variant(name="static/edge1", pieces="ramp", chunks=(6, 8), edge_pieces=1, dynamic=False),
+    Variant(name="oldcopy/edge1", pieces="ramp", chunks=(6, 8), edge_pieces=1, copy_wait="side_kernel",
+            chunk_flags="copy"),
+    Variant(name="previous", pieces="ramp", chunks=(6, 8), edge_pieces=1, **_PREVIOUS),
+    Variant(name="even/before", pieces="even", chunks=(8,), edge_pieces=0, side_waits=False, copy_wait="copy_kernel",
+            dynamic=False, chunk_flags="copy"),
 )
-"""``even/before`` is the schedule before issue 5's tuning: even groups, full-width tiles only,
-flag waits on the copy stream."""
-SMOKE_VARIANTS = (Variant(name="ramp/edge1", pieces="ramp", chunks=(8,), edge_pieces=1),
-                  Variant(name="even/before", pieces="even", chunks=(8,), edge_pieces=0, side_waits=False))
+"""``dyn/*``: tiles from a ticket counter (``trap*``: trapezoid pieces), to-host copies held by a stream wait on the flag
+value, from-host chunk flags raised off the copy stream (the defaults). ``static/edge1`` and
+``oldcopy/edge1`` each undo one of those levers. ``previous``: the tuned schedule of the
+last run (fixed-stride tiles, spin-kernel flag waits on a side stream, chunk flags behind
+each copy). ``even/before``: the schedule before any tuning (even groups, full-width tiles,
+flag waits on the copy stream)."""
+SMOKE_VARIANTS = (Variant(name="dyn/edge1", pieces="ramp", chunks=(8,), edge_pieces=1),
+                  Variant(name="dyn/trap1", pieces="trapezoid", chunks=(12,), edge_pieces=1),
+                  Variant(name="static/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, dynamic=False),
+                  Variant(name="previous", pieces="ramp", chunks=(8,), edge_pieces=1, **_PREVIOUS))
 CONFIG_PLAN_CHUNKS = 8
 
 
 def fused_plan(variant: Variant, chunks: int, m: int, *, block_m: int, direction: str) -> Plan:
     """The tile_fused plan with its pieces written out (records say exactly what ran)."""
     base = Plan(strategy="tile_fused", chunks=chunks, transport="host_staged")
-    offsets = (piece_offsets(base, m, align=block_m, direction=direction) if variant.pieces == "ramp"
-               else even_row_offsets(m, min(chunks, -(-m // block_m)), align=block_m))
+    if variant.pieces == "ramp":
+        offsets = piece_offsets(base, m, align=block_m, direction=direction)
+    elif variant.pieces == "trapezoid":
+        offsets = trapezoid_row_offsets(m, min(chunks, -(-m // block_m)), align=block_m)
+    else:
+        offsets = even_row_offsets(m, min(chunks, -(-m // block_m)), align=block_m)
     sizes = tuple(b - a for a, b in zip(offsets, offsets[1:]))
     return base.with_(chunks=len(sizes), split_sizes=sizes)
 
@@ -252,7 +280,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
         best_name, best_plan = min(fused, key=lambda t: t[2].median_ms)[:2]
         alone_ms = fused_alone_ms(contexts[best_name], direction, best_plan, a_dev, b, c_dev, iters=max(10, iters // 2))
         timelines = {}  # (variant, plan) -> OffloadTimeline: the best plan, and the best of the old schedule
-        for name in (best_name, "even/before"):
+        for name in (best_name, "previous"):
             options = [t for t in fused if t[0] == name]
             if options:
                 plan = min(options, key=lambda t: t[2].median_ms)[1]
@@ -288,7 +316,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
                fused_alone_pct=compute_ms / alone_ms, tile_config=best_cfg.label(), best_variant=best_name)
     columns = {"chunked": lambda name, p: p.strategy == "chunked",
                "tile_fused": lambda name, p: p.strategy == "tile_fused",
-               "before": lambda name, p: name == "even/before"}
+               "previous": lambda name, p: name == "previous"}
     for column, select in columns.items():
         ms, plan = best(select)
         score = overlap_score(measured_ms=ms, sequential_ms=sequential_ms, compute_alone_ms=compute_ms,
@@ -300,21 +328,21 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
 def print_table(rows: list[dict]) -> None:
     head = (f"{'direction':9s} {'m x k x n':18s} {'mm_ms':>7s} {'copy_ms':>7s} {'seq_ms':>7s} "
             f"{'chunked_ms (c) eff':>22s} {'fused_ms (c) eff':>22s} {'fusedGEMM/cuBLAS':>16s} "
-            f"{'before_ms (c) eff':>22s}  best fused variant")
+            f"{'previous_ms (c) eff':>22s}  best fused variant")
     print("\n" + head)
     print("-" * len(head))
     for r in rows:
         shape = "x".join(str(d) for d in r["shape"])
         cells = []
-        for column in ("chunked", "tile_fused", "before"):
+        for column in ("chunked", "tile_fused", "previous"):
             ms, chunks, label = r[column]
             cells.append(f"{ms:7.3f} ({chunks}) {label:>7s}")
         print(f"{r['direction']:9s} {shape:18s} {r['compute_ms']:7.3f} {r['comm_ms']:7.3f} {r['sequential_ms']:7.3f} "
               f"{cells[0]:>22s} {cells[1]:>22s} {r['fused_alone_pct']:16.0%} {cells[2]:>22s}  {r['best_variant']}")
     print("eff: overlap efficiency (T_seq - T) / (T_seq - max(mm, copy)); 'x' marks a speedup where the "
           "possible saving is under 15% of T_seq. fused: best tile_fused plan; fusedGEMM/cuBLAS: that plan's "
-          "GEMM alone (flags pre-set / nothing waiting) vs torch.mm; before: even groups, no narrow tiles, "
-          "flag waits on the copy stream (the schedule before tuning)")
+          "GEMM alone (flags pre-set / nothing waiting) vs torch.mm; previous: the last run's tuned schedule "
+          "(fixed-stride tiles, spin-kernel flag waits, chunk flags behind each copy), re-measured")
 
 
 # -- contention calibration ------------------------------------------------------

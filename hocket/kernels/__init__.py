@@ -11,7 +11,11 @@ use of one of the names below:
 * pieces and edge tiles: ``ramp_row_offsets`` (one row block at the exposed edge, then
   growing) and the workspaces' ``narrow_rows`` (narrow tiles there, ``TileConfig.narrow_n``);
 * ``warmup_consumer`` / ``warmup_producer``: compile and load before anything spins;
-* ``reset_consumer`` / ``reset_producer``; ``set_flag_on_stream`` / ``wait_flag_on_stream``.
+* ``reset_consumer`` / ``reset_producer``; ``set_flag_on_stream`` / ``wait_flag_on_stream``;
+* ``wait_value_on_stream`` / ``stream_wait_available``: a stream held in the GPU's front end
+  until a flag rises (``cuStreamWaitValue32``; no SM, no launch; unbounded, so only for
+  flags raised by work enqueued before it);
+* workspaces' ``dynamic=True``: programs take tiles from a ticket counter (``tickets``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ _LAZY = {
     "set_flag_on_stream": "hocket.kernels.flags",
     "wait_flag_on_stream": "hocket.kernels.flags",
     "stream_write_available": "hocket.kernels.flags",
+    "wait_value_on_stream": "hocket.kernels.stream_wait",
+    "stream_wait_available": "hocket.kernels.stream_wait",
 }
 
 __all__ = [

@@ -43,7 +43,7 @@ def consumer_gemm(a: torch.Tensor, b: torch.Tensor, *, workspace: ConsumerWorksp
 
 def _launch_consumer(ws: ConsumerWorkspace, a, b, out, *, wait: bool) -> None:
     consumer_gemm_kernel[(ws.num_programs,)](
-        a, b, out, ws.table, ws.flags, ws.errors, ws.m, ws.n, ws.k,
+        a, b, out, ws.table, ws.flags, ws.errors, ws.tickets, ws.m, ws.n, ws.k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         ws.num_tiles, ws.max_spins, WAIT=wait, **ws.launch_flags(interpreted=_INTERPRETED))
 
@@ -63,22 +63,25 @@ def producer_gemm(a: torch.Tensor, b: torch.Tensor, *, workspace: ProducerWorksp
 
 def _launch_producer(ws: ProducerWorkspace, a, b, out, *, signal: bool) -> None:
     producer_gemm_kernel[(ws.num_programs,)](
-        a, b, out, ws.table, ws.counters, ws.flags, ws.m, ws.n, ws.k,
+        a, b, out, ws.table, ws.counters, ws.flags, ws.tickets, ws.m, ws.n, ws.k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         ws.num_tiles, SIGNAL=signal, **ws.launch_flags(interpreted=_INTERPRETED))
 
 
 def reset_consumer(ws: ConsumerWorkspace) -> None:
-    """Zero chunk flags and the error buffer on the current stream."""
+    """Zero chunk flags, the error buffer and the tile tickets on the current stream (the
+    tickets reset themselves after a complete launch; this covers an interrupted one)."""
     ws.flags.zero_()
     ws.errors.zero_()
+    ws.tickets.zero_()
 
 
 def reset_producer(ws: ProducerWorkspace) -> None:
-    """Zero group flags, group counters and the error buffer on the current stream."""
+    """Zero group flags, group counters, the error buffer and the tile tickets on the current stream."""
     ws.flags.zero_()
     ws.counters.zero_()
     ws.errors.zero_()
+    ws.tickets.zero_()
 
 
 def _sync(device: torch.device) -> None:

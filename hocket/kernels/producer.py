@@ -4,7 +4,8 @@ Tiles come group by group (``ProducerSchedule``). After storing a tile, the prog
 bumps its group's counter (acq_rel); the program that completes the group raises the
 group's flag (release, system scope). The group's rows are then complete in the
 row-major output, one contiguous region, so its transfer can start while later groups
-compute. Tiles of the first rows may be narrow (``NARROW_N`` columns), so the first
+compute. Tiles are taken with stride ``num_programs`` or, with ``DYNAMIC``, from a ticket
+counter (``hocket.kernels.tickets``). Tiles of the first rows may be narrow (``NARROW_N`` columns), so the first
 group is ready after a fraction of a full tile's time.
 """
 
@@ -16,21 +17,22 @@ import triton.language as tl
 from hocket.kernels.flags import raise_flag
 from hocket.kernels.gemm_tile import gemm_tile
 from hocket.kernels.schedule import TABLE_COLUMNS
+from hocket.kernels.tickets import finish_tickets, first_tile, next_tile
 
 _COLS = tl.constexpr(TABLE_COLUMNS)
 
 
 @triton.jit
-def producer_gemm_kernel(a_ptr, b_ptr, c_ptr, table_ptr, counters_ptr, flags_ptr,
+def producer_gemm_kernel(a_ptr, b_ptr, c_ptr, table_ptr, counters_ptr, flags_ptr, ticket_ptr,
                          M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                          num_tiles,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NARROW_N: tl.constexpr,
                          EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_NARROW_N: tl.constexpr,
                          EVEN_K: tl.constexpr, SIGNAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                         UPCAST: tl.constexpr):
-    pid = tl.program_id(0)
+                         UPCAST: tl.constexpr, DYNAMIC: tl.constexpr):
     num_programs = tl.num_programs(0)
-    for t in range(pid, num_tiles, num_programs):
+    t = first_tile(ticket_ptr, DYNAMIC)
+    while t < num_tiles:
         pid_m = tl.load(table_ptr + _COLS * t)
         pid_n = tl.load(table_ptr + _COLS * t + 1)
         narrow = tl.load(table_ptr + _COLS * t + 2)
@@ -44,3 +46,5 @@ def producer_gemm_kernel(a_ptr, b_ptr, c_ptr, table_ptr, counters_ptr, flags_ptr
             done_before = tl.atomic_add(counters_ptr + group, 1, sem="acq_rel", scope="gpu")
             if done_before == tiles_in_group - 1:
                 raise_flag(flags_ptr + group)
+        t = next_tile(ticket_ptr, t, num_programs, DYNAMIC)
+    finish_tickets(ticket_ptr, num_programs, DYNAMIC)

@@ -129,6 +129,61 @@ def _ramp_units(units: int, chunks: int) -> list[int]:
     return sizes
 
 
+def trapezoid_row_offsets(m: int, chunks: int, *, align: int = 1, ratio: float = 1.6) -> tuple[int, ...]:
+    """Offsets ``(0, ..., m)`` of ``chunks`` row ranges that are one ``align``-row block at
+    *both* ends, grow by ``ratio`` per piece towards the middle and are even there: sizes
+    ``min(ratio**i, ratio**(chunks-1-i), cap)`` blocks, ``cap`` chosen so they add up to ``m``
+    (where even uncapped they fall short, the growth rises above ``ratio`` instead).
+
+    Both ends of an offload pipeline can be exposed: to host, the copy waits for the first
+    group (fill) and, when the GEMM ends late, the last group's copy follows it (drain);
+    from host, the GEMM waits for the first chunk and the last chunk's tiles end it. The
+    small pieces sit at both ends; the plateau keeps the number of transfers low.
+    """
+    units = _row_units(m, chunks, align)
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not ratio > 1:
+        raise ValueError(f"ratio={ratio!r} must be a number > 1 (the growth per piece towards the middle)")
+    sizes = _trapezoid_units(units, chunks, float(ratio))
+    offsets = [0]
+    for size in sizes:
+        offsets.append(min(m, offsets[-1] + size * align))
+    return tuple(offsets)
+
+
+def _trapezoid_units(units: int, chunks: int, ratio: float) -> list[int]:
+    """``chunks`` positive ints adding up to ``units``: 1 at both ends, rising by about
+    ``ratio`` towards an even middle."""
+    if chunks <= 2:
+        return [units // chunks + (1 if i < units % chunks else 0) for i in range(chunks)][::-1]
+
+    def profile(r: float, cap: float) -> list[float]:
+        return [min(r**i, r ** (chunks - 1 - i), cap) for i in range(chunks)]
+
+    r, cap = ratio, float(units)
+    if sum(profile(r, cap)) < units:  # even uncapped too small: grow faster
+        lo, hi = r, float(units)
+        for _ in range(100):
+            r = (lo + hi) / 2
+            lo, hi = (r, hi) if sum(profile(r, cap)) < units else (lo, r)
+        r = hi
+    else:
+        lo, hi = 1.0, float(units)
+        for _ in range(100):
+            cap = (lo + hi) / 2
+            lo, hi = (cap, hi) if sum(profile(r, cap)) < units else (lo, cap)
+        cap = hi
+    real = profile(r, cap)
+    sizes = [max(1, int(x)) for x in real]
+    by_remainder = sorted(range(chunks), key=lambda i: (real[i] - int(real[i]), -abs(i - chunks // 2)), reverse=True)
+    i = 0
+    while sum(sizes) < units:
+        sizes[by_remainder[i % chunks]] += 1
+        i += 1
+    while sum(sizes) > units:  # rounding up of sub-1 sizes: take back from the largest
+        sizes[max(range(chunks), key=lambda j: sizes[j])] -= 1
+    return sizes
+
+
 def _check_offsets(name: str, offsets: Sequence[int], m: int) -> tuple[int, ...]:
     offsets = tuple(int(o) for o in offsets)
     if len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != m:

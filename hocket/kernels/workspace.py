@@ -1,8 +1,10 @@
 """Device resources of the tile-fused GEMMs, allocated once per shape class (no Triton needed).
 
 A workspace owns the schedule table, the flags (chunk flags for the consumer, group
-flags and counters for the producer), the error buffer and the set of argument
-signatures whose kernels were compiled and loaded by ``hocket.kernels.warmup``.
+flags and counters for the producer), the error buffer, the tile-ticket counter (used
+when ``dynamic=True``: programs take tiles in table order as they come free, see
+``hocket.kernels.tickets``) and the set of argument signatures whose kernels were
+compiled and loaded by ``hocket.kernels.warmup``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from hocket import env
 from hocket.kernels.config import TileConfig, default_config, persistent_programs
 from hocket.kernels.errors import error_buffer, spins_for_timeout
 from hocket.kernels.schedule import ConsumerSchedule, ProducerSchedule, consumer_schedule, producer_schedule
+from hocket.kernels.tickets import TICKET_WORDS
 
 CPU_PROGRAMS = 4
 """Persistent grid on the CPU (Triton's interpreter): several programs, so the
@@ -58,7 +61,7 @@ class _Workspace:
 
     def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
                  config: TileConfig | None, table: list[int], num_tiles: int, num_programs: int | None,
-                 max_spins: int | None) -> None:
+                 max_spins: int | None, dynamic: bool = False) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -73,6 +76,10 @@ class _Workspace:
         self.num_programs = _grid(self.device, num_tiles, num_programs)
         self.max_spins = _max_spins(max_spins)
         self.errors = error_buffer(self.device)
+        if not isinstance(dynamic, bool):
+            raise TypeError(f"dynamic={dynamic!r} must be a bool (True: programs take tiles from a ticket counter)")
+        self.dynamic = dynamic
+        self.tickets = torch.zeros(TICKET_WORDS, dtype=torch.int32, device=self.device)
         self.warmed: set[tuple] = set()
 
     def check_operands(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
@@ -104,7 +111,7 @@ class _Workspace:
                     EVEN_K=self.k % cfg.block_k == 0,
                     INPUT_PRECISION="tf32" if self.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
                     else "ieee",
-                    UPCAST=interpreted and self.dtype == torch.bfloat16,
+                    UPCAST=interpreted and self.dtype == torch.bfloat16, DYNAMIC=self.dynamic,
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
@@ -112,7 +119,8 @@ class ConsumerWorkspace(_Workspace):
     """Resources of one consumer GEMM shape class: chunk flags (int32, 1 = landed).
 
     ``narrow_rows``: the last rows of A to arrive whose tiles are ``config.narrow_block_n``
-    wide (0: none), so the GEMM ends soon after the last chunk lands.
+    wide (0: none), so the GEMM ends soon after the last chunk lands. ``dynamic``: tiles
+    taken from a ticket counter instead of a fixed stride.
     """
 
     kind = "consumer"
@@ -120,13 +128,14 @@ class ConsumerWorkspace(_Workspace):
     def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
                  chunk_offsets: Sequence[int], arrival: Sequence[int] | None = None,
                  config: TileConfig | None = None, num_programs: int | None = None,
-                 max_spins: int | None = None, narrow_rows: int = 0) -> None:
+                 max_spins: int | None = None, narrow_rows: int = 0, dynamic: bool = False) -> None:
         cfg = config or default_config(dtype)
         self.schedule: ConsumerSchedule = consumer_schedule(
             m=m, n=n, block_m=cfg.block_m, block_n=cfg.block_n, chunk_offsets=chunk_offsets,
             arrival=arrival, group_m=cfg.group_m, narrow_block_n=_narrow(cfg), narrow_rows=narrow_rows)
         super().__init__(m=m, n=n, k=k, dtype=dtype, device=device, config=cfg, table=self.schedule.table(),
-                         num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins)
+                         num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins,
+                         dynamic=dynamic)
         self.flags = torch.zeros(self.schedule.num_chunks, dtype=torch.int32, device=self.device)
 
 
@@ -135,7 +144,8 @@ class ProducerWorkspace(_Workspace):
 
     Groups: ``groups`` even ones, or ``group_offsets`` (e.g. ``ramp_row_offsets``).
     ``narrow_rows``: the first output rows whose tiles are ``config.narrow_block_n`` wide
-    (0: none), so the first group is ready sooner.
+    (0: none), so the first group is ready sooner. ``dynamic``: tiles taken from a ticket
+    counter instead of a fixed stride.
     """
 
     kind = "producer"
@@ -143,12 +153,13 @@ class ProducerWorkspace(_Workspace):
     def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
                  groups: int | None = None, group_offsets: Sequence[int] | None = None,
                  config: TileConfig | None = None, num_programs: int | None = None,
-                 max_spins: int | None = None, narrow_rows: int = 0) -> None:
+                 max_spins: int | None = None, narrow_rows: int = 0, dynamic: bool = False) -> None:
         cfg = config or default_config(dtype)
         self.schedule: ProducerSchedule = producer_schedule(
             m=m, n=n, block_m=cfg.block_m, block_n=cfg.block_n, groups=groups, group_offsets=group_offsets,
             group_m=cfg.group_m, narrow_block_n=_narrow(cfg), narrow_rows=narrow_rows)
         super().__init__(m=m, n=n, k=k, dtype=dtype, device=device, config=cfg, table=self.schedule.table(),
-                         num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins)
+                         num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins,
+                         dynamic=dynamic)
         self.flags = torch.zeros(self.schedule.num_groups, dtype=torch.int32, device=self.device)
         self.counters = torch.zeros(self.schedule.num_groups, dtype=torch.int32, device=self.device)

@@ -35,6 +35,8 @@ from hocket.plan.plan import Plan, as_plan
 from hocket.transport.host_staged import HostStagedContext, cuda_device, require_cuda
 
 OFFLOAD_STRATEGIES = ("sequential", "chunked", "tile_fused")
+COPY_WAITS = ("auto", "stream", "side_kernel", "copy_kernel")
+CHUNK_FLAGS = ("side", "copy")
 DEFAULT_CHUNKS = 8
 CHUNK_ALIGN_ROWS = 128
 """chunked pieces start on multiples of this many rows (whole GEMM tiles)."""
@@ -84,6 +86,16 @@ def _check_cuda(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name} is on {t.device}; it must be on a CUDA device ({name}.cuda())")
 
 
+def _resolve_copy_wait(copy_wait: str, side_waits: bool, device: torch.device) -> str:
+    if copy_wait != "auto":
+        return copy_wait
+    from hocket.kernels.stream_wait import stream_wait_available
+
+    if not side_waits:
+        return "copy_kernel"
+    return "stream" if stream_wait_available(device.index) else "side_kernel"
+
+
 class _TimeoutWatch:
     """Timeout codes of asynchronous tile-fused calls, read without stalling the GPU:
     each call copies its error buffer into a small pinned mirror behind an event."""
@@ -114,23 +126,41 @@ class _TimeoutWatch:
 class OffloadContext:
     """Streams, staging buffers and kernel workspaces of the offload ops on one device.
 
-    ``edge_pieces``: how many pieces at the exposed edge get narrow tiles (0: none);
-    ``side_waits``: the to-host copy waits for group flags through a side stream (see
-    ``HostStagedContext.d2h_groups``).
+    ``edge_pieces``: how many pieces at the exposed edge get narrow tiles (0: none).
+    ``dynamic``: the tile-fused GEMMs take tiles from a ticket counter (free programs take
+    the next tile) instead of a fixed stride. ``copy_wait``: how a to-host group's copy
+    waits for its flag: ``"stream"`` (the D2H stream holds on the flag value in the GPU's
+    front end, ``hocket.kernels.wait_value_on_stream``), ``"side_kernel"`` (spin kernels on
+    a side stream hand over with events), ``"copy_kernel"`` (spin kernels on the D2H stream);
+    ``"auto"``: ``"stream"`` where the driver offers it, else ``"side_kernel"``
+    (``side_waits=False`` keeps its old meaning, ``"copy_kernel"``). ``chunk_flags``: where a
+    from-host chunk's flag is raised: ``"side"`` (every chunk but the last from a side stream
+    after the chunk's event, so the copies run back to back; the last right behind its copy)
+    or ``"copy"`` (each right behind its copy on the H2D stream).
     """
 
     def __init__(self, device: torch.device | str | int | None = None, *, config: TileConfig | None = None,
                  num_programs: int | None = None, flag_method: str = "auto", edge_pieces: int = EDGE_PIECES,
-                 side_waits: bool = True) -> None:
+                 side_waits: bool = True, dynamic: bool = True, copy_wait: str = "auto",
+                 chunk_flags: str = "side") -> None:
         require_cuda("hocket.ops offload operators")
         if not isinstance(edge_pieces, int) or isinstance(edge_pieces, bool) or edge_pieces < 0:
             raise ValueError(f"edge_pieces={edge_pieces!r} must be an int >= 0 (0: no narrow tiles)")
+        if copy_wait not in COPY_WAITS:
+            raise ValueError(f"copy_wait={copy_wait!r} must be one of {COPY_WAITS}")
+        if chunk_flags not in CHUNK_FLAGS:
+            raise ValueError(f"chunk_flags={chunk_flags!r} must be one of {CHUNK_FLAGS}")
+        if not isinstance(dynamic, bool):
+            raise TypeError(f"dynamic={dynamic!r} must be a bool")
         self.device = cuda_device(device)
         self.staged = HostStagedContext(self.device, flag_method=flag_method)
         self.config = config
         self.num_programs = num_programs
         self.edge_pieces = edge_pieces
         self.side_waits = bool(side_waits)
+        self.dynamic = dynamic
+        self.copy_wait = _resolve_copy_wait(copy_wait, self.side_waits, self.device)
+        self.chunk_flags = chunk_flags
         self._workspaces: dict[tuple, ConsumerWorkspace | ProducerWorkspace] = {}
         self.timeouts = _TimeoutWatch()
 
@@ -146,7 +176,7 @@ class OffloadContext:
         if key not in self._workspaces:
             self._workspaces[key] = ConsumerWorkspace(
                 m=m, n=n, k=k, dtype=dtype, device=self.device, config=cfg, num_programs=self.num_programs,
-                chunk_offsets=offsets, narrow_rows=narrow)
+                chunk_offsets=offsets, narrow_rows=narrow, dynamic=self.dynamic)
         return self._workspaces[key]
 
     def producer(self, m: int, n: int, k: int, dtype: torch.dtype, plan: Plan) -> ProducerWorkspace:
@@ -158,7 +188,7 @@ class OffloadContext:
         if key not in self._workspaces:
             self._workspaces[key] = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=self.device, config=cfg,
                                                       num_programs=self.num_programs, group_offsets=offsets,
-                                                      narrow_rows=narrow)
+                                                      narrow_rows=narrow, dynamic=self.dynamic)
         return self._workspaces[key]
 
     def check(self) -> None:

@@ -1,10 +1,14 @@
 """The ``tile_fused`` flows of the offload operators, event by event.
 
-``fused_from_host``: host -> device chunks on the H2D stream, each followed by its flag;
-the consumer GEMM on the current stream spins per tile on its chunk's flag.
+``fused_from_host``: host -> device chunks back to back on the H2D stream; each chunk's
+flag is raised behind it: from the flag stream after the chunk's event for every chunk
+but the last (``chunk_flags="side"``: the copy engine never waits for a flag write), the
+last one right behind its copy; or all on the H2D stream (``chunk_flags="copy"``). The
+consumer GEMM on the current stream spins per tile on its chunk's flag.
 ``fused_to_host``: the producer GEMM on the current stream raises a flag per finished
-group; bounded spin kernels on the flag stream turn each flag into an event; the D2H
-stream copies each group after its event (or spins itself: ``side_waits=False``).
+group; the D2H stream copies each group once its flag rose: held at the flag in the GPU's
+front end (``copy_wait="stream"``), or behind bounded spin kernels on the flag stream and
+events (``"side_kernel"``), or behind spin kernels on the D2H stream (``"copy_kernel"``).
 
 Both return a :class:`FusedEvents`; ``timing=True`` makes every event a timing event,
 which ``hocket.ops.offload_timeline`` reads to show where a pipeline waits.
@@ -29,7 +33,8 @@ class FusedEvents:
     """Events of one tile_fused call, all on the calling device.
 
     ``start``: before any of the call's work; ``ready[i]``: piece ``i`` can move on
-    (to host: its flag rose; from host: its chunk landed and its flag is set);
+    (to host: its flag rose, or with ``copy_wait="stream"`` its copy may start; from host:
+    its chunk landed);
     ``copied[i]``: piece ``i``'s copy ended; ``gemm_done``: the GEMM ended; ``done``:
     the last piece's copy ended (the current stream waits for it).
     """
@@ -59,15 +64,47 @@ def fused_from_host(ctx: "OffloadContext", A_host: torch.Tensor, a_dev: torch.Te
     current = torch.cuda.current_stream(ctx.device)
     reset_consumer(ws)
     start = _event(current, timing)
-    landed = ctx.staged.h2d_chunks(A_host, a_dev, ws.schedule.chunk_offsets, flags=ws.flags, after=start,
-                                   timing=timing)
+    offsets = ws.schedule.chunk_offsets
+    if ctx.chunk_flags == "copy":
+        landed = ctx.staged.h2d_chunks(A_host, a_dev, offsets, flags=ws.flags, after=start, timing=timing)
+        flags_done = None
+    else:
+        landed, flags_done = _h2d_with_side_flags(ctx, A_host, a_dev, ws, start, timing)
     consumer_gemm(a_dev, B, workspace=ws, out=out)
     gemm_done = _event(current, timing)
     for event in landed:
         current.wait_event(event)
+    if flags_done is not None:
+        current.wait_event(flags_done)
     ctx.timeouts.watch(ws.errors, max_spins=ws.max_spins, what="matmul_from_host (tile_fused)")
     return FusedEvents(start=start, ready=tuple(landed), copied=tuple(landed), gemm_done=gemm_done,
-                       done=landed[ws.schedule.arrival[-1]], row_offsets=ws.schedule.chunk_offsets)
+                       done=landed[ws.schedule.arrival[-1]], row_offsets=offsets)
+
+
+def _h2d_with_side_flags(ctx: "OffloadContext", A_host, a_dev, ws, start, timing: bool):
+    """Chunks back to back on the H2D stream (an event after each); the flag stream raises
+    each chunk's flag after its event, except the last chunk's, raised on the H2D stream
+    right behind it (nothing follows it there). Returns (events by chunk, flag stream's end)."""
+    from hocket.kernels.flags import set_flag_on_stream
+
+    staged = ctx.staged
+    offsets, order = ws.schedule.chunk_offsets, ws.schedule.arrival
+    landed: list = [None] * len(order)
+    with torch.cuda.stream(staged.h2d_stream):
+        staged.h2d_stream.wait_event(start)
+        for step, chunk in enumerate(order):
+            rows = slice(offsets[chunk], offsets[chunk + 1])
+            a_dev[rows].copy_(A_host[rows], non_blocking=True)
+            if step == len(order) - 1:
+                set_flag_on_stream(ws.flags, chunk, method=staged.flag_method)
+            landed[chunk] = _event(staged.h2d_stream, timing)
+    with torch.cuda.stream(staged.flag_stream):
+        staged.flag_stream.wait_event(start)
+        for chunk in order[:-1]:
+            staged.flag_stream.wait_event(landed[chunk])
+            set_flag_on_stream(ws.flags, chunk, method=staged.flag_method)
+        flags_done = _event(staged.flag_stream, False)
+    return landed, flags_done
 
 
 def fused_to_host(ctx: "OffloadContext", A: torch.Tensor, B: torch.Tensor, c_dev: torch.Tensor, out: torch.Tensor,
@@ -84,7 +121,9 @@ def fused_to_host(ctx: "OffloadContext", A: torch.Tensor, B: torch.Tensor, c_dev
     gemm_done = _event(current, timing)
     offsets = ws.schedule.group_offsets
     wait = dict(errors=ws.errors, max_spins=ws.max_spins, after=start)
-    if ctx.side_waits:
+    if ctx.copy_wait == "stream":
+        ready, copied = _d2h_stream_waits(ctx, c_dev, out, ws, start, timing)
+    elif ctx.copy_wait == "side_kernel":
         ready = ctx.staged.flag_waits(ws.flags, len(offsets) - 1, timing=timing, **wait)
         copied = ctx.staged.d2h_groups(c_dev, out, offsets, events=ready, after=start, timing=timing)
     else:
@@ -94,3 +133,24 @@ def fused_to_host(ctx: "OffloadContext", A: torch.Tensor, B: torch.Tensor, c_dev
     ctx.timeouts.watch(ws.errors, max_spins=ws.max_spins, what="matmul_to_host (tile_fused)")
     return FusedEvents(start=start, ready=tuple(ready), copied=tuple(copied), gemm_done=gemm_done,
                        done=copied[-1], row_offsets=offsets)
+
+
+def _d2h_stream_waits(ctx: "OffloadContext", c_dev, out, ws, start, timing: bool):
+    """On the D2H stream, per group: hold until its flag rises (driver wait-value; the
+    producer enqueued before raises every flag), then copy it. Returns (events after
+    each wait, events after each copy)."""
+    from hocket.kernels.stream_wait import wait_value_on_stream
+
+    d2h = ctx.staged.d2h_stream
+    offsets = ws.schedule.group_offsets
+    ready, copied = [], []
+    with torch.cuda.stream(d2h):
+        d2h.wait_event(start)
+        for group in range(len(offsets) - 1):
+            wait_value_on_stream(ws.flags, group, stream=d2h)
+            if timing:
+                ready.append(_event(d2h, True))
+            rows = slice(offsets[group], offsets[group + 1])
+            out[rows].copy_(c_dev[rows], non_blocking=True)
+            copied.append(_event(d2h, timing))
+    return ready, copied

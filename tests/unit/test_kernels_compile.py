@@ -39,14 +39,16 @@ def _compile(kernel, pointers: dict, constants: dict, **options):
     return triton.compile(src, target=SM90, options=options)
 
 
-def _gemm_constants(cfg, narrow_n=0, **extra):
+def _gemm_constants(cfg, narrow_n=0, dynamic=False, **extra):
     return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, NARROW_N=narrow_n, EVEN_M=True,
-                EVEN_N=True, EVEN_NARROW_N=narrow_n > 0, EVEN_K=True, INPUT_PRECISION="ieee", UPCAST=False, **extra)
+                EVEN_N=True, EVEN_NARROW_N=narrow_n > 0, EVEN_K=True, INPUT_PRECISION="ieee", UPCAST=False,
+                DYNAMIC=dynamic, **extra)
 
 
 @pytest.mark.parametrize("dtype,cfg", [("bf16", BF16_CONFIGS[0]), ("fp32", FP32_CONFIGS[0])])
 def test_consumer_compiles_pipelined_with_acquire_polls(dtype, cfg):
-    pointers = {f"{x}_ptr": f"*{dtype}" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32", "err_ptr": "*i32"}
+    pointers = {f"{x}_ptr": f"*{dtype}" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32", "err_ptr": "*i32",
+                                                            "ticket_ptr": "*i32"}
     kernel = _compile(consumer_gemm_kernel, pointers, _gemm_constants(cfg, WAIT=True),
                       num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     ptx = kernel.asm["ptx"]
@@ -57,7 +59,8 @@ def test_consumer_compiles_pipelined_with_acquire_polls(dtype, cfg):
 
 def test_producer_compiles_with_release_flag():
     cfg = BF16_CONFIGS[0]
-    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "counters_ptr": "*i32", "flags_ptr": "*i32"}
+    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "counters_ptr": "*i32", "flags_ptr": "*i32",
+                                                       "ticket_ptr": "*i32"}
     kernel = _compile(producer_gemm_kernel, pointers, _gemm_constants(cfg, SIGNAL=True),
                       num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     ptx = kernel.asm["ptx"]
@@ -66,18 +69,20 @@ def test_producer_compiles_with_release_flag():
     assert kernel.metadata.shared <= 227 * 1024
 
 
+def _gemm_kernel(kind: str, active: bool):
+    """(kernel, bf16 pointer signature, its WAIT/SIGNAL constexpr) of the producer or consumer."""
+    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32", "ticket_ptr": "*i32"}
+    if kind == "producer":
+        return producer_gemm_kernel, pointers | {"counters_ptr": "*i32"}, dict(SIGNAL=active)
+    return consumer_gemm_kernel, pointers | {"err_ptr": "*i32"}, dict(WAIT=active)
+
+
 @pytest.mark.parametrize("kind", ["producer", "consumer"])
 def test_narrow_edge_tiles_share_shared_memory(kind):
     """A kernel with narrow edge tiles has two pipelined K loops; they must reuse one
     shared-memory allocation (the wide loop's), or the launch would not fit an SM."""
     cfg = BF16_CONFIGS[1]
-    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32"}
-    if kind == "producer":
-        kernel_fn, extra = producer_gemm_kernel, dict(SIGNAL=True)
-        pointers["counters_ptr"] = "*i32"
-    else:
-        kernel_fn, extra = consumer_gemm_kernel, dict(WAIT=True)
-        pointers["err_ptr"] = "*i32"
+    kernel_fn, pointers, extra = _gemm_kernel(kind, True)
     plain = _compile(kernel_fn, pointers, _gemm_constants(cfg, **extra), num_warps=cfg.num_warps,
                      num_stages=cfg.num_stages)
     edged = _compile(kernel_fn, pointers, _gemm_constants(cfg, narrow_n=cfg.narrow_n, **extra),
@@ -85,6 +90,20 @@ def test_narrow_edge_tiles_share_shared_memory(kind):
     assert edged.metadata.shared == plain.metadata.shared <= 227 * 1024
     assert edged.asm["ptx"].count("wgmma.mma_async") > plain.asm["ptx"].count("wgmma.mma_async"), \
         "the narrow tiles get their own tensor-core loop"
+
+
+@pytest.mark.parametrize("kind", ["producer", "consumer"])
+def test_dynamic_tiles_take_tickets(kind):
+    """DYNAMIC=True: tiles come from a relaxed gpu-scope ticket counter that the last program
+    resets (an exchange); the static kernel has no ticket atomics at all."""
+    cfg = BF16_CONFIGS[0]
+    kernel_fn, pointers, extra = _gemm_kernel(kind, False)
+    ptx = {dyn: _compile(kernel_fn, pointers, _gemm_constants(cfg, dynamic=dyn, **extra), num_warps=cfg.num_warps,
+                         num_stages=cfg.num_stages).asm["ptx"] for dyn in (False, True)}
+    assert not re.search(r"atom\.global", ptx[False]), "static tiles: no atomics without waits or signals"
+    assert len(re.findall(r"atom\.global(\.relaxed)?(\.gpu)?(\.relaxed)?\.add", ptx[True])) >= 2, \
+        "a ticket for the first tile and one per next tile"
+    assert re.search(r"atom\.global\.[a-z.]*exch", ptx[True]), "the last program resets the counter"
 
 
 def test_flag_kernels_compile():

@@ -45,11 +45,13 @@ def _cases(rng: random.Random) -> list[dict]:
             rng.shuffle(arrival)
             cases.append(dict(kind="consumer", dtype=dtype, m=m, k=k, n=n, seed=rng.getrandbits(31),
                               offsets=[0, *cuts, m], arrival=arrival, programs=rng.randint(1, 5),
-                              narrow_rows=rng.choice([0, m, _last_chunk_rows([0, *cuts, m], arrival)])))
+                              narrow_rows=rng.choice([0, m, _last_chunk_rows([0, *cuts, m], arrival)]),
+                              dynamic=rng.random() < 0.5))
             groups = rng.randint(1, -(-m // CONFIG["block_m"]))
             cases.append(dict(kind="producer", dtype=dtype, m=m, k=k, n=n, seed=rng.getrandbits(31),
                               groups=groups, ramp=rng.random() < 0.5, programs=rng.randint(1, 5),
-                              narrow_rows=rng.choice([0, rng.randint(1, m)])))
+                              narrow_rows=rng.choice([0, rng.randint(1, m)]), dynamic=rng.random() < 0.5))
+    cases[0]["dynamic"], cases[1]["dynamic"] = True, False  # both tile orders, whatever the draws
     cases.append(dict(kind="timeout", dtype="float32", m=64, k=32, n=64, seed=rng.getrandbits(31),
                       offsets=[0, 32, 64], arrival=[0, 1], programs=2, missing=1))
     return cases
@@ -72,7 +74,7 @@ def _child(cases_path: str, out_path: str) -> None:
         b = torch.randn(case["k"], case["n"], generator=gen).to(dtype)
         out = torch.empty(case["m"], case["n"], dtype=dtype)
         common = dict(m=case["m"], n=case["n"], k=case["k"], dtype=dtype, device="cpu", config=cfg,
-                      num_programs=case["programs"])
+                      num_programs=case["programs"], dynamic=case.get("dynamic", False))
         record = dict(case=case, a=a, b=b)
         if case["kind"] == "producer":
             offsets = (ramp_row_offsets if case["ramp"] else even_row_offsets)(case["m"], case["groups"],
@@ -98,6 +100,7 @@ def _child(cases_path: str, out_path: str) -> None:
             except FlagTimeoutError as exc:
                 record["timeout_message"] = str(exc)
         record["out"] = out
+        record["tickets"] = ws.tickets.tolist()
         record["narrow_tiles"] = sum(tile[2] for tile in ws.schedule.tiles)
         results.append(record)
     torch.save(results, out_path)
@@ -137,6 +140,16 @@ def test_producer_numerics_and_every_group_signalled(results):
             expected.append(sum(-(-n // (narrow_bn if b * bm < narrow_rows else CONFIG["block_n"])) for b in blocks))
         assert record["counters"].tolist() == expected, "each group's counter counts its tiles exactly once"
         assert (record["narrow_tiles"] > 0) == (narrow_rows > 0)
+
+
+@pytest.mark.timeout(300)
+def test_dynamic_tickets_reset_themselves(results):
+    """With tiles taken from the ticket counter, the last program leaves it at zero for the
+    next launch (no memset between calls); both orders appear among the cases."""
+    gemms = [r for r in results if r["case"]["kind"] != "timeout"]
+    assert {r["case"]["dynamic"] for r in gemms} == {False, True}
+    for record in gemms:
+        assert record["tickets"] == [0, 0], f"tickets left at {record['tickets']} in {record['case']}"
 
 
 @pytest.mark.timeout(300)

@@ -12,6 +12,7 @@ from hocket.kernels.schedule import (
     offsets_from_sizes,
     producer_schedule,
     ramp_row_offsets,
+    trapezoid_row_offsets,
 )
 
 
@@ -196,3 +197,29 @@ def test_consumer_narrow_tail_in_arrival_order(trial):
     for i, (_, _, narrow, _, hi) in enumerate(s.tiles):
         landing_after = sum(offsets[c + 1] - offsets[c] for c in arrival[steps[i]:])
         assert narrow == int(landing_after <= narrow_rows), "narrow exactly where the chunk lands in the tail"
+
+
+@pytest.mark.parametrize("trial", range(30))
+def test_trapezoid_pieces_small_at_both_ends(trial):
+    rng = random.Random()
+    align = rng.choice([1, 16, 128])
+    units = rng.randint(3, 200)
+    m = units * align - rng.randint(0, align - 1)  # the last block may be partial
+    chunks = rng.randint(3, units)
+    ratio = rng.uniform(1.2, 3.0)
+    offsets = trapezoid_row_offsets(m, chunks, align=align, ratio=ratio)
+    sizes = [b - a for a, b in zip(offsets, offsets[1:])]
+    assert len(sizes) == chunks and offsets[0] == 0 and offsets[-1] == m and min(sizes) > 0
+    assert all(o % align == 0 for o in offsets[:-1]), "inner boundaries on whole row blocks"
+    assert sizes[0] == align, "one block first (the to-host fill / the GEMM's first wait)"
+    if m % align == 0:
+        assert sizes[-1] == align, "one block last (the from-host drain)"
+    middle = max(sizes)
+    assert sizes.index(middle) not in (0, chunks - 1) or middle == align, "the large pieces sit in the middle"
+
+
+def test_trapezoid_rejects_bad_input_by_name():
+    with pytest.raises(ValueError, match="chunks=9"):
+        trapezoid_row_offsets(1024, 9, align=128)
+    with pytest.raises(ValueError, match="ratio"):
+        trapezoid_row_offsets(1024, 4, align=128, ratio=1.0)

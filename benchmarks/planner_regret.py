@@ -17,7 +17,6 @@ The cluster each line was measured on is found by matching its hardware fingerpr
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import sys
@@ -31,12 +30,25 @@ from hocket.plan.uncertainty import uncertainty_from_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MATCH_KEYS = ("devices", "nodes", "topology", "network_transports")
-PRICED_KINDS = ("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h")
-"""the kinds benchmarks/validate_cost.py scores (its hold-out draws from these sites)."""
 
 
 def _shape(fp: dict) -> str:
     return json.dumps({k: fp.get(k) for k in MATCH_KEYS}, sort_keys=True, default=str)
+
+
+def through_host(cluster, cost):
+    """``cost`` pricing a ``collective`` plan as ``host_staged`` where the group's GPUs meet only
+    through host memory (NCCL run with ``NCCL_P2P_DISABLE=1`` stages through pinned host
+    buffers: the host_staged path), as benchmarks/validate_cost.py does."""
+
+    def priced(site, plan):
+        if plan.transport == "collective" and site.world > 1:
+            offered = cluster.group_transports(site.group_ranks)
+            if "collective" not in offered and "host_staged" in offered:
+                plan = plan.with_(transport="host_staged")
+        return cost(site, plan)
+
+    return priced
 
 
 class ClusterFinder:
@@ -79,23 +91,19 @@ class ClusterFinder:
         profile = self.profile_for(record)
         key = (id(cluster), id(profile))
         if key not in self._costs:
-            self._costs[key] = predict_cost_fn(cluster, profile)
+            self._costs[key] = through_host(cluster, predict_cost_fn(cluster, profile))
         return self._costs[key]
 
     def uncertainty_for(self, record):
         return uncertainty_from_profile(self.profile_for(record))
 
 
-def held_out_keys(records, finder: ClusterFinder) -> set[tuple[str, str]]:
-    """(site key, hardware hash) of the sites benchmarks/validate_cost.py holds out: of the
-    sites of priced kinds on a known cluster, every third in the same fixed pseudo-random order."""
-    keys = set()
-    for r in records:
-        if r.site.kind in PRICED_KINDS and finder.cluster_for(r) is not None:
-            hardware = r.hardware.get("hash", "") if isinstance(r.hardware, dict) else ""
-            keys.add(f"{r.site.key}@{hardware}")
-    ordered = sorted(keys, key=lambda k: hashlib.sha1(k.encode()).hexdigest())
-    return {tuple(k.split("@", 1)) for i, k in enumerate(ordered) if i % 3 == 0}
+def held_out_keys(records) -> set[str]:
+    """Site keys benchmarks/validate_cost.py holds out (its frozen split; this script and
+    validate_cost.py live in one folder, so it is imported as a sibling module)."""
+    from validate_cost import held_out_site
+
+    return {r.site.key for r in records if held_out_site(r.site.key, 3)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, notes = planner_regret(records, finder.cost_for, top_k=args.top_k, margin=args.margin,
                                  uncertainty_for=None if args.no_uncertainty else finder.uncertainty_for)
     if args.holdout != "all":
-        held = held_out_keys(records, finder)
-        rows = [r for r in rows if ((r.site.key, r.hardware_hash) in held) == (args.holdout == "held-out")]
+        held = held_out_keys(records)
+        rows = [r for r in rows if (r.site.key in held) == (args.holdout == "held-out")]
     allowance = ("no model-error allowance" if args.no_uncertainty else
                  "model-error allowance per plan class (hocket.plan.uncertainty; larger where no profile applies)")
     print(f"prediction alone: margin {args.margin:.0%}, {allowance}; profile: {args.profile or 'none'} "

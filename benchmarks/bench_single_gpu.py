@@ -122,6 +122,9 @@ class Variant:
     """to host: ``auto`` (a stream wait on the flag value where the driver has it), ``side_kernel``, ``copy_kernel``."""
     chunk_flags: str = "side"
     """from host: chunk flags from a side stream (``side``) or behind each copy on the H2D stream (``copy``)."""
+    config: str = "best"
+    """tile config: ``best`` (fastest GEMM alone) or ``small_m`` (fastest with 64-row blocks:
+    half-size edge pieces)."""
 
     def context_kwargs(self) -> dict:
         return dict(edge_pieces=self.edge_pieces, side_waits=self.side_waits, dynamic=self.dynamic,
@@ -131,19 +134,21 @@ class Variant:
 _PREVIOUS = dict(dynamic=False, copy_wait="side_kernel", chunk_flags="copy")
 VARIANTS = (
     Variant(name="dyn/edge1", pieces="ramp", chunks=(4, 6, 8, 12, 16), edge_pieces=1),
-    Variant(name="dyn/edge2", pieces="ramp", chunks=(6, 8, 12, 16), edge_pieces=2),
-    Variant(name="dyn/edge3", pieces="ramp", chunks=(8, 12), edge_pieces=3),
-    Variant(name="dyn/edge0", pieces="ramp", chunks=(6, 8), edge_pieces=0),
+    Variant(name="dyn/edge2", pieces="ramp", chunks=(8, 12, 16), edge_pieces=2),
+    Variant(name="dyn/edge0", pieces="ramp", chunks=(8,), edge_pieces=0),
     Variant(name="dyn/trap1", pieces="trapezoid", chunks=(8, 12, 16, 24), edge_pieces=1),
     Variant(name="dyn/trap2", pieces="trapezoid", chunks=(12, 16), edge_pieces=2),
-    Variant(name="static/edge1", pieces="ramp", chunks=(6, 8), edge_pieces=1, dynamic=False),
-    Variant(name="oldcopy/edge1", pieces="ramp", chunks=(6, 8), edge_pieces=1, copy_wait="side_kernel",
+    Variant(name="m64/edge1", pieces="ramp", chunks=(8, 12, 16), edge_pieces=1, config="small_m"),
+    Variant(name="m64/trap1", pieces="trapezoid", chunks=(12, 16, 24), edge_pieces=1, config="small_m"),
+    Variant(name="static/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, dynamic=False),
+    Variant(name="oldcopy/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, copy_wait="side_kernel",
             chunk_flags="copy"),
-    Variant(name="previous", pieces="ramp", chunks=(6, 8), edge_pieces=1, **_PREVIOUS),
+    Variant(name="previous", pieces="ramp", chunks=(6, 8, 12), edge_pieces=1, **_PREVIOUS),
     Variant(name="even/before", pieces="even", chunks=(8,), edge_pieces=0, side_waits=False, copy_wait="copy_kernel",
             dynamic=False, chunk_flags="copy"),
 )
-"""``dyn/*``: tiles from a ticket counter (``trap*``: trapezoid pieces), to-host copies held by a stream wait on the flag
+"""``dyn/*``: tiles from a ticket counter (``trap*``: trapezoid pieces; ``m64/*``: the
+fastest config with 64-row blocks), to-host copies held by a stream wait on the flag
 value, from-host chunk flags raised off the copy stream (the defaults). ``static/edge1`` and
 ``oldcopy/edge1`` each undo one of those levers. ``previous``: the tuned schedule of the
 last run (fixed-stride tiles, spin-kernel flag waits on a side stream, chunk flags behind
@@ -193,14 +198,16 @@ def fused_alone_ms(ctx: OffloadContext, direction: str, plan: Plan, a, b, out, *
 
 def choose_tile_config(direction: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, configs, iters: int):
     """Time the tile-fused GEMM alone per config with the default schedule (an 8-piece ramp,
-    narrow edge tiles); return (best config, its ms, {label: ms})."""
+    narrow edge tiles); return ({"best": fastest, "small_m": fastest with 64-row blocks or
+    None}, {config: ms})."""
     results = {}
     for cfg in configs:
         with OffloadContext(a.device, config=cfg) as ctx:
             plan = fused_plan(VARIANTS[0], CONFIG_PLAN_CHUNKS, a.shape[0], block_m=cfg.block_m, direction=direction)
             results[cfg] = fused_alone_ms(ctx, direction, plan, a, b, out, iters=iters)
-    best = min(results, key=results.get)
-    return best, results[best], {cfg.label(): ms for cfg, ms in results.items()}
+    small = [cfg for cfg in results if cfg.block_m == 64]
+    chosen = {"best": min(results, key=results.get), "small_m": min(small, key=results.get) if small else None}
+    return chosen, results
 
 
 # -- one shape and direction -------------------------------------------------------
@@ -250,31 +257,34 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     else:
         comm_bytes = m * k * 2
         comm_ms = median_ms(lambda: a_dev.copy_(a_host, non_blocking=True), iters=iters)
-    best_cfg, config_alone_ms, per_config = choose_tile_config(direction, a_dev, b, c_dev, configs=configs,
-                                                               iters=max(10, iters // 5))
+    chosen, config_ms = choose_tile_config(direction, a_dev, b, c_dev, configs=configs, iters=max(10, iters // 5))
+    per_config = {cfg.label(): ms for cfg, ms in config_ms.items()}
+    alone_text = ", ".join(f"{label} {compute_ms / ms:.0%}" for label, ms in per_config.items())
     log(f"  {direction} {m}x{k}x{n}: mm {compute_ms:.3f} ms ({flops / compute_ms / 1e9:.0f} TFLOP/s), "
-        f"copy {comm_ms:.3f} ms ({comm_bytes / comm_ms / 1e6:.1f} GB/s), tile config {best_cfg.label()} "
-        f"({compute_ms / config_alone_ms:.0%} of cuBLAS alone with an {CONFIG_PLAN_CHUNKS}-piece ramp)")
+        f"copy {comm_ms:.3f} ms ({comm_bytes / comm_ms / 1e6:.1f} GB/s); tile-fused GEMM alone vs cuBLAS with an "
+        f"{CONFIG_PLAN_CHUNKS}-piece ramp: {alone_text}")
 
-    runs = [("-", dict(), Plan(strategy="sequential", transport="host_staged"))]
-    runs += [("-", dict(), Plan(strategy="chunked", chunks=c, transport="host_staged")) for c in chunk_counts]
+    runs = [("-", dict(), None, Plan(strategy="sequential", transport="host_staged"))]
+    runs += [("-", dict(), None, Plan(strategy="chunked", chunks=c, transport="host_staged")) for c in chunk_counts]
     for variant in variants:
-        for c in variant.chunks:
-            if c <= -(-m // best_cfg.block_m):
-                runs.append((variant.name, variant.context_kwargs(),
-                             fused_plan(variant, c, m, block_m=best_cfg.block_m, direction=direction)))
+        cfg = chosen[variant.config]
+        for c in variant.chunks if cfg is not None else ():
+            if c <= -(-m // cfg.block_m):
+                runs.append((variant.name, variant.context_kwargs(), cfg,
+                             fused_plan(variant, c, m, block_m=cfg.block_m, direction=direction)))
     contexts = {}
+    contexts_config = {name: cfg for name, _, cfg, _ in runs if cfg is not None}
     timed = []
     try:
-        for name, kwargs, plan in runs:
+        for name, kwargs, cfg, plan in runs:
             if name not in contexts:
-                contexts[name] = OffloadContext(dev, config=best_cfg, **kwargs)
+                contexts[name] = OffloadContext(dev, config=cfg, **kwargs)
             ctx = contexts[name]
             fn, err = _run_fn(direction, ctx, plan, expected=expected, shape=shape, **buffers)
             summary = summarize(samples_ms(fn, iters=iters, warmup=3))
             ctx.check()
             timed.append((name, plan, summary, err))
-            log(f"    {plan.describe():28s} {name:12s} {summary.median_ms:.3f} ms (p10 {summary.p10_ms:.3f}, "
+            log(f"    {plan.describe():28s} {name:13s} {summary.median_ms:.3f} ms (p10 {summary.p10_ms:.3f}, "
                 f"p90 {summary.p90_ms:.3f}), max error {err:.2g}, pieces {list(plan.split_sizes or ())}")
         fused = [t for t in timed if t[1].strategy == "tile_fused"]
         best_name, best_plan = min(fused, key=lambda t: t[2].median_ms)[:2]
@@ -294,11 +304,12 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     sequential_ms = timed[0][2].median_ms
     baselines = Baselines(sequential_ms=sequential_ms, compute_alone_ms=compute_ms, comm_alone_ms=comm_ms)
     site = Site(kind="mm_d2h" if direction == "to_host" else "h2d_mm", m=m, k=k, n=n, dtype="bfloat16", world=1)
-    common = dict(provenance.extra, tile_config=best_cfg.label(), tile_configs_alone_ms=per_config,
+    best_cfg = contexts_config[best_name]
+    common = dict(provenance.extra, tile_configs_alone_ms=per_config,
                   cublas_tflops=flops / compute_ms / 1e9, comm_bytes=comm_bytes)
     records = []
     for name, plan, summary, err in timed:
-        extra = dict(common, variant=name)
+        extra = dict(common, variant=name, tile_config=contexts_config[name].label() if name != "-" else None)
         if name != "-":
             extra.update(next(v for v in variants if v.name == name).context_kwargs())
         if (name, plan) == (best_name, best_plan):
@@ -313,7 +324,8 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
         return min(options, key=lambda o: o[0]) if options else (float("nan"), None)
 
     row = dict(direction=direction, shape=shape, compute_ms=compute_ms, comm_ms=comm_ms, sequential_ms=sequential_ms,
-               fused_alone_pct=compute_ms / alone_ms, tile_config=best_cfg.label(), best_variant=best_name)
+               fused_alone_pct=compute_ms / alone_ms, best_config_pct=compute_ms / min(config_ms.values()),
+               tile_config=best_cfg.label(), best_variant=best_name)
     columns = {"chunked": lambda name, p: p.strategy == "chunked",
                "tile_fused": lambda name, p: p.strategy == "tile_fused",
                "previous": lambda name, p: name == "previous"}
@@ -328,7 +340,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
 def print_table(rows: list[dict]) -> None:
     head = (f"{'direction':9s} {'m x k x n':18s} {'mm_ms':>7s} {'copy_ms':>7s} {'seq_ms':>7s} "
             f"{'chunked_ms (c) eff':>22s} {'fused_ms (c) eff':>22s} {'fusedGEMM/cuBLAS':>16s} "
-            f"{'previous_ms (c) eff':>22s}  best fused variant")
+            f"{'previous_ms (c) eff':>22s} {'bestCfg/cuBLAS':>14s}  best fused variant (tile config)")
     print("\n" + head)
     print("-" * len(head))
     for r in rows:
@@ -338,10 +350,12 @@ def print_table(rows: list[dict]) -> None:
             ms, chunks, label = r[column]
             cells.append(f"{ms:7.3f} ({chunks}) {label:>7s}")
         print(f"{r['direction']:9s} {shape:18s} {r['compute_ms']:7.3f} {r['comm_ms']:7.3f} {r['sequential_ms']:7.3f} "
-              f"{cells[0]:>22s} {cells[1]:>22s} {r['fused_alone_pct']:16.0%} {cells[2]:>22s}  {r['best_variant']}")
+              f"{cells[0]:>22s} {cells[1]:>22s} {r['fused_alone_pct']:16.0%} {cells[2]:>22s} "
+              f"{r['best_config_pct']:14.0%}  {r['best_variant']} ({r['tile_config']})")
     print("eff: overlap efficiency (T_seq - T) / (T_seq - max(mm, copy)); 'x' marks a speedup where the "
           "possible saving is under 15% of T_seq. fused: best tile_fused plan; fusedGEMM/cuBLAS: that plan's "
-          "GEMM alone (flags pre-set / nothing waiting) vs torch.mm; previous: the last run's tuned schedule "
+          "GEMM alone (flags pre-set / nothing waiting) vs torch.mm; bestCfg/cuBLAS: the fastest tile config's GEMM "
+          "alone (8-piece ramp); previous: the last run's tuned schedule "
           "(fixed-stride tiles, spin-kernel flag waits, chunk flags behind each copy), re-measured")
 
 
@@ -469,7 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     provenance = collect(command=command_line(argv), hardware=fingerprint(),
                          extra={"device": device_name, "mode": "smoke" if args.smoke else "full", "iters": iters})
     shapes = SMOKE_SHAPES if args.smoke else SHAPES
-    configs = candidate_configs(DTYPE)[:1] if args.smoke else candidate_configs(DTYPE)
+    configs = candidate_configs(DTYPE)
+    if args.smoke:  # the first config and the first with 64-row blocks
+        configs = configs[:1] + tuple(c for c in configs if c.block_m == 64)[:1]
     chunk_counts = (8,) if args.smoke else CHUNKS
     variants = SMOKE_VARIANTS if args.smoke else VARIANTS
     if args.variants:

@@ -57,7 +57,10 @@ BF16_CONFIGS = (
     TileConfig(block_m=256, block_n=128, block_k=64, num_warps=8, num_stages=3),
     TileConfig(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=4),
     TileConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4),
+    TileConfig(block_m=64, block_n=256, block_k=64, num_warps=4, num_stages=4),
 )
+"""The last one has 64-row blocks: pieces and flag groups can be 64 rows, so the exposed
+first group (to host) or last chunk (from host) costs half a 128-row block's latency."""
 FP32_CONFIGS = (
     TileConfig(block_m=128, block_n=128, block_k=32, num_warps=8, num_stages=3),
     TileConfig(block_m=64, block_n=128, block_k=32, num_warps=4, num_stages=3),

@@ -14,7 +14,12 @@ Strategies (``plan.strategy``; ``plan.chunks`` pieces; the transport is always h
 
 Pieces (``hocket.ops.offload_pieces``): ``plan.split_sizes`` if given, else even for
 ``chunked`` and a geometric ramp for ``tile_fused`` (one row block where the pipeline is
-exposed: the first group to host, the last chunk from host; that piece's tiles are narrow).
+exposed: the first group to host, the last chunk from host; that piece's tiles are narrow;
+``hocket.kernels.schedule.trapezoid_row_offsets`` gives sizes small at both ends).
+
+tile_fused defaults (``OffloadContext``): tiles from a ticket counter (free programs take
+the next tile), to-host copies held on the D2H stream by a driver wait on each group's
+flag (no spin kernel), from-host chunk flags raised off the copy stream.
 
 Resources (copy streams, pinned and device staging buffers, kernel workspaces) live in an
 :class:`OffloadContext`; without ``context=`` each device gets one default context, kept

@@ -204,6 +204,22 @@ def _price(space: PlanSpace, cost_fn: CostFn, config: SearchConfig
     return priced, skipped
 
 
+def _drop_unmodelled_splits(priced: list[tuple[Plan, float]], skipped: list[Pruned]
+                            ) -> tuple[list[tuple[Plan, float]], list[Pruned]]:
+    """Leave out uneven plans priced exactly like their even twin: the cost model does not
+    model their pieces, so they would only crowd the ranking (and autotune's top-k)."""
+    even = {plan: ms for plan, ms in priced if plan.split_sizes is None}
+    kept = []
+    for plan, ms in priced:
+        twin_ms = even.get(plan.with_(split_sizes=None)) if plan.split_sizes is not None else None
+        if twin_ms is not None and ms == twin_ms:
+            skipped.append(Pruned(plan=plan, reason="the cost model prices these uneven pieces exactly like even "
+                                                    "ones (it does not model split_sizes), so nothing tells them apart"))
+        else:
+            kept.append((plan, ms))
+    return kept, skipped
+
+
 def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | None = None,
                 profile: object = None) -> SearchResult:
     """Price the candidates of ``space`` with ``cost_fn`` and select (``profile``: the
@@ -211,6 +227,7 @@ def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | Non
     config = config or SearchConfig()
     uncertainty = resolve_uncertainty(config, profile)
     priced, skipped = _price(space, cost_fn, config)
+    priced, skipped = _drop_unmodelled_splits(priced, skipped)
     chosen, chosen_ms, ranked = select(priced, baseline=space.baseline, margin=config.margin,
                                        uncertainty=uncertainty)
     seq_ms = next(s.predicted_ms for s in ranked if s.plan == space.baseline)

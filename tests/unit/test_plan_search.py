@@ -137,7 +137,10 @@ def test_search_sites_prices_each_distinct_key_once():
     assert set(results) == {sites[0].key, sites[2].key}
     per_key = {key: sum(1 for k, _ in calls if k == key) for key in results}
     for key, result in results.items():
-        assert per_key[key] == len(result.ranked)
+        # priced once each: ranked, or dropped as uneven pieces priced like their even twin
+        twins = [r for r in result.pruned if "exactly like even ones" in r.reason]
+        assert twins and all(r.plan.split_sizes is not None for r in twins)
+        assert per_key[key] == len(result.ranked) + len(twins)
         assert result.chosen == Plan()
 
 

@@ -233,6 +233,8 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     row = {"site": site.to_dict(), "methods": {}, "failures": {}}
 
     def measure(name: str, fn, *, plan: Plan | None = None, check: bool = True) -> float | None:
+        if plan is not None and plan.comm_sms is not None and f"sms={plan.comm_sms}" not in name:
+            name += f"/sms={plan.comm_sms}"  # describe() leaves the SM budget out; names must stay distinct
         if check:
             ok, err, message = checked(case, fn, name)
             if not ok:

@@ -5,7 +5,9 @@ Each (group, device) gets one :class:`HostRelay`: a :class:`SharedHostBuffer` fi
 rank maps and page-locks, holding ``SLOTS`` message slots per rank; a device-to-host and a
 host-to-device copy stream; CUDA IPC events (``landed`` per slot: this rank's copy into
 its slot is done; ``consumed`` per slot: this rank has read every peer's slot); and an
-:class:`~hocket.transport.issue_thread.IssueThread` that issues the messages. A collective is
+:class:`~hocket.transport.issue_thread.IssueThread` that issues the messages when
+``HOCKET_HOST_STAGE_THREAD=1`` (default 0: the calling thread issues them; on 2xH200 the
+thread's polling latency cost more than it saved). A collective is
 cut into messages of at most ``HOCKET_HOST_STAGE_PIECE_MB`` (ramped: the first two smaller), so
 the device-to-host copy of one message runs while the host-to-device copy of the previous one
 does. Every step is stream-ordered, so no thread waits for a copy; the issue thread waits
@@ -19,9 +21,10 @@ their side of a message, so that each cross-process event wait refers to the rig
    ``landed`` events, copies (and reduces) their slots into the output, records
    ``consumed`` and publishes "read ``seq``".
 
-The launching thread only records a "ready" event (inputs written, outputs free) on its stream
-and submits; it never waits for a peer, so the GEMM launched after a collective starts at once.
-The returned :class:`~hocket.transport.issue_thread.ThreadPending` ends after both streams. All
+The copies wait for a "ready" event (inputs written, outputs free): by default one recorded on the
+caller's stream at the call, or one the caller passes (``ready=``, recorded before a GEMM the caller
+launched first, so the handshakes run while that GEMM does; see ``hocket.ops.lowering.peer_chunked``).
+The returned pending (``ThreadPending`` or ``StreamPending``) ends after both streams. All
 ranks must issue the same transfers in the same order (the operators agree on their plan first);
 every host wait is bounded by ``HOCKET_TIMEOUT_S``.
 """
@@ -97,11 +100,14 @@ class HostRelay:
                         env.host_stage_piece_bytes() // max(1, copies)) // itemsize
         return ramped_rounds(total, per_range)
 
-    def post(self, messages, *tensors: torch.Tensor, finish=None, what: str) -> ThreadPending | StreamPending:
-        """Issue ``messages`` (``(send, receive)`` pairs, see :meth:`message`) on the issue thread,
-        after the work enqueued so far on the caller's stream; ``finish()`` then runs on the H2D
-        stream. ``tensors`` stay allocated until the copies are done."""
-        ready = torch.cuda.current_stream(self.device).record_event()
+    def post(self, messages, *tensors: torch.Tensor, finish=None, what: str,
+             ready: torch.cuda.Event | None = None) -> ThreadPending | StreamPending:
+        """Issue ``messages`` (``(send, receive)`` pairs, see :meth:`message`) after ``ready`` (default:
+        the work enqueued so far on the caller's stream), on the issue thread or the calling thread
+        (``HOCKET_HOST_STAGE_THREAD``); ``finish()`` then runs on the H2D stream. ``tensors`` stay
+        allocated until the copies are done."""
+        if ready is None:
+            ready = torch.cuda.current_stream(self.device).record_event()
         for t in tensors:
             t.record_stream(self.d2h)
             t.record_stream(self.h2d)
@@ -174,6 +180,10 @@ class HostStagedTransport:
     """Collectives through shared pinned host memory (see the module docstring)."""
 
     name = "host_staged"
+    takes_ready_event = True
+    """collectives take ``ready=`` (an event of the caller's stream): the copies wait for it instead of
+    for everything enqueued before the call, so a caller may launch a GEMM first and issue the
+    transfer (whose host handshakes then run while the GEMM does) after it."""
 
     def __init__(self, group: GroupHandle) -> None:
         require_nccl(group, self.name, "stages GPU tensors through pinned host memory")
@@ -183,7 +193,7 @@ class HostStagedTransport:
         require_cuda(t, self.name)
         return RELAYS.get(self.group, t.device)
 
-    def all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> ThreadPending:
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(inp)
         src, dst = inp.reshape(-1), out.view(-1)
         n, rank = src.numel(), relay.rank
@@ -202,9 +212,9 @@ class HostStagedTransport:
         def own_rows():
             dst[rank * n:(rank + 1) * n].copy_(src)
 
-        return relay.post(messages, src, dst, finish=own_rows, what="host-staged all-gather")
+        return relay.post(messages, src, dst, finish=own_rows, what="host-staged all-gather", ready=ready)
 
-    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor) -> ThreadPending:
+    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(inp)
         w, rank = relay.world, relay.rank
         dst = out.view(-1)
@@ -230,9 +240,9 @@ class HostStagedTransport:
                 torch.sum(parts, dim=0, out=dst[lo:hi])
 
             messages.append((send, receive))
-        return relay.post(messages, blocks, dst, what="host-staged reduce-scatter")
+        return relay.post(messages, blocks, dst, what="host-staged reduce-scatter", ready=ready)
 
-    def all_reduce(self, tensor: torch.Tensor) -> ThreadPending:
+    def all_reduce(self, tensor: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(tensor)
         w = relay.world
         flat = tensor.view(-1)
@@ -251,7 +261,7 @@ class HostStagedTransport:
                 torch.sum(parts, dim=0, out=flat[lo:hi])
 
             messages.append((send, receive))
-        return relay.post(messages, flat, what="host-staged all-reduce")
+        return relay.post(messages, flat, what="host-staged all-reduce", ready=ready)
 
     def exchange(self, sends, recvs):
         raise ValueError("transport='host_staged' carries whole collectives, not peer-to-peer ring steps; use "

@@ -14,7 +14,10 @@ Gathering the last dim (K) runs the stream-level pipeline of :mod:`hocket.ops.lo
 over the copy-engine transport's collectives instead. Other transports run that pipeline too,
 except with ``plan.order == "local_first"`` (:func:`local_first_gather`, :func:`own_block_last_scatter`):
 every piece's collective is issued at once and this rank's own data is multiplied first (all-gather)
-or last (reduce-scatter), so the first (last) GEMM hides the first (last) transfers.
+or last (reduce-scatter), so the first (last) GEMM hides the first (last) transfers. Over
+``host_staged`` (whose issue waits on the host for the peers) the GEMM that hides a transfer is
+launched *before* the transfer is issued, the transfer waiting only for an event recorded ahead of
+that GEMM, so the GPU never idles while the host shakes hands.
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ from hocket.ops.lowering import chunked
 from hocket.ops.lowering.peer_pipe import FLAGS_PER_SOURCE, PIPES, PeerPipe
 from hocket.ops.lowering.problems import AllReduceMatmul, GatherMatmul, ScatterMatmul
 from hocket.ops.lowering.runtime import bind_executors
+
+
+def takes_ready_event(rt) -> bool:
+    """Whether the transport's collectives take ``ready=`` (host_staged): then a GEMM may be launched
+    before the transfer that runs beside it is issued."""
+    return bool(getattr(rt.transport, "takes_ready_event", False))
 
 
 def uses_peer_pipe(rt, plan) -> bool:
@@ -66,8 +75,13 @@ def local_first_gather(A_shard, Bs, dim, need_A, rt, plan):
     g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
     pieces = piece_bounds(g.R, min(plan.chunks, FLAGS_PER_SOURCE))
     stages = [rt.ctx.buffer(f"local_first.ag{i}", (w, hi - lo, g.Kc)) for i, (lo, hi) in enumerate(pieces)]
-    pending = [rt.transport.all_gather(st, g.local[lo:hi]) for st, (lo, hi) in zip(stages, pieces)]
-    g.compute_rows(rank, 0, g.R, g.local)
+    if takes_ready_event(rt):  # launch the own-shard GEMM first: the transfers' host handshakes run beside it
+        ready = torch.cuda.current_stream().record_event()
+        g.compute_rows(rank, 0, g.R, g.local)
+        pending = [rt.transport.all_gather(st, g.local[lo:hi], ready=ready) for st, (lo, hi) in zip(stages, pieces)]
+    else:
+        pending = [rt.transport.all_gather(st, g.local[lo:hi]) for st, (lo, hi) in zip(stages, pieces)]
+        g.compute_rows(rank, 0, g.R, g.local)
     for st, (lo, hi), p in zip(stages, pieces, pending):
         p.wait()
         for src in range(w):
@@ -87,7 +101,14 @@ def own_block_last_scatter(A, B, reduce_op, dim, rt, plan):
     w, rank = rt.world, rt.rank
     s = ScatterMatmul(A, B, dim, w)
     pieces = piece_bounds(s.rows, min(plan.chunks, FLAGS_PER_SOURCE))
-    pending = []
+    deferred = takes_ready_event(rt)
+    pending, waiting = [], []  # deferred: a piece's transfer is issued after the next GEMM is launched
+
+    def issue(item):
+        (lo, hi), st, ready = item
+        kwargs = {"ready": ready} if deferred else {}
+        pending.append(rt.transport.reduce_scatter(s.out_c[lo:hi], st, **kwargs))
+
     for i, (lo, hi) in enumerate(pieces):
         st = rt.ctx.buffer(f"own_last.rs{i}", (w, hi - lo, s.cols))
         for b in range(w):
@@ -95,9 +116,17 @@ def own_block_last_scatter(A, B, reduce_op, dim, rt, plan):
                 st[b].zero_()
             else:
                 s.partial(b, lo, hi, st[b])
-        pending.append(rt.transport.reduce_scatter(s.out_c[lo:hi], st))
+        item = ((lo, hi), st, torch.cuda.current_stream().record_event() if deferred else None)
+        if not deferred:
+            issue(item)
+            continue
+        for older in waiting:
+            issue(older)
+        waiting = [item]
     own = rt.ctx.buffer("own_last.own", (s.rows, s.cols))
     s.partial(rank, 0, s.rows, own)
+    for older in waiting:
+        issue(older)
     for p in pending:
         p.wait()
     s.out_c.add_(own)

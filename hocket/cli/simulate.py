@@ -214,7 +214,8 @@ def format_table(summary: dict, written: list[str]) -> str:
         f"micro-batches (global batch {summary['global_batch_sequences']} sequences)",
         f"layers per stage: {par['stages']}",
         f"predicted step time: {summary['step_ms']:.3f} ms"
-        + (f"  (the planner's estimate: sites, compute and pipeline fill/drain, no sends or DP sync: {summary['planner_predicted_step_ms']:.3f} ms)"
+        + (f"  (the planner's estimate: sites, compute and pipeline fill/drain, no sends or DP sync: "
+           f"{summary['planner_predicted_step_ms']:.3f} ms)"
            if summary.get("planner_predicted_step_ms") else ""),
         f"exposed communication: mean {summary['exposed_comm_ms_mean']:.3f} ms per rank, "
         f"max {summary['exposed_comm_ms_max']:.3f} ms",

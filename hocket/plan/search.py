@@ -213,8 +213,9 @@ def _drop_unmodelled_splits(priced: list[tuple[Plan, float]], skipped: list[Prun
     for plan, ms in priced:
         twin_ms = even.get(plan.with_(split_sizes=None)) if plan.split_sizes is not None else None
         if twin_ms is not None and ms == twin_ms:
-            skipped.append(Pruned(plan=plan, reason="the cost model prices these uneven pieces exactly like even "
-                                                    "ones (it does not model split_sizes), so nothing tells them apart"))
+            why = ("the cost model prices these uneven pieces exactly like even ones (it does not model "
+                   "split_sizes), so nothing tells them apart")
+            skipped.append(Pruned(plan=plan, reason=why))
         else:
             kept.append((plan, ms))
     return kept, skipped

@@ -51,7 +51,8 @@ def test_the_lowest_pessimistic_price_wins_not_the_lowest_prediction():
 def test_profile_decides_which_classes_are_measured():
     profile = CalibrationProfile(fingerprint="toy", collectives={"all_gather": (CurvePoint(bytes=1 << 20, ms=1.0),)},
                                  p2p=(CurvePoint(bytes=1 << 20, ms=0.5),),
-                                 contention={"sm_collective": ContentionPoint(gemm_slowdown=1.1, transfer_slowdown=1.2)})
+                                 contention={"sm_collective": ContentionPoint(gemm_slowdown=1.1,
+                                                                              transfer_slowdown=1.2)})
     assert calibrated_classes(profile) == {"sequential", "pipelined"}  # P2P has a curve but no contention entry
     assert calibrated_classes(None) == {"sequential"}
     u = uncertainty_from_profile(profile, TOY)

@@ -88,6 +88,17 @@ def median_ms(fn, *, iters: int, warmup: int = 3) -> float:
     return statistics.median(samples_ms(fn, iters=iters, warmup=warmup))
 
 
+def _two_stream_copy(src: torch.Tensor, dst: torch.Tensor, side: torch.cuda.Stream) -> None:
+    """Copy ``src`` -> ``dst`` as two row halves at once, on the current stream and ``side``."""
+    current = torch.cuda.current_stream()
+    half = src.shape[0] // 2
+    side.wait_stream(current)
+    dst[:half].copy_(src[:half], non_blocking=True)
+    with torch.cuda.stream(side):
+        dst[half:].copy_(src[half:], non_blocking=True)
+    current.wait_stream(side)
+
+
 def check(actual: torch.Tensor, expected_fp32: torch.Tensor, what: str) -> float:
     """Raise if any element was not written (NaN) or is beyond bf16 tolerance; return the max error."""
     actual = actual.to(expected_fp32.device)
@@ -122,13 +133,15 @@ class Variant:
     """to host: ``auto`` (a stream wait on the flag value where the driver has it), ``side_kernel``, ``copy_kernel``."""
     chunk_flags: str = "side"
     """from host: chunk flags from a side stream (``side``) or behind each copy on the H2D stream (``copy``)."""
+    copy_streams: int = 1
+    """2: pieces alternate between two copy streams (stream-wait / side-flag flows)."""
     config: str = "best"
     """tile config: ``best`` (fastest GEMM alone) or ``small_m`` (fastest with 64-row blocks:
     half-size edge pieces)."""
 
     def context_kwargs(self) -> dict:
         return dict(edge_pieces=self.edge_pieces, side_waits=self.side_waits, dynamic=self.dynamic,
-                    copy_wait=self.copy_wait, chunk_flags=self.chunk_flags)
+                    copy_wait=self.copy_wait, chunk_flags=self.chunk_flags, copy_streams=self.copy_streams)
 
 
 _PREVIOUS = dict(dynamic=False, copy_wait="side_kernel", chunk_flags="copy")
@@ -140,6 +153,9 @@ VARIANTS = (
     Variant(name="dyn/trap2", pieces="trapezoid", chunks=(12, 16), edge_pieces=2),
     Variant(name="m64/edge1", pieces="ramp", chunks=(8, 12, 16), edge_pieces=1, config="small_m"),
     Variant(name="m64/trap1", pieces="trapezoid", chunks=(12, 16, 24), edge_pieces=1, config="small_m"),
+    Variant(name="x2/edge1", pieces="ramp", chunks=(8, 12, 16), edge_pieces=1, copy_streams=2),
+    Variant(name="x2/trap1", pieces="trapezoid", chunks=(12, 16, 24), edge_pieces=1, copy_streams=2),
+    Variant(name="m64x2/edge1", pieces="ramp", chunks=(12, 16), edge_pieces=1, config="small_m", copy_streams=2),
     Variant(name="static/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, dynamic=False),
     Variant(name="oldcopy/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, copy_wait="side_kernel",
             chunk_flags="copy"),
@@ -147,8 +163,8 @@ VARIANTS = (
     Variant(name="even/before", pieces="even", chunks=(8,), edge_pieces=0, side_waits=False, copy_wait="copy_kernel",
             dynamic=False, chunk_flags="copy"),
 )
-"""``dyn/*``: tiles from a ticket counter (``trap*``: trapezoid pieces; ``m64/*``: the
-fastest config with 64-row blocks), to-host copies held by a stream wait on the flag
+"""``dyn/*``: tiles from a ticket counter (``trap*``: trapezoid pieces; ``m64*``: the
+fastest config with 64-row blocks; ``*x2*``: two copy streams), to-host copies held by a stream wait on the flag
 value, from-host chunk flags raised off the copy stream (the defaults). ``static/edge1`` and
 ``oldcopy/edge1`` each undo one of those levers. ``previous``: the tuned schedule of the
 last run (fixed-stride tiles, spin-kernel flag waits on a side stream, chunk flags behind
@@ -156,7 +172,10 @@ each copy). ``even/before``: the schedule before any tuning (even groups, full-w
 flag waits on the copy stream)."""
 SMOKE_VARIANTS = (Variant(name="dyn/edge1", pieces="ramp", chunks=(8,), edge_pieces=1),
                   Variant(name="dyn/trap1", pieces="trapezoid", chunks=(12,), edge_pieces=1),
-                  Variant(name="static/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, dynamic=False),
+                  Variant(name="x2/edge1", pieces="ramp", chunks=(8, 12, 16), edge_pieces=1, copy_streams=2),
+    Variant(name="x2/trap1", pieces="trapezoid", chunks=(12, 16, 24), edge_pieces=1, copy_streams=2),
+    Variant(name="m64x2/edge1", pieces="ramp", chunks=(12, 16), edge_pieces=1, config="small_m", copy_streams=2),
+    Variant(name="static/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, dynamic=False),
                   Variant(name="previous", pieces="ramp", chunks=(8,), edge_pieces=1, **_PREVIOUS))
 CONFIG_PLAN_CHUNKS = 8
 
@@ -253,15 +272,20 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     compute_ms = median_ms(lambda: torch.mm(a_dev, b, out=c_dev), iters=iters)
     if direction == "to_host":
         comm_bytes = m * n * 2
-        comm_ms = median_ms(lambda: host_out.copy_(c_dev, non_blocking=True), iters=iters)
+        src, dst = c_dev, host_out
     else:
         comm_bytes = m * k * 2
-        comm_ms = median_ms(lambda: a_dev.copy_(a_host, non_blocking=True), iters=iters)
+        src, dst = a_host, a_dev
+    one_copy_ms = median_ms(lambda: dst.copy_(src, non_blocking=True), iters=iters)
+    side = torch.cuda.Stream(dev)
+    two_copies_ms = median_ms(lambda: _two_stream_copy(src, dst, side), iters=iters)
+    comm_ms = min(one_copy_ms, two_copies_ms)  # the fastest transport for these bytes
     chosen, config_ms = choose_tile_config(direction, a_dev, b, c_dev, configs=configs, iters=max(10, iters // 5))
     per_config = {cfg.label(): ms for cfg, ms in config_ms.items()}
     alone_text = ", ".join(f"{label} {compute_ms / ms:.0%}" for label, ms in per_config.items())
     log(f"  {direction} {m}x{k}x{n}: mm {compute_ms:.3f} ms ({flops / compute_ms / 1e9:.0f} TFLOP/s), "
-        f"copy {comm_ms:.3f} ms ({comm_bytes / comm_ms / 1e6:.1f} GB/s); tile-fused GEMM alone vs cuBLAS with an "
+        f"copy {comm_ms:.3f} ms ({comm_bytes / comm_ms / 1e6:.1f} GB/s; one copy {one_copy_ms:.3f}, two streams "
+        f"{two_copies_ms:.3f}); tile-fused GEMM alone vs cuBLAS with an "
         f"{CONFIG_PLAN_CHUNKS}-piece ramp: {alone_text}")
 
     runs = [("-", dict(), None, Plan(strategy="sequential", transport="host_staged"))]
@@ -305,7 +329,8 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     baselines = Baselines(sequential_ms=sequential_ms, compute_alone_ms=compute_ms, comm_alone_ms=comm_ms)
     site = Site(kind="mm_d2h" if direction == "to_host" else "h2d_mm", m=m, k=k, n=n, dtype="bfloat16", world=1)
     best_cfg = contexts_config[best_name]
-    common = dict(provenance.extra, tile_configs_alone_ms=per_config,
+    common = dict(provenance.extra, tile_configs_alone_ms=per_config, one_copy_ms=one_copy_ms,
+                  two_stream_copy_ms=two_copies_ms,
                   cublas_tflops=flops / compute_ms / 1e9, comm_bytes=comm_bytes)
     records = []
     for name, plan, summary, err in timed:

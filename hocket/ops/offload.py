@@ -141,13 +141,15 @@ class OffloadContext:
     (``side_waits=False`` keeps its old meaning, ``"copy_kernel"``). ``chunk_flags``: where a
     from-host chunk's flag is raised: ``"side"`` (every chunk but the last from a side stream
     after the chunk's event, so the copies run back to back; the last right behind its copy)
-    or ``"copy"`` (each right behind its copy on the H2D stream).
+    or ``"copy"`` (each right behind its copy on the H2D stream). ``copy_streams``: 1, or 2
+    to alternate the pieces of the stream-wait (to host) and side-flag (from host) flows
+    between two copy streams, so one piece's copy set-up overlaps the other's transfer.
     """
 
     def __init__(self, device: torch.device | str | int | None = None, *, config: TileConfig | None = None,
                  num_programs: int | None = None, flag_method: str = "auto", edge_pieces: int = EDGE_PIECES,
                  side_waits: bool = True, dynamic: bool = True, copy_wait: str = "auto",
-                 chunk_flags: str = "side") -> None:
+                 chunk_flags: str = "side", copy_streams: int = 1) -> None:
         require_cuda("hocket.ops offload operators")
         if not isinstance(edge_pieces, int) or isinstance(edge_pieces, bool) or edge_pieces < 0:
             raise ValueError(f"edge_pieces={edge_pieces!r} must be an int >= 0 (0: no narrow tiles)")
@@ -157,6 +159,8 @@ class OffloadContext:
             raise ValueError(f"chunk_flags={chunk_flags!r} must be one of {CHUNK_FLAGS}")
         if not isinstance(dynamic, bool):
             raise TypeError(f"dynamic={dynamic!r} must be a bool")
+        if copy_streams not in (1, 2):
+            raise ValueError(f"copy_streams={copy_streams!r} must be 1 or 2")
         self.device = cuda_device(device)
         self.staged = HostStagedContext(self.device, flag_method=flag_method)
         self.config = config
@@ -166,6 +170,7 @@ class OffloadContext:
         self.dynamic = dynamic
         self.copy_wait = _resolve_copy_wait(copy_wait, self.side_waits, self.device)
         self.chunk_flags = chunk_flags
+        self.second_copy_stream = torch.cuda.Stream(self.device) if copy_streams == 2 else None
         self._workspaces: dict[tuple, ConsumerWorkspace | ProducerWorkspace] = {}
         self.timeouts = _TimeoutWatch()
 
@@ -202,6 +207,8 @@ class OffloadContext:
 
     def close(self) -> None:
         self.check()
+        if self.second_copy_stream is not None:
+            self.second_copy_stream.synchronize()
         self.staged.close()
         self._workspaces.clear()
 

@@ -81,8 +81,16 @@ def fused_from_host(ctx: "OffloadContext", A_host: torch.Tensor, a_dev: torch.Te
                        done=landed[ws.schedule.arrival[-1]], row_offsets=offsets)
 
 
+def _copy_streams(ctx: "OffloadContext", first: torch.cuda.Stream, start) -> list[torch.cuda.Stream]:
+    """``first`` and, with ``copy_streams=2``, the context's second copy stream; each waits for ``start``."""
+    streams = [first] if ctx.second_copy_stream is None else [first, ctx.second_copy_stream]
+    for stream in streams:
+        stream.wait_event(start)
+    return streams
+
+
 def _h2d_with_side_flags(ctx: "OffloadContext", A_host, a_dev, ws, start, timing: bool):
-    """Chunks back to back on the H2D stream (an event after each); the flag stream raises
+    """Chunks back to back on the H2D stream(s) (an event after each); the flag stream raises
     each chunk's flag after its event, except the last chunk's, raised on the H2D stream
     right behind it (nothing follows it there). Returns (events by chunk, flag stream's end)."""
     from hocket.kernels.flags import set_flag_on_stream
@@ -90,14 +98,15 @@ def _h2d_with_side_flags(ctx: "OffloadContext", A_host, a_dev, ws, start, timing
     staged = ctx.staged
     offsets, order = ws.schedule.chunk_offsets, ws.schedule.arrival
     landed: list = [None] * len(order)
-    with torch.cuda.stream(staged.h2d_stream):
-        staged.h2d_stream.wait_event(start)
-        for step, chunk in enumerate(order):
+    streams = _copy_streams(ctx, staged.h2d_stream, start)
+    for step, chunk in enumerate(order):
+        stream = streams[step % len(streams)]
+        with torch.cuda.stream(stream):
             rows = slice(offsets[chunk], offsets[chunk + 1])
             a_dev[rows].copy_(A_host[rows], non_blocking=True)
             if step == len(order) - 1:
                 set_flag_on_stream(ws.flags, chunk, method=staged.flag_method)
-            landed[chunk] = _event(staged.h2d_stream, timing)
+            landed[chunk] = _event(stream, timing)
     with torch.cuda.stream(staged.flag_stream):
         staged.flag_stream.wait_event(start)
         for chunk in order[:-1]:
@@ -129,10 +138,11 @@ def fused_to_host(ctx: "OffloadContext", A: torch.Tensor, B: torch.Tensor, c_dev
     else:
         ready = []
         copied = ctx.staged.d2h_groups(c_dev, out, offsets, flags=ws.flags, side_waits=False, timing=timing, **wait)
-    current.wait_event(copied[-1])  # the error mirror below must follow the copy-side waits
+    for event in copied:  # the error mirror below must follow the copy-side waits (every copy stream)
+        current.wait_event(event)
     ctx.timeouts.watch(ws.errors, max_spins=ws.max_spins, what="matmul_to_host (tile_fused)")
     return FusedEvents(start=start, ready=tuple(ready), copied=tuple(copied), gemm_done=gemm_done,
-                       done=copied[-1], row_offsets=offsets)
+                       done=copied[-1], row_offsets=offsets)  # with two copy streams: see every copied event
 
 
 def _d2h_stream_waits(ctx: "OffloadContext", c_dev, out, ws, start, timing: bool):
@@ -141,16 +151,16 @@ def _d2h_stream_waits(ctx: "OffloadContext", c_dev, out, ws, start, timing: bool
     each wait, events after each copy)."""
     from hocket.kernels.stream_wait import wait_value_on_stream
 
-    d2h = ctx.staged.d2h_stream
+    streams = _copy_streams(ctx, ctx.staged.d2h_stream, start)
     offsets = ws.schedule.group_offsets
     ready, copied = [], []
-    with torch.cuda.stream(d2h):
-        d2h.wait_event(start)
-        for group in range(len(offsets) - 1):
-            wait_value_on_stream(ws.flags, group, stream=d2h)
+    for group in range(len(offsets) - 1):
+        stream = streams[group % len(streams)]
+        with torch.cuda.stream(stream):
+            wait_value_on_stream(ws.flags, group, stream=stream)
             if timing:
-                ready.append(_event(d2h, True))
+                ready.append(_event(stream, True))
             rows = slice(offsets[group], offsets[group + 1])
             out[rows].copy_(c_dev[rows], non_blocking=True)
-            copied.append(_event(d2h, timing))
+            copied.append(_event(stream, timing))
     return ready, copied

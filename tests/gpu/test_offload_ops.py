@@ -82,6 +82,7 @@ SETTINGS = [  # (edge_pieces, context knobs)
     (2, dict(copy_wait="side_kernel", dynamic=True, chunk_flags="side")),
     (1, dict(copy_wait="stream", dynamic=True, chunk_flags="side")),
     (1, dict(copy_wait="stream", dynamic=False, chunk_flags="copy")),
+    (1, dict(copy_wait="stream", dynamic=True, chunk_flags="side", copy_streams=2)),
 ]
 
 
@@ -89,7 +90,7 @@ SETTINGS = [  # (edge_pieces, context knobs)
 def test_tile_fused_schedules_agree(edge_pieces, knobs):
     """Other tile_fused settings: no narrow tiles, static tiles and flag waits on the copy
     stream (the schedule before tuning); two narrow pieces; stream waits on the flag value;
-    explicit uneven split_sizes; all exact."""
+    two copy streams; explicit uneven split_sizes; all exact."""
     from hocket.kernels.stream_wait import stream_wait_available
 
     if knobs.get("copy_wait") == "stream" and not stream_wait_available(DEV.index):

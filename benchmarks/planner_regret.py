@@ -25,6 +25,7 @@ from pathlib import Path
 from hocket.bench.record import read_records
 from hocket.hardware import fingerprint, list_presets, load_cluster, load_preset, probe
 from hocket.plan.regret import planner_regret
+from hocket.plan.report import plan_label
 from hocket.plan.search import predict_cost_fn
 from hocket.plan.uncertainty import uncertainty_from_profile
 
@@ -154,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         s = row.site
         short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(s.dtype, s.dtype)
         label = f"{s.kind} {s.m}x{s.k}x{s.n} {short} w{s.world}"
-        print(f"{label:<34} {row.measured:>3} {row.best_plan.describe():<22} {row.best_ms:>9.3f} "
-              f"{row.predicted_plan.describe():<22} {row.predicted_regret:>6.3f} {row.predicted_vs_sequential:>6.3f} "
-              f"{row.tuned_plan.describe():<22} {row.tuned_regret:>6.3f} {row.tuned_vs_sequential:>6.3f} "
+        print(f"{label:<34} {row.measured:>3} {plan_label(row.best_plan):<22} {row.best_ms:>9.3f} "
+              f"{plan_label(row.predicted_plan):<22} {row.predicted_regret:>6.3f} {row.predicted_vs_sequential:>6.3f} "
+              f"{plan_label(row.tuned_plan):<22} {row.tuned_regret:>6.3f} {row.tuned_vs_sequential:>6.3f} "
               f"{row.noise:>6.1%}")
     if rows:
         pred = [r.predicted_regret for r in rows]

@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from hocket.plan.plan import Plan
-from hocket.plan.search import DEFAULT_MARGIN, CostFn, select
+from hocket.plan.report import plan_label
+from hocket.plan.search import DEFAULT_MARGIN, CostFn, drop_unmodelled_splits, select
 from hocket.plan.uncertainty import Uncertainty
 from hocket.site import Site
 
@@ -92,6 +93,9 @@ def site_regret(records: list, cost_fn: CostFn, *, top_k: int = 4, margin: float
             unpriced.append(f"{plan.describe()}: {exc}")
     if not any(plan == sequential.plan for plan, _ in predicted):
         return None
+    # as in search: uneven pieces the model prices like even ones are not the planner's to pick
+    predicted, dropped = drop_unmodelled_splits(predicted, [])
+    unpriced.extend(f"{plan_label(d.plan)}: {d.reason}" for d in dropped)
     baseline = sequential.plan
     pred_plan, _, ranked = select(predicted, baseline=baseline, margin=margin, uncertainty=uncertainty)
     shortlist = [baseline] + [s.plan for s in ranked if s.plan != baseline][:top_k]

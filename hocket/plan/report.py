@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from hocket.plan.pieces import split_pattern
 from hocket.plan.search import SearchConfig, SearchResult, search_sites
 from hocket.plan.space import SpaceConfig
 from hocket.site import Site
@@ -40,12 +41,14 @@ REPORT_VERSION = 2
 
 
 def plan_label(plan) -> str:
-    """``Plan.describe()`` plus the fields it leaves out (hierarchy, SM budget)."""
+    """``Plan.describe()`` plus the fields it leaves out (hierarchy, SM budget, uneven pieces' shape)."""
     label = plan.describe()
     if plan.hierarchy:
         label += f"/{plan.hierarchy}"
     if plan.comm_sms is not None:
         label += f"/sms={plan.comm_sms}"
+    if plan.split_sizes is not None:
+        label += f"~{split_pattern(plan.split_sizes)}"
     return label
 
 

@@ -204,7 +204,7 @@ def _price(space: PlanSpace, cost_fn: CostFn, config: SearchConfig
     return priced, skipped
 
 
-def _drop_unmodelled_splits(priced: list[tuple[Plan, float]], skipped: list[Pruned]
+def drop_unmodelled_splits(priced: list[tuple[Plan, float]], skipped: list[Pruned]
                             ) -> tuple[list[tuple[Plan, float]], list[Pruned]]:
     """Leave out uneven plans priced exactly like their even twin: the cost model does not
     model their pieces, so they would only crowd the ranking (and autotune's top-k)."""
@@ -228,7 +228,7 @@ def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | Non
     config = config or SearchConfig()
     uncertainty = resolve_uncertainty(config, profile)
     priced, skipped = _price(space, cost_fn, config)
-    priced, skipped = _drop_unmodelled_splits(priced, skipped)
+    priced, skipped = drop_unmodelled_splits(priced, skipped)
     chosen, chosen_ms, ranked = select(priced, baseline=space.baseline, margin=config.margin,
                                        uncertainty=uncertainty)
     seq_ms = next(s.predicted_ms for s in ranked if s.plan == space.baseline)

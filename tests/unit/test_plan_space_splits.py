@@ -78,3 +78,17 @@ def test_piece_sizes_and_bucket_fit():
     fitted = fit_plan(plan, site)
     assert sum(fitted.split_sizes) == 500 and fitted.chunks == len(fitted.split_sizes)
     assert fitted.split_sizes[0] < fitted.split_sizes[1]
+
+
+def test_uneven_pieces_count_their_extra_staging_memory():
+    from hocket.plan.memory import estimate_extra_memory
+
+    site = Site(kind="ag_mm", m=8192, k=4096, n=1024, world=4)
+    even = Plan(strategy="chunked", chunks=4)
+    rows = split_rows(site, "chunked")
+    fill = even.with_(split_sizes=ramp_sizes(rows, 4, "fill"))
+    full = site.m * site.k * site.itemsize
+    sizes = fill.split_sizes
+    expected = 2 * -(-full * max(sizes) // rows) + 2 * -(-full * min(sizes) // rows)
+    assert estimate_extra_memory(site, fill).workspace_bytes == expected
+    assert estimate_extra_memory(site, fill).workspace_bytes > estimate_extra_memory(site, even).workspace_bytes

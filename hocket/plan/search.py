@@ -74,6 +74,41 @@ class SearchResult:
         """The ``k`` best-predicted plans (for autotuning)."""
         return tuple(s.plan for s in self.ranked[:k])
 
+    def tuning_shortlist(self, k: int) -> tuple[Plan, ...]:
+        """``k`` plans worth timing besides sequential (see :func:`tuning_shortlist`)."""
+        return tuning_shortlist([s.plan for s in self.ranked], baseline=self.sequential, k=k)
+
+
+def tuning_shortlist(ranked: Sequence[Plan], *, baseline: Plan, k: int) -> tuple[Plan, ...]:
+    """``k`` plans worth measuring besides ``baseline``, from ``ranked`` (best predicted first).
+
+    The plain top-k of a prediction tends to be one family at neighbouring chunk counts,
+    all wrong the same way (the model under-prices per-piece costs: on 2xH200 host-staged
+    ag_mm 4096x12288x24576 it ranked chunked(8) first, 4.20 vs 4.65 ms predicted for
+    chunked(2), which measured 5.01 vs 3.75 ms). So: the best plan; the same plan with half
+    and a quarter of its pieces, when priced; then the best plan of each other family in
+    predicted order; then the rest of ``ranked``.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k={k!r} must be an int >= 0 (plans to time besides sequential)")
+    others = [p for p in ranked if p != baseline]
+    if not others or k == 0:
+        return ()
+    best = others[0]
+    picked = [best]
+    if best.split_sizes is None:
+        for fewer in (best.chunks // 2, best.chunks // 4):
+            twin = best.with_(chunks=fewer) if fewer >= 1 else None
+            if twin is not None and twin in others and twin not in picked:
+                picked.append(twin)
+    seen = {family_key(p) for p in picked}
+    for plan in others:
+        if family_key(plan) not in seen:
+            seen.add(family_key(plan))
+            picked.append(plan)
+    picked += [p for p in others if p not in picked]
+    return tuple(picked[:k])
+
 
 def _check_margin(margin: float) -> None:
     if not isinstance(margin, (int, float)) or not 0.0 <= margin < 1.0:

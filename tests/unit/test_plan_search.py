@@ -202,3 +202,19 @@ def test_a_plan_the_cost_model_refuses_is_pruned_with_its_reason_but_sequential_
 
     with pytest.raises(ValueError, match="baseline"):
         price_space(space, broken)
+
+
+def test_tuning_shortlist_spreads_over_piece_counts_and_families():
+    ch2, ch16 = Plan(strategy="chunked", chunks=2), Plan(strategy="chunked", chunks=16)
+    ring2 = RING.with_(chunks=2)
+    fused = Plan(strategy="tile_fused", chunks=4, transport="copy_engine")
+    ranked = [CH8, ch16, CH4, RING, ring2, SEQ, ch2, fused]  # best predicted first
+    from hocket.plan.search import tuning_shortlist
+
+    # best, it with half and a quarter of its pieces, then the best of each other family
+    assert tuning_shortlist(ranked, baseline=SEQ, k=4) == (CH8, CH4, ch2, RING)
+    assert tuning_shortlist(ranked, baseline=SEQ, k=5) == (CH8, CH4, ch2, RING, fused)
+    assert set(tuning_shortlist(ranked, baseline=SEQ, k=20)) == set(ranked) - {SEQ}
+    assert tuning_shortlist([SEQ], baseline=SEQ, k=3) == ()
+    with pytest.raises(ValueError, match="k=-1"):
+        tuning_shortlist(ranked, baseline=SEQ, k=-1)

@@ -135,11 +135,14 @@ class Variant:
     """from host: chunk flags from a side stream (``side``) or behind each copy on the H2D stream (``copy``)."""
     copy_streams: int = 1
     """2: pieces alternate between two copy streams (stream-wait / side-flag flows)."""
+    directions: tuple[str, ...] = ("to_host", "from_host")
+    """directions the variant is measured in."""
     config: str = "best"
     """tile config: ``best`` (fastest GEMM alone) or ``small_m`` (fastest with 64-row blocks:
     half-size edge pieces)."""
 
     def context_kwargs(self) -> dict:
+        """OffloadContext knobs (the operator's defaults where the variant sets none)."""
         return dict(edge_pieces=self.edge_pieces, side_waits=self.side_waits, dynamic=self.dynamic,
                     copy_wait=self.copy_wait, chunk_flags=self.chunk_flags, copy_streams=self.copy_streams)
 
@@ -156,6 +159,12 @@ VARIANTS = (
     Variant(name="x2/edge1", pieces="ramp", chunks=(8, 12, 16), edge_pieces=1, copy_streams=2),
     Variant(name="x2/trap1", pieces="trapezoid", chunks=(12, 16, 24), edge_pieces=1, copy_streams=2),
     Variant(name="m64x2/edge1", pieces="ramp", chunks=(12, 16), edge_pieces=1, config="small_m", copy_streams=2),
+    Variant(name="x2k/edge1", pieces="ramp", chunks=(8, 12, 16), edge_pieces=1, copy_streams=2,
+            copy_wait="side_kernel", directions=("to_host",)),
+    Variant(name="x2k/trap1", pieces="trapezoid", chunks=(12, 16), edge_pieces=1, copy_streams=2,
+            copy_wait="side_kernel", directions=("to_host",)),
+    Variant(name="stream/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, copy_wait="stream",
+            directions=("to_host",)),
     Variant(name="static/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, dynamic=False),
     Variant(name="oldcopy/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, copy_wait="side_kernel",
             chunk_flags="copy"),
@@ -163,19 +172,20 @@ VARIANTS = (
     Variant(name="even/before", pieces="even", chunks=(8,), edge_pieces=0, side_waits=False, copy_wait="copy_kernel",
             dynamic=False, chunk_flags="copy"),
 )
-"""``dyn/*``: tiles from a ticket counter (``trap*``: trapezoid pieces; ``m64*``: the
-fastest config with 64-row blocks; ``*x2*``: two copy streams), to-host copies held by a stream wait on the flag
-value, from-host chunk flags raised off the copy stream (the defaults). ``static/edge1`` and
-``oldcopy/edge1`` each undo one of those levers. ``previous``: the tuned schedule of the
-last run (fixed-stride tiles, spin-kernel flag waits on a side stream, chunk flags behind
-each copy). ``even/before``: the schedule before any tuning (even groups, full-width tiles,
+"""``dyn/*``: the operator's defaults: tiles from a ticket counter, to-host copies after
+spin-kernel flag waits on a side stream (``copy_wait="auto"``; it meant a driver stream wait
+in the first run of 2026-11-29, see benchmarks/results/h200/README.md), from-host chunk
+flags raised off the copy stream; ``trap*``: trapezoid pieces; ``m64*``: the fastest
+config with 64-row blocks; ``x2*``: two copy streams (``x2k``: with spin-kernel waits);
+``stream/*``: to-host copies held by a driver stream wait. ``static/edge1`` and
+``oldcopy/edge1`` each undo one lever. ``previous``: the tuned schedule before this round
+(fixed-stride tiles, spin-kernel flag waits on a side stream, chunk flags behind each
+copy). ``even/before``: the schedule before any tuning (even groups, full-width tiles,
 flag waits on the copy stream)."""
 SMOKE_VARIANTS = (Variant(name="dyn/edge1", pieces="ramp", chunks=(8,), edge_pieces=1),
                   Variant(name="dyn/trap1", pieces="trapezoid", chunks=(12,), edge_pieces=1),
-                  Variant(name="x2/edge1", pieces="ramp", chunks=(8, 12, 16), edge_pieces=1, copy_streams=2),
-    Variant(name="x2/trap1", pieces="trapezoid", chunks=(12, 16, 24), edge_pieces=1, copy_streams=2),
-    Variant(name="m64x2/edge1", pieces="ramp", chunks=(12, 16), edge_pieces=1, config="small_m", copy_streams=2),
-    Variant(name="static/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, dynamic=False),
+                  Variant(name="x2k/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, copy_streams=2,
+                          copy_wait="side_kernel", directions=("to_host",)),
                   Variant(name="previous", pieces="ramp", chunks=(8,), edge_pieces=1, **_PREVIOUS))
 CONFIG_PLAN_CHUNKS = 8
 
@@ -292,7 +302,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     runs += [("-", dict(), None, Plan(strategy="chunked", chunks=c, transport="host_staged")) for c in chunk_counts]
     for variant in variants:
         cfg = chosen[variant.config]
-        for c in variant.chunks if cfg is not None else ():
+        for c in variant.chunks if cfg is not None and direction in variant.directions else ():
             if c <= -(-m // cfg.block_m):
                 runs.append((variant.name, variant.context_kwargs(), cfg,
                              fused_plan(variant, c, m, block_m=cfg.block_m, direction=direction)))
@@ -336,7 +346,8 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     for name, plan, summary, err in timed:
         extra = dict(common, variant=name, tile_config=contexts_config[name].label() if name != "-" else None)
         if name != "-":
-            extra.update(next(v for v in variants if v.name == name).context_kwargs())
+            extra.update(next(v for v in variants if v.name == name).context_kwargs(),
+                         copy_wait_used=contexts[name].copy_wait)
         if (name, plan) == (best_name, best_plan):
             extra.update(tile_alone_ms=alone_ms, tile_alone_tflops=flops / alone_ms / 1e9)
         if (name, plan) in timelines:

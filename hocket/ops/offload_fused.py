@@ -134,7 +134,7 @@ def fused_to_host(ctx: "OffloadContext", A: torch.Tensor, B: torch.Tensor, c_dev
         ready, copied = _d2h_stream_waits(ctx, c_dev, out, ws, start, timing)
     elif ctx.copy_wait == "side_kernel":
         ready = ctx.staged.flag_waits(ws.flags, len(offsets) - 1, timing=timing, **wait)
-        copied = ctx.staged.d2h_groups(c_dev, out, offsets, events=ready, after=start, timing=timing)
+        copied = _d2h_after_events(ctx, c_dev, out, offsets, ready, start, timing)
     else:
         ready = []
         copied = ctx.staged.d2h_groups(c_dev, out, offsets, flags=ws.flags, side_waits=False, timing=timing, **wait)
@@ -143,6 +143,23 @@ def fused_to_host(ctx: "OffloadContext", A: torch.Tensor, B: torch.Tensor, c_dev
     ctx.timeouts.watch(ws.errors, max_spins=ws.max_spins, what="matmul_to_host (tile_fused)")
     return FusedEvents(start=start, ready=tuple(ready), copied=tuple(copied), gemm_done=gemm_done,
                        done=copied[-1], row_offsets=offsets)  # with two copy streams: see every copied event
+
+
+def _d2h_after_events(ctx: "OffloadContext", c_dev, out, offsets, ready, start, timing: bool):
+    """Each group's copy after its ready event, on the D2H stream (or alternating between
+    two copy streams, ``copy_streams=2``). Returns the events after each copy."""
+    if ctx.second_copy_stream is None:
+        return ctx.staged.d2h_groups(c_dev, out, offsets, events=ready, after=start, timing=timing)
+    streams = _copy_streams(ctx, ctx.staged.d2h_stream, start)
+    copied = []
+    for group in range(len(offsets) - 1):
+        stream = streams[group % len(streams)]
+        with torch.cuda.stream(stream):
+            stream.wait_event(ready[group])
+            rows = slice(offsets[group], offsets[group + 1])
+            out[rows].copy_(c_dev[rows], non_blocking=True)
+            copied.append(_event(stream, timing))
+    return copied
 
 
 def _d2h_stream_waits(ctx: "OffloadContext", c_dev, out, ws, start, timing: bool):

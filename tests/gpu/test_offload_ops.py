@@ -83,6 +83,7 @@ SETTINGS = [  # (edge_pieces, context knobs)
     (1, dict(copy_wait="stream", dynamic=True, chunk_flags="side")),
     (1, dict(copy_wait="stream", dynamic=False, chunk_flags="copy")),
     (1, dict(copy_wait="stream", dynamic=True, chunk_flags="side", copy_streams=2)),
+    (1, dict(copy_wait="side_kernel", dynamic=True, chunk_flags="side", copy_streams=2)),
 ]
 
 

@@ -128,11 +128,12 @@ class Variant:
     edge_pieces: int
     side_waits: bool = True
     dynamic: bool = True
-    """tiles from a ticket counter (False: fixed stride)."""
+    """tiles from a ticket counter (False: fixed stride, the operator's default)."""
     copy_wait: str = "auto"
     """to host: ``auto`` (a stream wait on the flag value where the driver has it), ``side_kernel``, ``copy_kernel``."""
     chunk_flags: str = "side"
-    """from host: chunk flags from a side stream (``side``) or behind each copy on the H2D stream (``copy``)."""
+    """from host: chunk flags from a side stream (``side``) or behind each copy on the H2D stream
+    (``copy``, the operator's default)."""
     copy_streams: int = 1
     """2: pieces alternate between two copy streams (stream-wait / side-flag flows)."""
     directions: tuple[str, ...] = ("to_host", "from_host")
@@ -172,15 +173,15 @@ VARIANTS = (
     Variant(name="even/before", pieces="even", chunks=(8,), edge_pieces=0, side_waits=False, copy_wait="copy_kernel",
             dynamic=False, chunk_flags="copy"),
 )
-"""``dyn/*``: the operator's defaults: tiles from a ticket counter, to-host copies after
-spin-kernel flag waits on a side stream (``copy_wait="auto"``; it meant a driver stream wait
-in the first run of 2026-11-29, see benchmarks/results/h200/README.md), from-host chunk
-flags raised off the copy stream; ``trap*``: trapezoid pieces; ``m64*``: the fastest
+"""``dyn/*``: tiles from a ticket counter, to-host copies after spin-kernel flag waits on a
+side stream (``copy_wait="auto"``; it meant a driver stream wait in the first run of
+2026-11-29, see benchmarks/results/h200/README.md), from-host chunk flags raised off the
+copy stream; ``trap*``: trapezoid pieces; ``m64*``: the fastest
 config with 64-row blocks; ``x2*``: two copy streams (``x2k``: with spin-kernel waits);
 ``stream/*``: to-host copies held by a driver stream wait. ``static/edge1`` and
 ``oldcopy/edge1`` each undo one lever. ``previous``: the tuned schedule before this round
-(fixed-stride tiles, spin-kernel flag waits on a side stream, chunk flags behind each
-copy). ``even/before``: the schedule before any tuning (even groups, full-width tiles,
+and the operator's default (fixed-stride tiles, spin-kernel flag waits on a side stream,
+chunk flags behind each copy). ``even/before``: the schedule before any tuning (even groups, full-width tiles,
 flag waits on the copy stream)."""
 SMOKE_VARIANTS = (Variant(name="dyn/edge1", pieces="ramp", chunks=(8,), edge_pieces=1),
                   Variant(name="dyn/trap1", pieces="trapezoid", chunks=(12,), edge_pieces=1),

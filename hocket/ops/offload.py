@@ -17,9 +17,11 @@ Pieces (``hocket.ops.offload_pieces``): ``plan.split_sizes`` if given, else even
 exposed: the first group to host, the last chunk from host; that piece's tiles are narrow;
 ``hocket.kernels.schedule.trapezoid_row_offsets`` gives sizes small at both ends).
 
-tile_fused defaults (``OffloadContext``): tiles from a ticket counter (free programs take
-the next tile), to-host copies released by spin kernels on a side stream (a driver stream
-wait, ``copy_wait="stream"``, is the option), from-host chunk flags raised off the copy stream.
+tile_fused defaults (``OffloadContext``): fixed-stride tiles, to-host copies released by
+spin kernels on a side stream, from-host chunk flags behind each copy. Options measured on
+an H200 (benchmarks/results/h200/README.md), none a reliable gain there: tiles from a
+ticket counter (``dynamic``), a driver stream wait (``copy_wait="stream"``), from-host flags
+off the copy stream (``chunk_flags="side"``), two copy streams (``copy_streams=2``).
 
 Resources (copy streams, pinned and device staging buffers, kernel workspaces) live in an
 :class:`OffloadContext`; without ``context=`` each device gets one default context, kept
@@ -137,7 +139,8 @@ class OffloadContext:
 
     ``edge_pieces``: how many pieces at the exposed edge get narrow tiles (0: none).
     ``dynamic``: the tile-fused GEMMs take tiles from a ticket counter (free programs take
-    the next tile) instead of a fixed stride. ``copy_wait``: how a to-host group's copy
+    the next tile) instead of a fixed stride (with ``chunk_flags="copy"`` or ``"side"``; do
+    not pair fixed-stride tiles with ``"side"``: 1.5x slower from host on an H200). ``copy_wait``: how a to-host group's copy
     waits for its flag: ``"stream"`` (the D2H stream holds on the flag value in the GPU's
     front end, ``hocket.kernels.wait_value_on_stream``), ``"side_kernel"`` (spin kernels on
     a side stream hand over with events), ``"copy_kernel"`` (spin kernels on the D2H stream);
@@ -155,8 +158,8 @@ class OffloadContext:
 
     def __init__(self, device: torch.device | str | int | None = None, *, config: TileConfig | None = None,
                  num_programs: int | None = None, flag_method: str = "auto", edge_pieces: int = EDGE_PIECES,
-                 side_waits: bool = True, dynamic: bool = True, copy_wait: str = "auto",
-                 chunk_flags: str = "side", copy_streams: int = 1) -> None:
+                 side_waits: bool = True, dynamic: bool = False, copy_wait: str = "auto",
+                 chunk_flags: str = "copy", copy_streams: int = 1) -> None:
         require_cuda("hocket.ops offload operators")
         if not isinstance(edge_pieces, int) or isinstance(edge_pieces, bool) or edge_pieces < 0:
             raise ValueError(f"edge_pieces={edge_pieces!r} must be an int >= 0 (0: no narrow tiles)")

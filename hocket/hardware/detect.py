@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from hocket.hardware.catalog import builtin_catalog
 from hocket.hardware.spec import ClusterSpec, DeviceSpec, IslandSpec, LinkSpec, NodeGroup, NodeSpec, PairOverride
 
-ALL_TRANSPORTS = frozenset({"collective", "p2p", "copy_engine", "host_staged"})
+ALL_TRANSPORTS = frozenset({"collective", "p2p", "copy_engine", "peer_read", "host_staged"})
 NO_PEER_TRANSPORTS = frozenset({"collective", "host_staged"})
 NVLINK_GBPS_PER_LINK = 25.0
 """NVLink 2, 3 and 4 each move 25 GB/s per direction per link (NVIDIA V100/A100/H100 whitepapers)."""

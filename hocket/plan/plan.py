@@ -9,7 +9,9 @@ from dataclasses import asdict, dataclass, field, replace
 PLAN_VERSION = 1
 
 STRATEGIES = ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted")
-TRANSPORTS = ("collective", "p2p", "copy_engine", "host_staged")
+TRANSPORTS = ("collective", "p2p", "copy_engine", "host_staged", "peer_read")
+"""``peer_read``: the GEMM's own tiles load peer rows from symmetric memory over the GPU link (no
+copy); only with ``strategy="tile_fused"`` on ``ag_mm`` (``hocket.ops.lowering.peer_read``)."""
 ORDERS = ("natural", "local_first", "reverse")
 SUBSTITUTES = (None, "rs_ag", "ring_p2p")
 """``rs_ag``: all-reduce -> reduce-scatter + all-gather; ``ring_p2p``: all-gather -> P2P ring."""

@@ -20,8 +20,10 @@ STRATEGY_TRANSPORTS = {
     "ring": ("p2p",),
     "bidir_ring": ("p2p",),
     "substituted": ("collective", "copy_engine", "host_staged"),
-    "tile_fused": ("copy_engine",),
+    "tile_fused": ("copy_engine", "peer_read"),
 }
+KIND_ONLY_TRANSPORTS = {"peer_read": ("ag_mm",)}
+"""transports a strategy offers for some operators only."""
 CHUNKS = (1, 3)
 
 
@@ -30,7 +32,7 @@ def plans_for(kind: str) -> list[dict]:
     plans = []
     for strategy in SUPPORTED[kind]:
         for transport in STRATEGY_TRANSPORTS[strategy]:
-            if transport not in available_transports():
+            if transport not in available_transports() or kind not in KIND_ONLY_TRANSPORTS.get(transport, (kind,)):
                 continue
             for chunks in (1,) if strategy in ("sequential", "bulk") else CHUNKS:
                 plans.append({"strategy": strategy, "transport": transport, "chunks": chunks})
@@ -46,7 +48,8 @@ def _operand(seed: int, rank: int, shape, dtype: str, device, *, salt: int = 0) 
 
 
 def run_plans(case: dict) -> list[tuple[str, float]]:
-    """``case``: kind, shape, dim, ns, dtype, seed (+ reduce_op / return_A); every plan of ``plans_for``."""
+    """``case``: kind, shape, dim, ns, dtype, seed (+ reduce_op / return_A); every plan of ``plans_for``
+    (or only ``case["plans"]`` when given)."""
     w, rank = dist.get_world_size(), dist.get_rank()
     device = torch.device("cuda", torch.cuda.current_device())
     kind, seed, dtype = case["kind"], case["seed"], case["dtype"]
@@ -60,7 +63,7 @@ def run_plans(case: dict) -> list[tuple[str, float]]:
     else:
         As = [_operand(seed, r, shape, dtype, device) for r in range(w)]
         Bs = [_operand(seed, r, (shape[-1], case["ns"][0]), dtype, device, salt=1) for r in range(w)]
-    for plan in plans_for(kind):
+    for plan in case.get("plans") or plans_for(kind):
         label = f"{plan} {case}"
         for call in range(2):
             if kind == "ag_mm":

@@ -96,8 +96,8 @@ def test_probe_of_an_nvswitch_h200_pair_matches_the_preset_fingerprint(monkeypat
     _fake_gpus(monkeypatch, "NVIDIA H200", 2, nvlinks=18, peer=True)
     cluster = probe()
     assert cluster.device(0).model == "H200 SXM" and cluster.device(0).memory_gib == 139.8
-    assert cluster.link(0, 1).kind == "nvlink" and cluster.transports(0, 1) == {"collective", "p2p", "copy_engine",
-                                                                                 "host_staged"}
+    assert cluster.link(0, 1).kind == "nvlink" and cluster.transports(0, 1) == {
+        "collective", "p2p", "copy_engine", "peer_read", "host_staged"}
     assert fingerprint(cluster)["hash"] == fingerprint(load_preset("h200x2"))["hash"]
 
 

@@ -4,8 +4,8 @@ Strategies that land later (``tile_fused`` on GPUs, other transports' executors)
 :func:`register_executor`, which also makes the planner see them (``planning.SUPPORTED``).
 ``chunked`` runs :mod:`hocket.ops.lowering.peer_chunked` (the stream-level pipeline, plus
 ``order="local_first"`` and the copy-engine pipeline). Where CUDA symmetric memory exists,
-:func:`register_gpu_peers` adds ``tile_fused`` and registers the ``copy_engine`` and
-``host_staged`` transports.
+:func:`register_gpu_peers` adds ``tile_fused`` and registers the ``copy_engine``, ``peer_read``
+and ``host_staged`` transports.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def register_gpu_peers() -> bool:
     from hocket.transport.registry import register_transport
 
     register_transport("copy_engine", CopyEngineTransport)
+    register_transport("peer_read", CopyEngineTransport)  # collectives of its fallbacks; the GEMM reads peers itself
     register_transport("host_staged", HostStagedTransport)
     for kind, fn in tile_fused.EXECUTORS.items():
         register_executor(kind, "tile_fused", fn)

@@ -35,7 +35,8 @@ KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 def _check_transport(rt, plan) -> None:
     if plan.transport != "copy_engine":
         raise ValueError(f"plan strategy 'tile_fused' moves data with copy engines through symmetric memory: pass "
-                         f"transport='copy_engine' (got transport={plan.transport!r})")
+                         f"transport='copy_engine' (got transport={plan.transport!r}; 'peer_read' exists for "
+                         f"all_gather_matmul only)")
     if rt.world < 2:
         raise ValueError("plan strategy 'tile_fused' needs a group of at least two GPUs; use 'sequential'")
 
@@ -68,6 +69,10 @@ def _warm_producer(ws, a, b, out) -> None:
 
 
 def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
+    if plan.transport == "peer_read":  # the GEMM reads the peers' rows itself
+        from hocket.ops.lowering import peer_read
+
+        return peer_read.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
     _check_transport(rt, plan)
     from hocket.kernels.launch import consumer_gemm, warmup_consumer
     from hocket.kernels.peer_schedule import local_first_arrival, send_order, shard_chunk_offsets

@@ -21,6 +21,7 @@ from hocket.kernels.flags import raise_flag, wait_flag
 from hocket.kernels.gemm_tile import store_tile, tile_accumulate
 from hocket.kernels.peer_read_schedule import (LOADER, LOCAL, PEER_READ_COLUMNS, PEER_SLOT, ROW_SLOT,
                                                PeerReadWorkspace)
+from hocket.kernels.tickets import finish_tickets, first_tile, next_tile
 from hocket.kernels.workspace import signature
 
 _COLS = tl.constexpr(PEER_READ_COLUMNS)
@@ -55,28 +56,32 @@ def _pick(src, r0, r1, r2, r3, r4, r5, r6, r7):
 
 @triton.jit
 def _stage_rows(remote_ptr, staged_ptr, pid_m, M, K, stride_am, stride_ak, BLOCK_M: tl.constexpr,
-                BLOCK_K: tl.constexpr, EVEN_M: tl.constexpr, EVEN_K: tl.constexpr):
-    """Copy row block ``pid_m`` (all K) of a peer's shard into the staged gathered A."""
+                STAGE_K: tl.constexpr, EVEN_M: tl.constexpr, EVEN_STAGE_K: tl.constexpr):
+    """Copy row block ``pid_m`` (all K) of a peer's shard into the staged gathered A, ``STAGE_K``
+    columns per step (wide steps: few remote round trips per row block)."""
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_k = tl.arange(0, BLOCK_K)
+    offs_k = tl.arange(0, STAGE_K)
     offs = offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    for kk in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_M and EVEN_K:
+    for kk in range(0, tl.cdiv(K, STAGE_K)):
+        if EVEN_M and EVEN_STAGE_K:
             tl.store(staged_ptr + offs, tl.load(remote_ptr + offs))
         else:
-            mask = (offs_m[:, None] < M) & (offs_k[None, :] < K - kk * BLOCK_K)
+            mask = (offs_m[:, None] < M) & (offs_k[None, :] < K - kk * STAGE_K)
             tl.store(staged_ptr + offs, tl.load(remote_ptr + offs, mask=mask), mask=mask)
-        offs += BLOCK_K * stride_ak
+        offs += STAGE_K * stride_ak
 
 
 @triton.jit(do_not_specialize=["R", "N", "K", "num_tiles", "max_spins"])
 def peer_read_gemm_kernel(local_ptr, r0, r1, r2, r3, r4, r5, r6, r7, stage_ptr, b_ptr, c_ptr, table_ptr,
-                          peer_flags_ptr, row_flags_ptr, err_ptr, R, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                          peer_flags_ptr, row_flags_ptr, err_ptr, ticket_ptr, R, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                           num_tiles, max_spins,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                           EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
-                          INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    for t in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+                          STAGE_K: tl.constexpr, EVEN_STAGE_K: tl.constexpr,
+                          INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DYNAMIC: tl.constexpr):
+    num_programs = tl.num_programs(0)
+    t = first_tile(ticket_ptr, DYNAMIC)
+    while t < num_tiles:
         src = tl.load(table_ptr + _COLS * t)
         pid_m = tl.load(table_ptr + _COLS * t + 1)
         pid_n = tl.load(table_ptr + _COLS * t + 2)
@@ -87,7 +92,7 @@ def peer_read_gemm_kernel(local_ptr, r0, r1, r2, r3, r4, r5, r6, r7, stage_ptr, 
         if kind == _LOADER:
             wait_flag(peer_flags_ptr + src, err_ptr + _PEER_SLOT, src + 1, max_spins)
             _stage_rows(_pick(src, r0, r1, r2, r3, r4, r5, r6, r7), staged, pid_m, R, K, stride_am, stride_ak,
-                        BLOCK_M, BLOCK_K, EVEN_M, EVEN_K)
+                        BLOCK_M, STAGE_K, EVEN_M, EVEN_STAGE_K)
             tl.debug_barrier()  # every thread's staged stores before the release (and before this tile reads them)
             raise_flag(row_flags_ptr + row_flag)
             a_ptr = staged
@@ -98,6 +103,8 @@ def peer_read_gemm_kernel(local_ptr, r0, r1, r2, r3, r4, r5, r6, r7, stage_ptr, 
                               BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)
         store_tile(c_ptr + src * R * stride_cm, acc, pid_m, pid_n, R, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N,
                    EVEN_M, EVEN_N)
+        t = next_tile(ticket_ptr, t, num_programs, DYNAMIC)
+    finish_tickets(ticket_ptr, num_programs, DYNAMIC)
 
 
 _INTERPRETED = isinstance(peer_read_gemm_kernel, InterpretedFunction)
@@ -146,7 +153,7 @@ def peer_read_gemm(local: torch.Tensor, shards, stage: torch.Tensor, b: torch.Te
 def _launch(ws, local, shards, stage, b, out, peer_flags) -> None:
     padded = [*shards, *[local] * (MAX_WORLD - len(shards))]
     peer_read_gemm_kernel[(ws.num_programs,)](
-        local, *padded, stage, b, out, ws.table, peer_flags, ws.row_flags, ws.errors,
+        local, *padded, stage, b, out, ws.table, peer_flags, ws.row_flags, ws.errors, ws.tickets,
         ws.rows_per_shard, ws.n, ws.k, local.stride(0), local.stride(1), b.stride(0), b.stride(1),
         out.stride(0), out.stride(1), ws.num_tiles, ws.max_spins, **ws.launch_flags(interpreted=_INTERPRETED))
 

@@ -35,6 +35,7 @@ from hocket.kernels.config import TileConfig, default_config, persistent_program
 from hocket.kernels.errors import FlagTimeoutError, spins_for_timeout
 from hocket.kernels.peer_schedule import receive_order
 from hocket.kernels.schedule import cdiv, consumer_schedule
+from hocket.kernels.tickets import TICKET_WORDS
 
 PEER_READ_COLUMNS = 5
 LOCAL, LOADER, FOLLOWER = 0, 1, 2
@@ -42,6 +43,8 @@ PEER_SLOT = 0
 """error slot: ``src + 1`` of a peer whose readiness flag never rose."""
 ROW_SLOT = 1
 """error slot: ``row_flag + 1`` of a staged row block whose loader never finished."""
+STAGE_K_BLOCKS = 4
+"""a loader copies ``STAGE_K_BLOCKS * block_k`` columns of its row block per step."""
 CPU_PROGRAMS = 1
 """Triton's interpreter runs programs one after another: one program keeps table order."""
 
@@ -90,7 +93,9 @@ def peer_read_schedule(*, rows_per_shard: int, n: int, world: int, rank: int, bl
 
 
 class PeerReadWorkspace:
-    """Resources of one peer-read GEMM shape class: tile table, row-block flags, error slots.
+    """Resources of one peer-read GEMM shape class: tile table, row-block flags, error slots, tile
+    tickets (``dynamic``: a free program takes the next tile in table order, so the programs that
+    staged a peer row block take fewer tiles instead of ending last; see ``hocket.kernels.tickets``).
 
     ``num_programs``: the persistent grid (default: the GPU's SMs minus a reserve, one program
     on the CPU interpreter). Allocated once; :meth:`reset` zeroes flags and errors per call.
@@ -98,7 +103,7 @@ class PeerReadWorkspace:
 
     def __init__(self, *, rows_per_shard: int, n: int, k: int, world: int, rank: int, dtype: torch.dtype,
                  device: torch.device | str, config: TileConfig | None = None, num_programs: int | None = None,
-                 max_spins: int | None = None) -> None:
+                 max_spins: int | None = None, dynamic: bool = True) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -127,18 +132,25 @@ class PeerReadWorkspace:
         self.table = torch.tensor(self.schedule.table(), dtype=torch.int32, device=self.device)
         self.row_flags = torch.zeros(world * self.schedule.row_blocks, dtype=torch.int32, device=self.device)
         self.errors = torch.zeros(2, dtype=torch.int32, device=self.device)
+        if not isinstance(dynamic, bool):
+            raise TypeError(f"dynamic={dynamic!r} must be a bool (True: programs take tiles from a ticket counter)")
+        self.dynamic = dynamic
+        self.tickets = torch.zeros(TICKET_WORDS, dtype=torch.int32, device=self.device)
         self.warmed: set[tuple] = set()
 
     def reset(self) -> None:
-        """Zero the row-block flags and the error slots on the current stream."""
+        """Zero the row-block flags, the error slots and the tile tickets on the current stream."""
         self.row_flags.zero_()
         self.errors.zero_()
+        self.tickets.zero_()
 
     def launch_flags(self, *, interpreted: bool) -> dict:
         cfg = self.config
+        stage_k = STAGE_K_BLOCKS * cfg.block_k
         return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                     EVEN_M=self.rows_per_shard % cfg.block_m == 0, EVEN_N=self.n % cfg.block_n == 0,
-                    EVEN_K=self.k % cfg.block_k == 0,
+                    EVEN_K=self.k % cfg.block_k == 0, STAGE_K=stage_k, EVEN_STAGE_K=self.k % stage_k == 0,
+                    DYNAMIC=self.dynamic,
                     INPUT_PRECISION="tf32" if self.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
                     else "ieee",
                     UPCAST=interpreted and self.dtype == torch.bfloat16,

@@ -28,7 +28,8 @@ def _cases(rng: random.Random) -> list[dict]:
         for rows in (64, rng.randint(5, 90)):  # whole row blocks, then a drawn count (usually uneven)
             world = rng.randint(2, 3)
             cases.append(dict(kind="numerics", dtype=dtype, world=world, rank=rng.randrange(world), rows=rows,
-                              n=rng.randint(20, 90), k=rng.randint(10, 50), seed=rng.getrandbits(31)))
+                              n=rng.randint(20, 90), k=rng.randint(10, 150), seed=rng.getrandbits(31),
+                              dynamic=len(cases) % 2 == 0))  # tiles by ticket and by fixed stride
     world = 3
     cases.append(dict(kind="timeout", dtype="float32", world=world, rank=0, rows=40, n=40, k=24,
                       missing=rng.randrange(1, world), seed=rng.getrandbits(31)))
@@ -50,7 +51,7 @@ def _child(cases_path: str, out_path: str) -> None:
         shards = [torch.randn(R, k, generator=gen).to(dtype) for _ in range(w)]
         b = torch.randn(k, n, generator=gen).to(dtype)
         ws = PeerReadWorkspace(rows_per_shard=R, n=n, k=k, world=w, rank=rank, dtype=dtype, device="cpu",
-                               config=TileConfig(**CONFIG), max_spins=20)
+                               config=TileConfig(**CONFIG), max_spins=20, dynamic=case.get("dynamic", True))
         stage = torch.empty(w * R, k, dtype=dtype)
         out = torch.empty(w * R, n, dtype=dtype)
         warmup_peer_read(ws, shards[rank], stage, b, out)
@@ -66,7 +67,7 @@ def _child(cases_path: str, out_path: str) -> None:
         except FlagTimeoutError as exc:
             message = str(exc)
         results.append(dict(case=case, a=torch.cat(shards), b=b, out=out, stage=stage, message=message,
-                            row_flags=ws.row_flags.tolist()))
+                            row_flags=ws.row_flags.tolist(), tickets=ws.tickets.tolist()))
     torch.save(results, out_path)
 
 
@@ -93,6 +94,7 @@ def test_peer_read_numerics_and_staging(results):
         blocks = -(-R // CONFIG["block_m"])
         expected = [0 if src == rank else 1 for src in range(case["world"]) for _ in range(blocks)]
         assert record["row_flags"] == expected
+        assert record["tickets"] == [0, 0], "the ticket counter must reset itself after a complete launch"
 
 
 @pytest.mark.timeout(300)

@@ -5,8 +5,8 @@
 Per ag_mm case of ``--cases`` (default: the three ag_mm cases of issue 6), after checking every
 method's output against the sequential reference: compute alone (torch.mm on the whole per-rank
 problem), communication alone (NCCL all-gather and the copy-engine transport), sequential (NCCL +
-torch.mm), PyTorch's ``fused_all_gather_matmul``, ``tile_fused`` over ``copy_engine`` (chunks 1 and
-4), ``tile_fused`` over ``peer_read``, and the peer-read kernel with every base pointing at local
+torch.mm), PyTorch's ``fused_all_gather_matmul``, ``tile_fused`` over ``copy_engine`` (chunks 1; 4
+measured slower in run6's smoke), ``tile_fused`` over ``peer_read``, and the peer-read kernel with every base pointing at local
 memory and every flag pre-set (the same kernel without remote reads or waits: what the GEMM itself
 costs). Times: CUDA events, each iteration behind a barrier, max over ranks, medians of ``--iters``
 with p10/p90 (``hocket.bench``), JSON lines in the ``hocket.bench.record`` schema plus a table.
@@ -38,7 +38,6 @@ from hocket.transport.copy_engine import close_mailboxes
 
 PLANS = {
     "tile_fused(1)/copy_engine": Plan(strategy="tile_fused", chunks=1, transport="copy_engine"),
-    "tile_fused(4)/copy_engine": Plan(strategy="tile_fused", chunks=4, transport="copy_engine"),
     "tile_fused/peer_read": Plan(strategy="tile_fused", chunks=1, transport="peer_read"),
 }
 
@@ -116,7 +115,7 @@ def measure_case(site, args, *, group, device, provenance, log) -> dict:
 def table(rows: list[dict]) -> str:
     cols = ["compute_alone", "comm_nccl", "comm_copy_engine", "sequential", "pytorch_async_tp",
             "peer_read_kernel_local", *PLANS]
-    short = ["mm", "nccl", "ce", "seq", "torch", "pr_local", "tf1/ce", "tf4/ce", "tf/peer_read"]
+    short = ["mm", "nccl", "ce", "seq", "torch", "pr_local", "tf1/ce", "tf/peer_read"]
     lines = ["times in ms (medians); x seq = sequential / peer_read",
              f"{'case (m k n)':24s} " + " ".join(f"{s:>12s}" for s in short) + f" {'x seq':>6s} {'x best ce':>9s}"]
     for row in rows:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hocket.graph.outside import global_rank, run_outside_compiler
 from hocket.ops.planning import check_supported
 from hocket.plan.bucket import fit_plan
 from hocket.plan.live import LivePlanner, process_planner, tune
@@ -119,15 +120,19 @@ class GraphPlanner:
                       chosen_ms=self.predict_ms(site, plan), note=note)
 
     def _tune(self, site: Site, group_name: str) -> object:
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        """Measure ``site`` on the live group, on a clean thread (see :mod:`hocket.graph.outside`), bounded."""
+        from hocket.env import wait_timeout_s
 
+        group = _resolve_group(group_name)
+        planner = self.planner
         try:
-            with unset_fake_temporarily():
-                return tune(site, group=_resolve_group(group_name), autotune=True, planner=self.planner)
+            return run_outside_compiler(lambda: tune(site, group=group, autotune=True, planner=planner),
+                                        what=f"hocket.compile(autotune=True) measuring {site.key} on group "
+                                             f"{group_name!r}", timeout_s=wait_timeout_s())
         except (RuntimeError, ValueError) as exc:
             # collective: a failure here must stop every rank, never leave one rank's graph unrewritten
             raise AutotuneFailed(f"hocket.compile(autotune=True) could not measure {site.key} on group "
-                                 f"{group_name!r}: {exc}") from exc
+                                 f"{group_name!r} (rank {global_rank()}): {exc}") from exc
 
     # -- rough times for reordering --------------------------------------------------------
     def collective_ms(self, site: Site) -> float | None:

@@ -136,11 +136,11 @@ class LivePlanner:
         bucket = bucket_site(site, self.config.bucket)
         if disabled():
             return Decision(plan=SEQUENTIAL, source="disabled", bucket_key=bucket.key)
-        known = self._decisions.get(bucket.key)
-        if known is not None:
-            return known
         switch = autotune_switch if autotune_switch is not None else self.config.autotune
         measure = autotune_enabled(switch) and runners is not None
+        known = self._decisions.get(bucket.key)
+        if known is not None and not (measure and known.source == "predicted" and known.search is not None):
+            return known  # a searched-but-unmeasured decision is measured once autotuning is asked for
         # Under autotune rank 0's candidates are used by every rank, so its free device
         # memory may set the budget; prediction alone must stay identical on every rank.
         free = live_free_memory_bytes() if measure else None

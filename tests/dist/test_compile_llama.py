@@ -2,14 +2,16 @@
 
 Each case compiles once per rank (a few tens of seconds on CPU), so cases are few:
 forced overlap plans at world 2 and 4 (every site rewritten into hocket operators),
-the planner's own choice at world 2 (sites left sequential, gaps reordered), and one
-Inductor case.
+the planner's own choice at world 2 (sites left sequential, gaps reordered), measured
+autotuning while compiling at world 2 (collectives from inside the compiler: it once
+deadlocked, see hocket.graph.outside), and one Inductor case.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -36,6 +38,9 @@ class Case:
     strategy: str | None
     """plan forced on every site (chunks=2), or None for the planner's choice."""
     backend: str = "aot_eager"
+    autotune: bool = False
+    cache_dir: str | None = None
+    """fresh plan-cache folder for autotuned cases (so decisions are measured, not read back)."""
 
 
 def _forced(strategy: str):
@@ -72,10 +77,21 @@ def compiled_block_matches_eager(case: Case) -> dict:
     y_ref.backward(dy)
 
     plan_for = _forced(case.strategy) if case.strategy else None
-    compiled = hocket.compile(model, backend=case.backend, plan_for=plan_for, dynamic=False)
-    x_new = x.clone().requires_grad_()
-    y_new = compiled(x_new)
-    y_new.backward(dy)
+    cluster = None
+    if case.autotune:  # a planner of its own (not the process planner other cases filled), a fresh cache
+        from hocket.hardware import probe
+
+        cluster = probe(cpu_ranks=world)
+        os.environ["HOCKET_CACHE_DIR"] = case.cache_dir
+    try:
+        compiled = hocket.compile(model, backend=case.backend, plan_for=plan_for, dynamic=False,
+                                  autotune=case.autotune, cluster=cluster)
+        x_new = x.clone().requires_grad_()
+        y_new = compiled(x_new)
+        y_new.backward(dy)
+    finally:
+        if case.autotune:
+            os.environ.pop("HOCKET_CACHE_DIR", None)
 
     assert_close(y_new.detach(), y_ref.detach(), world=world, what="block output")
     assert_close(x_new.grad, x_ref.grad, world=world, what="input gradient")
@@ -86,6 +102,8 @@ def compiled_block_matches_eager(case: Case) -> dict:
     report = hocket.explain(compiled)
     return {
         "sites": [(s.graph.split("#")[0], s.kind, s.rewritten, s.plan.strategy, s.site.world) for s in report.sites],
+        "sources": [s.source for s in report.sites],
+        "plans": [s.plan.to_json() for s in report.sites],
         "left_alone": [(x.collective, x.reason) for x in report.left_alone],
         "gaps": len(report.gaps),
         "text": report.format(),
@@ -132,3 +150,18 @@ def test_inductor_backend_matches_eager(pool2, seed):
     for result in results:
         _expected_sites(result["sites"])
         assert all(rewritten for _, _, rewritten, *_ in result["sites"]), result["text"]
+
+
+@settings(max_examples=1, suppress_health_check=list(HealthCheck), deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_autotune_while_compiling_matches_eager_on_every_rank(pool2, seed, tmp_path_factory):
+    """Every site of the forward and backward graphs is measured on the live gloo group while compiling."""
+    cache_dir = str(tmp_path_factory.mktemp("autotune_compile"))
+    case = Case(seed=seed, batch=2, seq=16, strategy=None, autotune=True, cache_dir=cache_dir)
+    results = pool2.run(compiled_block_matches_eager, case, timeout_s=COMPILE_TIMEOUT_S)
+    for result in results:
+        _expected_sites(result["sites"])
+        assert set(result["sources"]) <= {"autotune", "cache"}, result["text"]
+        assert "autotune" in result["sources"], result["text"]  # measured now: the cache folder was empty
+    assert results[0]["plans"] == results[1]["plans"]  # rank 0 decided, every rank runs its plans
+    assert results[0]["sites"] == results[1]["sites"]

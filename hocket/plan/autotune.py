@@ -73,9 +73,9 @@ def autotune_enabled(switch: bool | None = None) -> bool:
 
 
 def plans_to_time(result: SearchResult, top_k: int) -> tuple[Plan, ...]:
-    """Sequential first, then the ``top_k`` best-predicted other plans."""
-    others = [s.plan for s in result.ranked if s.plan != result.sequential][:top_k]
-    return (result.sequential, *others)
+    """Sequential first, then ``top_k`` others: the best predicted, its twins with fewer pieces, the best
+    of each other family (:meth:`SearchResult.tuning_shortlist`; a plain top-k is one family, wrong alike)."""
+    return (result.sequential, *result.tuning_shortlist(top_k))
 
 
 # -- messages between ranks ------------------------------------------------------------

@@ -41,6 +41,11 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PRICED_KINDS = ("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h")
 CURVE_OF_KIND = {"ag_mm": "all_gather", "mm_rs": "reduce_scatter", "mm_ar": "all_reduce",
                  "h2d_mm": "host_link", "mm_d2h": "host_link"}
+CURRENT_RELAY = "@8MB,thread=0"
+"""The host-staged relay the executors run now (``HOCKET_HOST_STAGE_PIECE_MB=8``, issued on the
+calling thread, commit 789842c). Benchmarks tag relay variants in ``run.method`` ("... @<MB>MB,
+thread=<0|1>"); untagged multi-rank host_staged lines (h200x2 run1-run4) measured earlier relays
+(issue thread, 0.3 ms per message spinning on the interpreter lock) that no executor runs any more."""
 NOISE_FLOOR = 0.02
 """A measured saving smaller than this fraction of sequential (or than the p10-p90 spread) is noise."""
 
@@ -63,6 +68,12 @@ class SiteGroup:
             if r.plan.strategy == "sequential":
                 return self.priced(r.plan)
         return self.priced(Plan(transport=self.records[0].plan.transport))
+
+    def measures_collective(self) -> bool:
+        """Whether the run's comm-alone time is the site's collective on the cluster's own
+        links (not a copy-engine push, nor NCCL forced through host memory)."""
+        transport = getattr(self.records[0].baselines, "comm_alone_transport", None) or "collective"
+        return transport == "collective" and self.priced(Plan()).transport == "collective"
 
     def priced(self, plan: Plan) -> Plan:
         """The plan as the cost model prices it on this cluster: NCCL run with
@@ -96,11 +107,24 @@ def find_cluster(record, forced, cache: dict):
     return cache[key]
 
 
-def group_sites(records, forced) -> tuple[list[SiteGroup], list[str]]:
+def measures_current_executor(record) -> bool:
+    """False for lines of a host-staged relay other than ``CURRENT_RELAY`` (see there)."""
+    method = str(record.run.get("method", "")) if isinstance(record.run, dict) else ""
+    if "@" in method:
+        return method.endswith(CURRENT_RELAY)
+    return not (record.plan.transport == "host_staged" and record.site.world > 1)
+
+
+def group_sites(records, forced, *, all_relays: bool = False) -> tuple[list[SiteGroup], list[str]]:
     groups: dict[str, SiteGroup] = {}
     notes: list[str] = []
     cache: dict = {}
+    skipped = sum(1 for r in records if not all_relays and not measures_current_executor(r))
+    if skipped:
+        notes.append(f"{skipped} host_staged lines of earlier relays skipped (keep them with --all-relays)")
     for record in records:
+        if not all_relays and not measures_current_executor(record):
+            continue
         if record.site.kind not in PRICED_KINDS:
             notes.append(f"{record.site.kind} lines skipped (no cost model for that kind yet)")
             continue
@@ -167,12 +191,16 @@ def calibration_profile(groups: list[SiteGroup], base: CalibrationProfile | None
                               tflops=flops / (baselines.compute_alone_ms * 1e9), ms=baselines.compute_alone_ms))
         point = CurvePoint(bytes=site.comm_bytes, ms=baselines.comm_alone_ms)
         curve = CURVE_OF_KIND[site.kind]
-        (host if curve == "host_link" else curves.setdefault(curve, [])).append(point)
+        if curve == "host_link":
+            host.append(point)
+        elif g.measures_collective():
+            curves.setdefault(curve, []).append(point)
     return CalibrationProfile(
         fingerprint=base.fingerprint if base else "validate_cost", world_size=base.world_size if base else 1,
         gemm=tuple(gemm), collectives={op: tuple(sorted(p, key=lambda x: x.bytes)) for op, p in curves.items()},
         p2p=base.p2p if base else (), copy_engine=base.copy_engine if base else (),
-        host_link=tuple(sorted(host, key=lambda x: x.bytes)), contention=base.contention if base else {})
+        host_link=tuple(sorted(host, key=lambda x: x.bytes)), contention=base.contention if base else {},
+        issue_us=base.issue_us if base else {})
 
 
 def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
@@ -280,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--holdout", type=float, default=1 / 3, help="fraction of sites held out (>= 1/3)")
     parser.add_argument("--no-calibration", action="store_true", help="predict from presets and mechanisms only")
     parser.add_argument("--all-points", action="store_true", help="print the calibration sites' points too")
+    parser.add_argument("--all-relays", action="store_true",
+                        help=f"also price host_staged lines of earlier relays (not {CURRENT_RELAY})")
     parser.add_argument("--json", default=None, help="write points, decisions and summaries to this file")
     args = parser.parse_args(argv)
     if not 1 / 3 - 1e-9 <= args.holdout < 1:
@@ -292,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:  # another benchmark's file (e.g. simulate timings), not results lines
             print(f"note: {path} skipped: {str(exc)[:160]}")
     forced = load_cluster(args.cluster) if args.cluster else None
-    groups, notes = group_sites(records, forced)
+    groups, notes = group_sites(records, forced, all_relays=args.all_relays)
     for note in notes:
         print(f"note: {note}")
     if not groups:

@@ -47,8 +47,6 @@ COPY_ISSUE_US = 1.5
 """Issuing one more peer copy of a one-shot copy-engine collective (the copies then run concurrently)."""
 COPY_GAP_US = 1.0
 """Gap between two DMA copies queued back to back on one engine (descriptor fetch)."""
-HOST_REDUCE_GBPS = 40.0
-"""Host-side summation rate for reductions on the host-staged path (read p buffers, write one)."""
 
 TRANSFER_RESOURCE = {"sm_collective": "link", "sm_p2p": "link", "copy_engine": "copy_engine", "host_link": "host",
                      "cpu_collective": "link"}
@@ -66,6 +64,12 @@ class Transfer:
     algorithm: str
     egress_bytes: float
     """bytes each rank sends (drives memory and power contention)."""
+    queued_saving_ms: float = 0.0
+    """Extra time (beyond ``queued_saving_ms(kind, topo)``) this transfer does not pay when it
+    is queued right behind another on its resource: a host-staged relay call's first message
+    overlaps the previous call's drain."""
+    messages: int = 1
+    """Host-staged relay messages (each costs host issue time, ``hocket.cost.issue``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,38 +248,105 @@ def _gloo_collective(op: str, nbytes: float, topo: GroupTopology, kind: str) -> 
     return call + _ring_phase(op, nbytes, p, topo.ring_gbps, topo.ring_latency_us, kind), "ring"
 
 
-def _host_staged(op: str, nbytes: float, topo: GroupTopology) -> tuple[float, str]:
-    """device -> pinned host -> device; across nodes the host buffers travel over the network."""
+HOST_HANDSHAKE_US = 10.0
+"""Latency of a relay message's cross-process handshake: the receiving copy stream waits on
+the sender's IPC event once the sender has published "sent" in the shared buffer's header."""
+DEVICES_PER_HOST_UPLINK = 2
+"""GPUs whose host traffic shares one PCIe uplink to the CPU's root port: HGX/DGX H100 and
+H200 boards put two GPUs (and their NICs) behind each PCIe Gen5 switch with one x16 uplink, so
+when every rank of a node stages at once, two ranks' copies share one x16 link (its datasheet
+rate). Each device alone is bounded by its own copy rate (``host_copy``, calibrated)."""
+DEFAULT_HOST_STAGE_MESSAGE_BYTES = 8 * 2**20
+"""``HOCKET_HOST_STAGE_PIECE_MB``'s default: the relay cuts a collective into messages this big."""
+
+
+def relay_messages(nbytes: float, message_bytes: float) -> list[tuple[float, int]]:
+    """The relay's messages for ``nbytes`` as ``(size, count)`` runs (``ramped_rounds``: a
+    quarter and a half of a message first, so the second stage starts sooner, then whole
+    messages, then the rest)."""
+    message_bytes = max(1.0, message_bytes)
+    runs, left = [], max(0.0, nbytes)
+    for size in (message_bytes / 4, message_bytes / 2):
+        if left > 0:
+            runs.append((min(left, size), 1))
+            left -= runs[-1][0]
+    full = math.floor(left / message_bytes)
+    if full:
+        runs.append((message_bytes, full))
+        left -= full * message_bytes
+    if left > 1e-9 * message_bytes:
+        runs.append((left, 1))
+    return runs or [(0.0, 1)]
+
+
+def host_stage_directions(op: str, nbytes: float, p: int) -> tuple[float, float]:
+    """(device->host, host->device) bytes one rank copies in the relay's ``op`` over ``p``
+    ranks of one node (the relay in ``hocket.transport.host_relay``): all-gather sends its
+    shard once and reads the ``p - 1`` others; reduce-scatter sends the ``p - 1`` blocks the
+    others own and reads the ``p - 1`` partials of its own block (summed on the device);
+    all-reduce sends its whole buffer and reads every peer's; all-to-all sends and reads
+    ``(p - 1) / p`` of the buffer."""
+    shard = nbytes / p
+    if op == "all_gather":
+        return shard, (p - 1) * shard
+    if op == "reduce_scatter":
+        return (p - 1) * shard, (p - 1) * shard
+    if op == "all_reduce":
+        return nbytes, (p - 1) * nbytes
+    if op == "broadcast":
+        return shard, shard
+    return nbytes - shard, nbytes - shard
+
+
+def _host_staged(op: str, nbytes: float, topo: GroupTopology, calibration: CalibrationView | None,
+                 message_bytes: float) -> tuple[float, str, float, int]:
+    """device -> pinned host -> device through the relay, in messages that pipeline the two
+    directions (one message's host->device copy runs beside the next one's device->host copy);
+    ranks behind one PCIe uplink share it; across nodes the host buffers travel over the network."""
     p, q = topo.world, topo.nodes
     if topo.host_gbps is None:
         raise ValueError("transport='host_staged' needs device<->host links (host_link in the cluster preset); "
                          "CPU ranks already share host memory: use transport='collective'")
-    kind = "host_link"
-    shard = nbytes / p
-    if op == "all_gather":
-        down, up, reduce_bytes = shard, nbytes - shard, 0.0
-    elif op == "reduce_scatter":
-        down, up, reduce_bytes = nbytes, shard, nbytes * p
-    elif op == "all_reduce":
-        down, up, reduce_bytes = nbytes, nbytes, nbytes * p
-    else:
-        down, up, reduce_bytes = nbytes - shard, nbytes - shard, 0.0
-    # the two PCIe directions pipeline against each other in pieces; the slower one bounds it
-    pcie = _time_ms(kind, calls=2, steps=2, latency_us=topo.host_latency_us, nbytes=max(down, up),
-                    gbps=topo.host_gbps)
-    pcie += min(down, up) / (topo.host_gbps * LINK_EFFICIENCY[kind] * 1e6) / 8  # pipeline fill: one piece of 8
-    host = reduce_bytes / (HOST_REDUCE_GBPS * 1e6) / max(1, topo.ranks_per_node)
+    down, up = host_stage_directions(op, nbytes, p)
+    runs = relay_messages(max(down, up), message_bytes)
+    sharing = max(1, min(topo.ranks_per_node, DEVICES_PER_HOST_UPLINK))
+
+    def link_ms(nbytes_one_way: float) -> float:
+        if nbytes_one_way <= 0:
+            return 0.0
+        own = host_copy(nbytes_one_way, topo, calibration=calibration).ms  # this device's copy rate
+        uplink = host_copy(nbytes_one_way * sharing, topo).ms  # every sharer's bytes on one x16 link
+        return max(own, uplink)
+
+    # two-stage flow shop (D2H of message i+1 beside H2D of message i), every message's
+    # share of each direction priced at that direction's rate for the whole call
+    bottleneck = max(down, up)
+    down_ms_per_byte = link_ms(down) / down if down > 0 else 0.0
+    up_ms_per_byte = link_ms(up) / up if up > 0 else 0.0
+    d2h_done = h2d_done = 0.0
+    for size, count in runs:  # a run of equal messages in closed form (no loop per message)
+        share = size / bottleneck if bottleneck > 0 else 0.0
+        d, u = share * down * down_ms_per_byte, share * up * up_ms_per_byte
+        h2d_done = max(h2d_done + count * u, d2h_done + max(d + count * u, count * d + u))
+        d2h_done += count * d
+    pcie = h2d_done
+    fill_ms = (runs[0][0] / bottleneck) * down * down_ms_per_byte if bottleneck > 0 else 0.0
+    handshake = HOST_HANDSHAKE_US / 1e3
     network = 0.0
     if q > 1:
-        network = _ring_phase(op if op != "reduce_scatter" else "reduce_scatter", nbytes / topo.ranks_per_node, q,
-                              topo.nic_gbps, topo.nic_latency_us, "cpu_collective")
-    return pcie + host + network, "host_staged"
+        network = _ring_phase(op, nbytes / topo.ranks_per_node, q, topo.nic_gbps, topo.nic_latency_us,
+                              "cpu_collective")
+    # queued behind another call, its first message's device->host copy overlaps the previous
+    # call's drain; the host's issue time per call and message is on the issue chain
+    return pcie + handshake + network, "host_staged", fill_ms, sum(count for _, count in runs)
 
 
 def collective(op: str, nbytes: float, topo: GroupTopology, *, transport: str = "collective",
-               hierarchy: str | None = None, calibration: CalibrationView | None = None) -> Transfer:
+               hierarchy: str | None = None, calibration: CalibrationView | None = None,
+               message_bytes: float = DEFAULT_HOST_STAGE_MESSAGE_BYTES) -> Transfer:
     """One collective of ``op`` over the group; ``nbytes`` is the whole buffer (gathered
-    output of an all-gather, input of a reduce-scatter, the buffer of an all-reduce)."""
+    output of an all-gather, input of a reduce-scatter, the buffer of an all-reduce).
+    ``message_bytes``: the host-staged relay's message size (``hocket.env.host_stage_piece_bytes()``)."""
     if op not in COLLECTIVE_OPS:
         raise ValueError(f"collective op={op!r} is unknown; use one of {COLLECTIVE_OPS}")
     if not (nbytes >= 0 and math.isfinite(nbytes)):
@@ -284,8 +355,9 @@ def collective(op: str, nbytes: float, topo: GroupTopology, *, transport: str = 
     p = topo.world
     if p == 1:
         return Transfer(ms=0.0, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm="none", egress_bytes=0.0)
+    pipelined, messages = 0.0, 1
     if transport == "host_staged":
-        ms, algorithm = _host_staged(op, nbytes, topo)
+        ms, algorithm, pipelined, messages = _host_staged(op, nbytes, topo, calibration, message_bytes)
     elif transport == "copy_engine":
         # one-shot push of each rank's part into every peer's symmetric buffer (a direct algorithm);
         # the device's egress link carries (p-1)/p of the buffer, reductions are read back and summed.
@@ -298,13 +370,14 @@ def collective(op: str, nbytes: float, topo: GroupTopology, *, transport: str = 
         ms, algorithm = _gloo_collective(op, nbytes, topo, kind)
     else:
         ms, algorithm = _nccl_collective(op, nbytes, topo, kind, hierarchy)
-    if calibration is not None and nbytes > 0:
-        curve = op if transport == "collective" else ("copy_engine" if transport == "copy_engine" else "host_link")
+    if calibration is not None and nbytes > 0 and transport != "host_staged":  # host_staged: scaled per copy
+        curve = op if transport == "collective" else "copy_engine"
         ms *= calibration.transfer_ratio(
             curve, nbytes, lambda b: collective(op, b, topo, transport=transport, hierarchy=hierarchy).ms,
             context=(topo, transport, hierarchy))
     egress = (p - 1) / p * nbytes * (2 if op == "all_reduce" else 1)
-    return Transfer(ms=ms, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm=algorithm, egress_bytes=egress)
+    return Transfer(ms=ms, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm=algorithm, egress_bytes=egress,
+                    queued_saving_ms=pipelined, messages=messages)
 
 
 def host_copy(nbytes: float, topo: GroupTopology, *, calibration: CalibrationView | None = None) -> Transfer:

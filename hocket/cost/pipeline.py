@@ -9,9 +9,10 @@ The pipelines mirror the executors in ``hocket.ops.lowering`` (same pieces, same
   piece i's collective overlaps another piece's GEMMs, which run one per source or
   destination block (``p`` kernels of the piece's rows: each pays a launch and the
   small-GEMM efficiency of the wave model); mm_ar pieces are plain row ranges.
-* ``bulk`` (ag_mm): the one-piece pipeline (one collective, then the per-source GEMMs).
-  The executors also run it for mm_rs/mm_ar, where it cannot overlap anything; like the
-  planner's space, the model prices it for ag_mm only.
+* ``bulk``: the one-piece pipeline the executors run (``chunked`` with one piece): ag_mm
+  gathers once, then runs the per-source GEMMs; mm_rs runs the ``p`` per-block GEMMs into
+  a staging buffer, then one reduce-scatter; mm_ar one GEMM, then one all-reduce. It
+  overlaps nothing, but pays the executor's per-block kernels and issue overhead.
 * ``ring``: ``p`` steps of P2P send/recv to the next rank, each shard in ``C`` sub-steps;
   ag_mm computes on the shard in hand, mm_rs computes the partial for the next
   destination, adds the received running sum and passes it on; mm_ar runs the
@@ -36,15 +37,18 @@ from hocket.cost import comm as comm_model
 from hocket.cost.calibration import CalibrationView
 from hocket.cost.compute import gemm_ms, launch_ms, memory_ms, peak_tflops
 from hocket.cost.contention import SM_KINDS, contention
+from hocket.cost.issue import issue_ms, issue_table
 from hocket.cost.stages import Stage
+from hocket.env import host_stage_piece_bytes
 
+ENTRY_STAGE = "issue:entry"
 FLAG_WAIT_US = 2.0
 """A persistent kernel's wait on one chunk flag (acquire load + spin exit) per group."""
 
 _KIND_STRATEGIES = {
     "ag_mm": ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted"),
-    "mm_rs": ("sequential", "chunked", "ring", "bidir_ring", "tile_fused"),
-    "mm_ar": ("sequential", "chunked", "ring", "bidir_ring", "substituted"),
+    "mm_rs": ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused"),
+    "mm_ar": ("sequential", "bulk", "chunked", "ring", "bidir_ring", "substituted"),
     "h2d_mm": ("sequential", "chunked", "tile_fused"),
     "mm_d2h": ("sequential", "chunked", "tile_fused"),
 }
@@ -88,6 +92,8 @@ class _Builder:
     """stage index -> bytes a transfer stage sends (for its rate, hence memory contention)."""
     sm_capped: bool = False
     """True when the compute kernels already run on fewer SMs (a capped persistent grid)."""
+    issue: dict | None = None
+    """Host issue costs (``hocket.cost.issue``) on GPU ranks; None on CPU ranks (no issue chain)."""
 
     # -- pieces -------------------------------------------------------------
     @property
@@ -109,7 +115,17 @@ class _Builder:
             return comm_model.with_sm_budget(self.topo, self.plan.comm_sms)
         return self.topo
 
-    def add(self, stage: Stage, *, rows: int | None = None, egress: float | None = None) -> int:
+    def add(self, stage: Stage, *, rows: int | None = None, egress: float | None = None,
+            issue: tuple[tuple[str, int], ...] = ()) -> int:
+        """Append ``stage``; ``issue``: ``(op, count)`` pairs the host issues first on GPU ranks
+        (an ``issue`` stage in program order that the stage waits for)."""
+        if self.issue is not None and issue:
+            # the first item's host latency is already in its own time (launch / call overhead,
+            # and calibrated curves were timed from an idle GPU); later items queue behind the host
+            first = not any(s.is_issue and s.name != ENTRY_STAGE for s in self.stages)
+            self.stages.append(Stage(name=f"issue:{stage.name}", resource="issue", kind="issue", op="issue",
+                                     duration_ms=0.0 if first else issue_ms(issue, self.issue), piece=stage.piece))
+            stage = replace(stage, depends_on=stage.depends_on + (len(self.stages) - 1,))
         self.stages.append(stage)
         index = len(self.stages) - 1
         if rows:
@@ -125,28 +141,44 @@ class _Builder:
         duration = count * self.gemm(rows, k=k, n=n, launches=launches, sms=sms)
         flops = 2.0 * count * rows * (k or site.k) * (n or site.n) * site.num_b
         return self.add(Stage(name=name, resource="compute", duration_ms=duration, depends_on=tuple(deps),
-                              piece=piece, flops=flops, op="gemm"), rows=rows)
+                              piece=piece, flops=flops, op="gemm"), rows=rows, issue=(("launch", count * launches),))
 
     def add_memory(self, name: str, nbytes: float, *, deps=(), piece: int = 0, op: str = "reduce") -> int:
         return self.add(Stage(name=name, resource="compute", duration_ms=memory_ms(self.device, nbytes),
-                              depends_on=tuple(deps), piece=piece, nbytes=nbytes, op=op))
+                              depends_on=tuple(deps), piece=piece, nbytes=nbytes, op=op), issue=(("launch", 1),))
 
     def add_transfer(self, name: str, transfer: comm_model.Transfer, *, deps=(), piece: int = 0, op: str,
-                     nbytes: float, queued: bool = True) -> int:
+                     nbytes: float, queued: bool = True, calls: int = 1) -> int:
         """``queued=False``: the transfer is released by a device-side flag (a stream wait on
-        memory): issued ahead, but its latency starts at the flag, not behind the previous copy."""
+        memory): issued ahead, but its latency starts at the flag, not behind the previous copy.
+        ``calls``: host calls that issue it (a bidirectional ring step: one exchange per lane)."""
         duration = transfer.ms
         if any(s.resource == transfer.resource for s in self.stages):  # behind an earlier transfer
-            saving = comm_model.queued_saving_ms(transfer.kind, self.topo) if queued else \
-                comm_model.CALL_OVERHEAD_US[transfer.kind] / 1e3  # issued ahead, but starts at the flag
+            saving = comm_model.queued_saving_ms(transfer.kind, self.topo) + transfer.queued_saving_ms if queued \
+                else comm_model.CALL_OVERHEAD_US[transfer.kind] / 1e3  # issued ahead, but starts at the flag
             duration -= min(0.9 * duration, saving)
         return self.add(Stage(name=name, resource=transfer.resource, duration_ms=duration,
                               depends_on=tuple(deps), kind=transfer.kind, piece=piece, nbytes=nbytes, op=op),
-                        egress=transfer.egress_bytes)
+                        egress=transfer.egress_bytes, issue=self.issue_of(transfer, calls))
+
+    def issue_of(self, transfer: comm_model.Transfer, calls: int) -> tuple[tuple[str, int], ...]:
+        """What the host issues for a transfer: a ring step is a P2P exchange per lane (or
+        copy-engine copies); a host-staged collective is a relay call and its messages (the
+        relay issues on the calling thread); a single device's host copy is a side-stream
+        copy with its event waits."""
+        transport = self.plan.transport
+        if transport == "copy_engine":
+            return (("copy_engine", calls),)
+        if transport == "host_staged":
+            if transfer.algorithm == "copy":
+                return (("host_copy", calls),)
+            return (("relay_call", calls), ("relay_message", calls * transfer.messages))
+        return (("p2p" if transfer.algorithm == "ring_step" else "collective", calls),)
 
     def collective(self, op: str, nbytes: float) -> comm_model.Transfer:
         return comm_model.collective(op, nbytes, self.transfer_topology(), transport=self.plan.transport,
-                                     hierarchy=self.plan.hierarchy, calibration=self.calibration)
+                                     hierarchy=self.plan.hierarchy, calibration=self.calibration,
+                                     message_bytes=host_stage_piece_bytes())
 
     def ring_step(self, nbytes: float, peers: int = 1) -> comm_model.Transfer:
         return comm_model.ring_step(nbytes, self.transfer_topology(), transport=self.plan.transport, peers=peers,
@@ -165,7 +197,9 @@ class _Builder:
         sm_cache: dict[int, float] = {}
         out = []
         for index, stage in enumerate(self.stages):
-            if stage.is_transfer:
+            if stage.is_issue:
+                table = {}
+            elif stage.is_transfer:
                 table = {"compute": factors[stage.kind].transfer_slowdown} if stage.kind in factors else {}
             elif stage.op == "gemm":
                 rows = self.rows.get(index, 0)
@@ -244,7 +278,8 @@ def _ag_ring(b: _Builder, shard_rows: int, *, lanes: int) -> None:
             for j, rows in enumerate(subs):
                 deps = () if last_recv[j] is None else (last_recv[j],)
                 recv_ids[j] = b.add_transfer(f"send_recv[{s}.{j}]", b.ring_step(rows * row_bytes, peers=lanes),
-                                             deps=deps, piece=s, op="send_recv", nbytes=rows * row_bytes * lanes)
+                                             deps=deps, piece=s, op="send_recv", nbytes=rows * row_bytes * lanes,
+                                             calls=lanes)
         for j, rows in enumerate(subs):
             deps = () if last_recv[j] is None else (last_recv[j],)
             b.add_gemm(f"gemm[{s}.{j}]", rows, deps=deps, piece=s, count=lanes)
@@ -260,10 +295,10 @@ def _mm_rs(b: _Builder) -> None:
         g = b.add_gemm("gemm", m)
         b.add_transfer("reduce_scatter", b.collective("reduce_scatter", total), deps=(g,), op="reduce_scatter",
                        nbytes=total)
-    elif plan.strategy == "chunked":
+    elif plan.strategy in ("bulk", "chunked"):
         # pieces cut every destination block's rows: p partial GEMMs into a staging buffer,
-        # then the piece's reduce-scatter
-        pieces = split_even(block_rows, plan.chunks)
+        # then the piece's reduce-scatter; bulk is the one-piece pipeline
+        pieces = [block_rows] if plan.strategy == "bulk" else split_even(block_rows, plan.chunks)
         for i, rows in enumerate(pieces):
             nbytes = total * rows / block_rows
             g = b.add_gemm(f"gemm[{i}]", rows, piece=i, count=p)
@@ -299,7 +334,7 @@ def _rs_ring(b: _Builder, block_rows: int, *, lanes: int) -> list[int | None]:
             if s + 1 < p:
                 nbytes = rows * row_bytes
                 sends[j] = b.add_transfer(f"send_recv[{s}.{j}]", b.ring_step(nbytes, peers=lanes),
-                                          deps=(last[j],), piece=s, op="send_recv", nbytes=nbytes * lanes)
+                                          deps=(last[j],), piece=s, op="send_recv", nbytes=nbytes * lanes, calls=lanes)
         prev_send = sends
     return last
 
@@ -343,7 +378,8 @@ def _fused_groups(b: _Builder, *, consumer_of=None, producer_for=None, local_row
     def flops(rows: int) -> float:
         return 2.0 * rows * site.k * site.n * site.num_b
 
-    b.add(Stage(name="kernel.launch", resource="compute", duration_ms=launch_ms(b.device), op="launch"))
+    b.add(Stage(name="kernel.launch", resource="compute", duration_ms=launch_ms(b.device), op="launch"),
+          issue=(("launch", 1),))
     if local_rows:
         b.add(Stage(name="gemm[local]", resource="compute", duration_ms=max(0.0, marginal(0, local_rows)),
                     op="gemm", flops=flops(local_rows)), rows=m)
@@ -375,9 +411,9 @@ def _mm_ar(b: _Builder) -> None:
             for s in range(site.world - 1):
                 prev = b.add_transfer(f"all_gather_step[{s}.{j}]", b.ring_step(rows * row_bytes, peers=lanes),
                                       deps=(prev,) if prev is not None else (), piece=s, op="send_recv",
-                                      nbytes=rows * row_bytes * lanes)
-    elif plan.strategy == "chunked":
-        for i, rows in enumerate(split_even(m, plan.chunks)):
+                                      nbytes=rows * row_bytes * lanes, calls=lanes)
+    elif plan.strategy in ("bulk", "chunked"):
+        for i, rows in enumerate([m] if plan.strategy == "bulk" else split_even(m, plan.chunks)):
             nbytes = total * rows / m
             g = b.add_gemm(f"gemm[{i}]", rows, piece=i)
             b.add_transfer(f"all_reduce[{i}]", b.collective("all_reduce", nbytes), deps=(g,), piece=i,
@@ -479,7 +515,11 @@ def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.G
     topo, device, cores, _ = group_facts(cluster, ranks, site.dtype)
     if topology is not None:
         topo = topology
-    builder = _Builder(site=site, plan=plan, device=device, topo=topo, calibration=calibration_view(profile),
-                       cores_per_rank=cores, stages=[])
+    view = calibration_view(profile)
+    builder = _Builder(site=site, plan=plan, device=device, topo=topo, calibration=view, cores_per_rank=cores,
+                       stages=[], issue=issue_table(view) if device.sm_count is not None else None)
+    if builder.issue is not None:  # the operator's entry: the GPU idles until the first piece is issued
+        builder.stages.append(Stage(name=ENTRY_STAGE, resource="issue", kind="issue", op="issue",
+                                    duration_ms=issue_ms((("entry", 1),), builder.issue)))
     _BUILDERS[site.kind](builder)
     return builder.finish()

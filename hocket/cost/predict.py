@@ -23,8 +23,8 @@ class Prediction:
     ``compute_ms``/``comm_ms``: solo time of the compute stages / transfer stages (what
     they would take alone, chunking penalties included); ``exposed_comm_ms``: how much
     longer than its compute the site runs (communication not hidden, plus contention);
-    ``busy_ms``: per resource (compute, link, copy_engine, host), time spent running
-    stages in the contended schedule.
+    ``busy_ms``: per resource (compute, link, copy_engine, host, issue), time spent running
+    stages in the contended schedule (``issue``: the host issuing GPU work).
     """
 
     total_ms: float
@@ -39,7 +39,7 @@ class Prediction:
 
 
 def prediction_from(stages: list[Stage], timeline: Schedule) -> Prediction:
-    compute = sum(s.duration_ms for s in stages if not s.is_transfer)
+    compute = sum(s.duration_ms for s in stages if not s.is_transfer and not s.is_issue)
     comm = sum(s.duration_ms for s in stages if s.is_transfer)
     total = timeline.total_ms
     values = (total, compute, comm)

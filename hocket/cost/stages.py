@@ -4,8 +4,10 @@ This is the structure the cost model prices *and* the simulator executes (``hock
 adds ranks, other device speeds and whole-model scheduling), so one Plan gives one answer.
 
 A ``Stage`` runs on one resource of one rank: ``compute`` (GEMMs, reductions), ``link``
-(collectives and P2P: NCCL/gloo), ``copy_engine`` (DMA through symmetric memory) or
-``host`` (PCIe copies through pinned host memory). Semantics (same as ``hocket.sim.engine``):
+(collectives and P2P: NCCL/gloo), ``copy_engine`` (DMA through symmetric memory),
+``host`` (PCIe copies through pinned host memory) or ``issue`` (the host thread putting
+GPU work on the queues: ``hocket.cost.issue``; an issue stage is neither compute nor a
+transfer). Semantics (same as ``hocket.sim.engine``):
 
 * each resource runs its stages one at a time, in list order (an in-order stream);
 * a stage starts when all ``depends_on`` stages have ended and it is at the head of its
@@ -24,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-RESOURCES = ("compute", "link", "copy_engine", "host")
+RESOURCES = ("compute", "link", "copy_engine", "host", "issue")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +57,11 @@ class Stage:
 
     @property
     def is_transfer(self) -> bool:
-        return self.resource != "compute"
+        return self.resource not in ("compute", "issue")
+
+    @property
+    def is_issue(self) -> bool:
+        return self.resource == "issue"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,6 +15,9 @@ Byte conventions of the curves (match ``Site.comm_bytes``):
 
 ``contention`` is keyed by the cost model's transfer kinds (``sm_collective``,
 ``copy_engine``, ``host_link``, ``cpu_collective``; extra kinds may be present).
+``issue_us``: host microseconds to issue one item of GPU work, keyed by
+``hocket.cost.issue.ISSUE_OPS`` (``launch``, ``collective``, ``p2p``, ``copy_engine``, ...);
+empty on CPU ranks and in profiles written before it existed (the model's defaults apply).
 A corrupt, newer-versioned or foreign profile is reported with a warning naming the
 file and the reason, and ignored: never trusted, never unpickled.
 """
@@ -89,6 +92,7 @@ class CalibrationProfile:
     copy_engine: tuple[CurvePoint, ...] = ()
     host_link: tuple[CurvePoint, ...] = ()
     contention: Mapping[str, ContentionPoint] = field(default_factory=dict)
+    issue_us: Mapping[str, float] = field(default_factory=dict)
     version: int = PROFILE_VERSION
 
     def to_dict(self) -> dict:
@@ -103,6 +107,7 @@ class CalibrationProfile:
             "p2p": curve(self.p2p), "copy_engine": curve(self.copy_engine), "host_link": curve(self.host_link),
             "contention": {kind: {"gemm_slowdown": c.gemm_slowdown, "transfer_slowdown": c.transfer_slowdown}
                            for kind, c in sorted(self.contention.items())},
+            "issue_us": {op: float(us) for op, us in sorted(self.issue_us.items())},
         }
 
     def to_json(self) -> str:
@@ -134,6 +139,10 @@ class CalibrationProfile:
         if not isinstance(contention_raw, dict):
             raise ProfileFormatError("contention must be an object {kind: {gemm_slowdown, transfer_slowdown}}")
         contention = {str(kind): _contention(entry, kind) for kind, entry in contention_raw.items()}
+        issue_raw = data.get("issue_us", {})
+        if not isinstance(issue_raw, dict):
+            raise ProfileFormatError("issue_us must be an object {op: microseconds}")
+        issue_us = {str(op): _non_negative(us, f"issue_us.{op}") for op, us in issue_raw.items()}
         world = data.get("world_size", 1)
         if not isinstance(world, int) or isinstance(world, bool) or world < 1:
             raise ProfileFormatError(f"world_size={world!r} must be an int >= 1")
@@ -145,7 +154,8 @@ class CalibrationProfile:
                    quick=bool(data.get("quick", False)), created=str(data.get("created", "")), gemm=gemm,
                    collectives=collectives, p2p=_curve(data.get("p2p", []), "p2p"),
                    copy_engine=_curve(data.get("copy_engine", []), "copy_engine"),
-                   host_link=_curve(data.get("host_link", []), "host_link"), contention=contention, version=version)
+                   host_link=_curve(data.get("host_link", []), "host_link"), contention=contention,
+                   issue_us=issue_us, version=version)
 
 
 def _list(data: dict, key: str) -> list:
@@ -160,6 +170,13 @@ def _positive(value: Any, where: str, *, integer: bool = False) -> float:
     if not ok or (integer and not isinstance(value, int)):
         raise ProfileFormatError(f"{where}={value!r} must be a positive {'int' if integer else 'number'}")
     return value
+
+
+def _non_negative(value: Any, where: str) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    if not ok:
+        raise ProfileFormatError(f"{where}={value!r} must be a finite number >= 0")
+    return float(value)
 
 
 def _gemm_point(p: Any, i: int) -> GemmPoint:

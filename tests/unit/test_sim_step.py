@@ -144,8 +144,9 @@ def test_plan_file_chooses_plans_and_fixed_plan_falls_back():
         expected = "chunked(4)" if (site.kind, site.m, site.k, site.n, site.num_b, site.world) == shape else "sequential"
         assert sim.site_plans[site.name] == expected, site.name
     # a fixed plan that does not fit every kind: the others fall back, with a note
-    fixed = simulate_step(step, cluster, plan=Plan(strategy="bulk"))
-    assert fixed.site_plans["attn.qkv"] == "bulk"
+    ring_gather = Plan(strategy="substituted", substitute="ring_p2p")  # prices ag_mm only
+    fixed = simulate_step(step, cluster, plan=ring_gather)
+    assert fixed.site_plans["attn.qkv"] == ring_gather.describe()
     assert fixed.site_plans["attn.out"] == "sequential"
     assert any("attn.out" in note for note in fixed.notes)
 

@@ -12,7 +12,8 @@ from hocket.bench.progress import RankProgress
 from hocket.bench.timer import TimingConfig, time_callable
 from hocket.hardware.calibrate.config import CalibrateConfig, default_config
 from hocket.hardware.calibrate.contention import kinds_for, measure_pair
-from hocket.hardware.calibrate.gemm import gemm_call, gemm_point
+from hocket.hardware.calibrate.gemm import gemm_call, gemm_point, torch_dtype
+from hocket.hardware.calibrate.issue import measure_issue_us
 from hocket.hardware.calibrate.transfers import make_transfer
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint
 
@@ -26,6 +27,7 @@ class Measurements:
     gemm: list[GemmPoint] = field(default_factory=list)
     curves: dict[str, list[CurvePoint]] = field(default_factory=dict)
     contention: dict[str, ContentionPoint] = field(default_factory=dict)
+    issue_us: dict[str, float] = field(default_factory=dict)
     world_size: int = 1
     backend: str = "gloo"
     device_type: str = "cpu"
@@ -33,7 +35,9 @@ class Measurements:
 
 def _steps(config: CalibrateConfig, device: torch.device) -> int:
     gemm = sum(1 for m, _, _ in config.gemm_shapes for c in config.gemm_chunks if c <= m)
-    return gemm + (len(config.collectives) + len(CURVE_TRANSFERS)) * len(config.sizes_bytes) + len(kinds_for(device))
+    issue = 1 if device.type == "cuda" else 0
+    return gemm + (len(config.collectives) + len(CURVE_TRANSFERS)) * len(config.sizes_bytes) + \
+        len(kinds_for(device)) + issue
 
 
 def measure(config: CalibrateConfig, *, group=None, device: torch.device | str = "cpu",
@@ -71,6 +75,9 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
                                  device=device)
             if made is not None:
                 out.contention[kind] = measure_pair(gemm, made[0], timing=timing, group=group, device=device)
+        if device.type == "cuda":
+            progress.step("host issue overhead per launch, collective, P2P exchange, peer copy")
+            out.issue_us = measure_issue_us(group=group, device=device, dtype=torch_dtype(config.dtype))
     return out
 
 
@@ -83,7 +90,7 @@ def build_profile(measured: Measurements, *, config: CalibrateConfig, fingerprin
         gemm=tuple(measured.gemm),
         collectives={op: curves[op] for op in config.collectives if op in curves},
         p2p=curves.get("p2p", ()), copy_engine=curves.get("copy_engine", ()), host_link=curves.get("host_link", ()),
-        contention=dict(measured.contention))
+        contention=dict(measured.contention), issue_us=dict(measured.issue_us))
 
 
 def rank_entry(rank: int, world_size: int, config: CalibrateConfig | None, quick: bool,

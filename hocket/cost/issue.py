@@ -1,0 +1,80 @@
+"""Host issue overhead: the CPU time a Python executor spends putting each piece's work on
+the GPU's queues.
+
+On a GPU rank the executors (``hocket.ops.lowering``) never block the host: every launch,
+collective call, P2P exchange and event wait only enqueues work. The host still spends
+time on each one (Python, the torch dispatcher, NCCL's enqueue, CUDA's launch path), one
+after another on one thread. A GPU stage cannot start before the host has issued it, so
+the issue times form a chain the pipeline runs beside (the ``issue`` resource of
+``hocket.cost.stages``):
+
+* a pipeline whose pieces run longer on the GPU than they take to issue hides the issue
+  chain entirely (the host runs ahead);
+* pieces shorter than their issue time make the pipeline *issue-bound*: more pieces
+  (chunks, ring sub-steps, two ring lanes) then cost wall time even when every piece
+  overlaps perfectly on the GPU, which is how overlap loses on small shapes;
+* every call starts with the GPU idle (the operator's entry: argument checks, the plan
+  lookup, buffer lookups), so ``entry`` is always paid once. The first item's own issue
+  latency is not charged again: the transfer and kernel times already hold one call's
+  overhead (and calibrated curves were timed from an idle GPU, launch included).
+
+The defaults below are documented per-call host costs of eager PyTorch on a server CPU
+(torch op dispatch plus a CUDA launch ~10 us; a ``torch.distributed`` call through the
+ProcessGroupNCCL work object ~30-40 us; ``batch_isend_irecv`` builds and coalesces P2P ops,
+~60 us; a side-stream copy with its event record and wait ~50 us, as the single-GPU
+offload calibration sites show: 32 pieces of h2d_mm 8192x3584x8192 take 55 us each, of
+mm_d2h 8192x8192x1280 72 us each, for 20-40 us of device work; a relay call ~0.25 ms plus ~0.05 ms per message, as the
+calling-thread relay's chunked(8) pieces on the 2xH200 calibration sites show: 0.37-0.42 ms
+each for 0.15-0.29 ms of PCIe time). ``hocket calibrate`` measures them on the machine (``issue_us`` in the profile,
+``hocket.hardware.calibrate.issue``), and a profile's values replace the defaults. CPU
+ranks (gloo) run compute on the issuing thread itself and block in every collective, so
+their issue cost is part of the launch and call overheads, not a separate chain.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+ISSUE_OPS = ("entry", "launch", "collective", "p2p", "copy_engine", "host_copy", "relay_call", "relay_message")
+"""What the host issues: the operator's entry, one kernel launch (GEMM, copy, reduction),
+one collective call, one P2P exchange (send + receive of a ring step), one copy-engine
+transfer (symmetric-memory copies and their signals), one device<->pinned-host copy on a
+side stream with its event (or flag) waits, one host-staged relay call and each of its
+messages (``hocket.transport.host_relay``: slot views, two async copies, IPC event records
+and waits, header publications and the bounded wait for peers to have enqueued theirs)."""
+
+DEFAULT_ISSUE_US: Mapping[str, float] = {
+    "entry": 20.0,
+    "launch": 10.0,
+    "collective": 35.0,
+    "p2p": 60.0,
+    "copy_engine": 50.0,
+    "host_copy": 50.0,
+    "relay_call": 250.0,
+    "relay_message": 50.0,
+}
+"""Host microseconds per issued item when the profile has no ``issue_us`` (see module docstring)."""
+
+
+def issue_table(calibration=None) -> dict[str, float]:
+    """The per-item host issue costs in us: the profile's measured ``issue_us`` where present
+    (finite, >= 0), the defaults elsewhere."""
+    table = dict(DEFAULT_ISSUE_US)
+    measured = getattr(getattr(calibration, "profile", calibration), "issue_us", None) or {}
+    for op, value in measured.items():
+        if op in table and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
+            table[op] = float(value)
+    return table
+
+
+def issue_ms(items, table: Mapping[str, float]) -> float:
+    """Host time to issue ``items``: ``(op, count)`` pairs, ``op`` one of ``ISSUE_OPS``."""
+    total = 0.0
+    for op, count in items:
+        if op not in ISSUE_OPS:
+            raise ValueError(f"issue op={op!r} is unknown; use one of {ISSUE_OPS}")
+        if count < 0:
+            raise ValueError(f"issue count={count} for {op!r} must be >= 0")
+        total += count * table[op] / 1e3
+    return total

@@ -1,0 +1,101 @@
+"""Host issue overhead: CPU microseconds to put one item of GPU work on the queues.
+
+What the executors issue per piece (``hocket.cost.issue``): a kernel launch (``launch``:
+``torch.mm`` into a preallocated output, as the executors call it), a collective call with
+its stream wait (``collective``: ``all_reduce`` of a small tensor through the transport,
+then ``wait()``), a P2P ring exchange (``p2p``: send to the next rank, receive from the
+previous, ``wait()``), a peer copy with its event (``copy_engine``) and a pinned-host copy
+on a side stream with its event (``host_copy``). Each item is issued
+``iters`` times back to back and the host time (``perf_counter``) is divided by the count;
+the device is never synchronised inside the loop, so only the host side is measured. The
+result is the maximum over ranks (the slowest host gates the pipeline).
+
+GPU ranks only: on CPU ranks the work runs on the issuing thread and the cost model has no
+separate issue chain.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from hocket.bench.timer import max_across_ranks
+
+ISSUE_ITERS = 50
+"""Items timed per kind (after one warm-up round)."""
+SMALL_NUMEL = 4096
+"""Elements of the tensors issued (small, so the device work never backs the queue up)."""
+
+
+def _host_us(fn: Callable[[], object], iters: int) -> float:
+    fn()  # warm-up: first-call setup (communicators, kernels) is not issue cost
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - start) * 1e6 / iters
+
+
+def issue_items(*, group, device: torch.device, dtype: torch.dtype) -> dict[str, Callable[[], object]]:
+    """The callables of each issued item that exists here (P2P and collectives need >= 2 ranks,
+    ``copy_engine`` a second GPU)."""
+    side = 64
+    a, b = torch.randn(side, side, device=device).to(dtype), torch.randn(side, side, device=device).to(dtype)
+    out = torch.empty(side, side, device=device, dtype=dtype)
+    items: dict[str, Callable[[], object]] = {"launch": lambda: torch.mm(a, b, out=out)}
+    world = dist.get_world_size(group) if dist.is_initialized() else 1
+    if world > 1:
+        from hocket.transport import TorchDistTransport, resolve_group
+
+        handle = resolve_group(group if group is not None else dist.group.WORLD)
+        transport = TorchDistTransport(handle)
+        buf = torch.randn(SMALL_NUMEL, device=device).to(dtype)
+        send, recv = torch.randn(SMALL_NUMEL, device=device).to(dtype), torch.empty_like(buf)
+        to_next, from_prev = (handle.rank + 1) % world, (handle.rank - 1) % world
+        items["collective"] = lambda: transport.all_reduce(buf).wait()
+        items["p2p"] = lambda: transport.exchange([(send, to_next)], [(recv, from_prev)]).wait()
+    if torch.cuda.device_count() > 1:
+        peer = torch.device("cuda", ((device.index or 0) + 1) % torch.cuda.device_count())
+        src, dst = torch.randn(SMALL_NUMEL, device=device).to(dtype), torch.empty(SMALL_NUMEL, device=peer, dtype=dtype)
+        done = torch.cuda.Event()
+
+        def copy() -> None:
+            dst.copy_(src, non_blocking=True)
+            done.record()
+            torch.cuda.current_stream(device).wait_event(done)
+
+        items["copy_engine"] = copy
+    pinned = torch.randn(SMALL_NUMEL).to(dtype).pin_memory()
+    on_device = torch.empty(SMALL_NUMEL, device=device, dtype=dtype)
+    side_stream = torch.cuda.Stream(device)
+    landed = torch.cuda.Event()
+
+    def host_copy() -> None:
+        side_stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side_stream):
+            on_device.copy_(pinned, non_blocking=True)
+            landed.record(side_stream)
+        torch.cuda.current_stream(device).wait_event(landed)
+
+    items["host_copy"] = host_copy
+    return items
+
+
+def measure_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: int = ISSUE_ITERS
+                     ) -> dict[str, float]:
+    """Host microseconds per issued item, maximum over ranks; {} on CPU ranks. Every rank calls
+    this (the collective and P2P items pair up across ranks)."""
+    if device.type != "cuda":
+        return {}
+    if iters < 1:
+        raise ValueError(f"iters={iters} must be >= 1")
+    items = issue_items(group=group, device=device, dtype=dtype)
+    measured = {}
+    for name in sorted(items):  # same order on every rank
+        measured[name] = _host_us(items[name], iters)
+    torch.cuda.synchronize(device)
+    names = sorted(measured)
+    values = max_across_ranks([measured[n] for n in names], group=group, device=device)
+    return dict(zip(names, values))

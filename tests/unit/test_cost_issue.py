@@ -1,0 +1,122 @@
+"""Host issue overhead (hocket.cost.issue) and pricing of bulk for mm_rs / mm_ar."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from hocket.cost import pipeline_stages, predict, schedule
+from hocket.cost.issue import DEFAULT_ISSUE_US, ISSUE_OPS, issue_ms, issue_table
+from hocket.hardware import load_preset
+from hocket.hardware.profile import CalibrationProfile
+from hocket.plan.plan import Plan
+from hocket.site import Site
+
+H200X2 = load_preset("h200x2")
+CPU = load_preset("cpu-host")
+
+
+def _profile(scale: float) -> CalibrationProfile:
+    """A profile that only sets the host issue costs (``scale`` times the defaults)."""
+    return CalibrationProfile(fingerprint="issue-test",
+                              issue_us={op: us * scale for op, us in DEFAULT_ISSUE_US.items()})
+
+
+def _small_site(rng: random.Random, kind: str) -> Site:
+    return Site(kind=kind, m=2 * rng.randint(64, 512), k=rng.randint(256, 1024), n=rng.randint(256, 1024), world=2)
+
+
+def test_issue_table_takes_measured_values_and_ignores_bad_ones():
+    profile = CalibrationProfile(fingerprint="t", issue_us={"launch": 3.0, "p2p": 0.0})
+    table = issue_table(profile)
+    assert table["launch"] == 3.0 and table["p2p"] == 0.0
+    assert table["collective"] == DEFAULT_ISSUE_US["collective"]  # not measured: the default
+    assert issue_table(None) == dict(DEFAULT_ISSUE_US)
+    # a NaN, a negative or an unknown op never reaches the model (profiles validate on load too)
+    view = type("View", (), {"profile": type("P", (), {"issue_us": {"launch": math.nan, "entry": -1.0,
+                                                                     "warp": 5.0}})()})()
+    assert issue_table(view) == dict(DEFAULT_ISSUE_US)
+
+
+def test_issue_ms_counts_items_and_rejects_unknown_ops():
+    table = dict(DEFAULT_ISSUE_US)
+    assert issue_ms((("launch", 3), ("collective", 2)), table) == pytest.approx(
+        (3 * table["launch"] + 2 * table["collective"]) / 1e3)
+    assert issue_ms((), table) == 0.0
+    with pytest.raises(ValueError, match="issue op"):
+        issue_ms((("warp", 1),), table)
+    with pytest.raises(ValueError, match="count"):
+        issue_ms((("launch", -1),), table)
+    assert set(table) == set(ISSUE_OPS)
+
+
+@pytest.mark.parametrize("kind", ["ag_mm", "mm_rs", "mm_ar"])
+def test_slower_host_never_makes_a_plan_faster_and_stays_finite(kind):
+    rng = random.Random()
+    site = _small_site(rng, kind)
+    plans = [Plan(), Plan(strategy="chunked", chunks=rng.choice([2, 4, 8])), Plan(strategy="ring", transport="p2p"),
+             Plan(strategy="bidir_ring", transport="p2p"), Plan(strategy="bulk")]
+    for plan in plans:
+        times = [predict(site, plan, H200X2, _profile(scale)).total_ms for scale in (0.0, 1.0, 4.0)]
+        assert all(math.isfinite(t) and t > 0 for t in times), (plan.describe(), times)
+        assert times[0] <= times[1] <= times[2], (plan.describe(), times)
+
+
+def test_many_small_pieces_are_issue_bound_and_lose_to_sequential():
+    """Pieces whose GPU work is shorter than their issue time: the pipeline runs at the host's
+    pace, so chunking a small site loses even where it overlaps on the GPU."""
+    site = Site(kind="mm_rs", m=1024, k=512, n=512, world=2)
+    sequential = Plan()
+    chunked = Plan(strategy="chunked", chunks=16)
+    no_host = _profile(0.0)
+    assert predict(site, chunked, H200X2).total_ms > predict(site, sequential, H200X2).total_ms
+    # the issue chain is what makes it lose: with a free host the loss shrinks
+    loss_free = predict(site, chunked, H200X2, no_host).total_ms - predict(site, sequential, H200X2, no_host).total_ms
+    loss = predict(site, chunked, H200X2).total_ms - predict(site, sequential, H200X2).total_ms
+    assert loss > loss_free
+    stages = pipeline_stages(site, chunked, H200X2)
+    issue_total = sum(s.duration_ms for s in stages if s.is_issue)
+    assert predict(site, chunked, H200X2).total_ms >= issue_total  # never faster than the host issues
+
+
+def test_long_pieces_hide_the_issue_chain():
+    site = Site(kind="ag_mm", m=8192, k=8192, n=7168, world=2)
+    plan = Plan(strategy="chunked", chunks=4)
+    with_host, free_host = predict(site, plan, H200X2).total_ms, predict(site, plan, H200X2, _profile(0.0)).total_ms
+    entry_ms = DEFAULT_ISSUE_US["entry"] / 1e3
+    assert with_host - free_host <= entry_ms + 0.02 * free_host  # the entry, and little else
+
+
+def test_issue_stages_are_neither_compute_nor_transfer_and_cpu_ranks_have_none():
+    site = Site(kind="ag_mm", m=1024, k=512, n=512, world=2)
+    stages = pipeline_stages(site, Plan(strategy="chunked", chunks=4), H200X2)
+    issue = [s for s in stages if s.is_issue]
+    assert issue and all(not s.is_transfer and s.resource == "issue" and not s.slowdown_by for s in issue)
+    # every GPU stage waits for its issue stage, which comes earlier in program order
+    for i, stage in enumerate(stages):
+        if not stage.is_issue:
+            assert any(stages[d].is_issue for d in stage.depends_on), stage.name
+    prediction = predict(site, Plan(strategy="chunked", chunks=4), H200X2)
+    gpu_work = sum(s.duration_ms for s in stages if not s.is_issue and not s.is_transfer)
+    assert prediction.compute_ms == pytest.approx(gpu_work)
+    assert not any(s.is_issue for s in pipeline_stages(Site(kind="ag_mm", m=256, k=64, n=64, world=2),
+                                                        Plan(strategy="chunked", chunks=4), CPU))
+
+
+@pytest.mark.parametrize("kind", ["mm_rs", "mm_ar"])
+def test_bulk_is_priced_for_mm_rs_and_mm_ar_and_overlaps_nothing(kind):
+    site = Site(kind=kind, m=8192, k=4096, n=4096, world=2)
+    bulk = predict(site, Plan(strategy="bulk"), H200X2)
+    sequential = predict(site, Plan(), H200X2)
+    assert math.isfinite(bulk.total_ms) and bulk.total_ms >= sequential.total_ms * (1 - 1e-9)
+    stages = pipeline_stages(site, Plan(strategy="bulk"), H200X2)
+    transfers = [s for s in stages if s.is_transfer]
+    assert len(transfers) == 1  # one piece: one collective, after every GEMM
+    timeline = schedule(stages)
+    gemm_ends = [timeline.end_ms[i] for i, s in enumerate(stages) if s.op == "gemm"]
+    start = timeline.start_ms[stages.index(transfers[0])]
+    assert start >= max(gemm_ends) - 1e-12
+    if kind == "mm_rs":  # the executor's per-destination-block GEMMs: one per rank
+        assert len(gemm_ends) == 1 and stages[[s.op for s in stages].index("gemm")].flops == pytest.approx(site.flops)

@@ -336,14 +336,17 @@ def main(argv: list[str] | None = None) -> int:
         base = profile_for(machine, profiles)
         if args.no_calibration:
             view, label = calibration_view(base), "profile only" if base else "no calibration"
-        else:
+        else:  # one calibration per device model: every cluster of those devices shares it
             view = CalibrationView(calibration_profile(calibration, base))
-            label = f"calibrated on {len(calibration)} other sites' baselines" + (" + profile" if base else "")
-        held, calib = evaluate(held_out, view), evaluate(calibration, view)
-        print(f"\n## {machine}: {len(mine)} site runs ({', '.join(sorted({g.cluster.name for g in mine}))})")
-        print_report(held, calib, label, all_points=args.all_points)
-        report[machine] = {"label": label, "held_out": {**held, "summary": summary(held)},
-                           "calibration": {**calib, "summary": summary(calib)}}
+            label = f"calibrated on {len(calibration)} other {machine} site runs' baselines" + \
+                (" + profile" if base else "")
+        for cluster in sorted({g.cluster.name for g in mine}):
+            held = evaluate([g for g in held_out if g.cluster.name == cluster], view)
+            calib = evaluate([g for g in calibration if g.cluster.name == cluster], view)
+            print(f"\n## {cluster} ({machine})")
+            print_report(held, calib, label, all_points=args.all_points)
+            report[cluster] = {"label": label, "held_out": {**held, "summary": summary(held)},
+                               "calibration": {**calib, "summary": summary(calib)}}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str) + "\n")
     return 0

@@ -5,7 +5,8 @@ Per strategy (``S`` = the site's collective buffer, ``p`` = world, ``C`` = plan.
 * ``sequential``: collective then GEMM (ag_mm), or GEMM then collective (mm_rs, mm_ar).
 The pipelines mirror the executors in ``hocket.ops.lowering`` (same pieces, same kernels):
 
-* ``chunked``: ``C`` pieces of every shard's (ag_mm) or destination block's (mm_rs) rows;
+* ``chunked``: ``C`` pieces of every shard's (ag_mm) or destination block's (mm_rs) rows,
+  even or ``plan.split_sizes`` (``hocket.plan.pieces.piece_sizes``, as the executors cut them);
   piece i's collective overlaps another piece's GEMMs, which run one per source or
   destination block (``p`` kernels of the piece's rows: each pays a launch and the
   small-GEMM efficiency of the wave model); mm_ar pieces are plain row ranges.
@@ -40,6 +41,7 @@ from hocket.cost.contention import SM_KINDS, contention
 from hocket.cost.issue import issue_ms, issue_table
 from hocket.cost.stages import Stage
 from hocket.env import host_stage_piece_bytes
+from hocket.plan.pieces import piece_sizes
 
 ENTRY_STAGE = "issue:entry"
 FLAG_WAIT_US = 2.0
@@ -248,7 +250,7 @@ def _ag_mm(b: _Builder) -> None:
         # pieces cut every rank's shard rows; a piece is all-gathered, then multiplied one
         # source block at a time (p GEMMs of the piece's rows) and, with several pieces,
         # copied into the gathered A; bulk is the one-piece pipeline.
-        pieces = [shard_rows] if strategy == "bulk" else split_even(shard_rows, plan.chunks)
+        pieces = [shard_rows] if strategy == "bulk" else list(piece_sizes(shard_rows, plan))
         for i, rows in enumerate(pieces):
             nbytes = total * rows / shard_rows
             t = b.add_transfer(f"all_gather[{i}]", b.collective("all_gather", nbytes), piece=i, op="all_gather",
@@ -298,7 +300,7 @@ def _mm_rs(b: _Builder) -> None:
     elif plan.strategy in ("bulk", "chunked"):
         # pieces cut every destination block's rows: p partial GEMMs into a staging buffer,
         # then the piece's reduce-scatter; bulk is the one-piece pipeline
-        pieces = [block_rows] if plan.strategy == "bulk" else split_even(block_rows, plan.chunks)
+        pieces = [block_rows] if plan.strategy == "bulk" else list(piece_sizes(block_rows, plan))
         for i, rows in enumerate(pieces):
             nbytes = total * rows / block_rows
             g = b.add_gemm(f"gemm[{i}]", rows, piece=i, count=p)
@@ -413,7 +415,7 @@ def _mm_ar(b: _Builder) -> None:
                                       deps=(prev,) if prev is not None else (), piece=s, op="send_recv",
                                       nbytes=rows * row_bytes * lanes, calls=lanes)
     elif plan.strategy in ("bulk", "chunked"):
-        for i, rows in enumerate([m] if plan.strategy == "bulk" else split_even(m, plan.chunks)):
+        for i, rows in enumerate([m] if plan.strategy == "bulk" else piece_sizes(m, plan)):
             nbytes = total * rows / m
             g = b.add_gemm(f"gemm[{i}]", rows, piece=i)
             b.add_transfer(f"all_reduce[{i}]", b.collective("all_reduce", nbytes), deps=(g,), piece=i,
@@ -456,7 +458,7 @@ def _offload(b: _Builder) -> None:
                               deps=deps, piece=i, op=op, nbytes=nbytes, queued=queued)
 
     if plan.strategy in ("sequential", "chunked"):
-        pieces = [m] if plan.strategy == "sequential" else split_even(m, plan.chunks)
+        pieces = [m] if plan.strategy == "sequential" else list(piece_sizes(m, plan))
         for i, rows in enumerate(pieces):
             if to_host:
                 copy(i, rows, deps=(b.add_gemm(f"gemm[{i}]", rows, piece=i),))

@@ -133,3 +133,16 @@ def test_single_device_offload_overlaps_the_host_copy():
         assert chunked.total_ms >= max(chunked.compute_ms, chunked.comm_ms) * (1 - REL)
     with pytest.raises(ValueError, match="host_staged"):
         predict(Site(kind="h2d_mm", m=64, k=64, n=64, world=1), Plan(), h200)
+
+
+def test_uneven_split_sizes_are_priced_as_the_executor_cuts_them():
+    site = Site(kind="mm_rs", m=8192, k=4096, n=4096, world=2)
+    even = predict(site, Plan(strategy="chunked", chunks=4), H200X2).total_ms
+    fill = predict(site, Plan(strategy="chunked", chunks=4, split_sizes=(512, 1024, 1024, 1536)), H200X2).total_ms
+    drain = predict(site, Plan(strategy="chunked", chunks=4, split_sizes=(1536, 1024, 1024, 512)), H200X2).total_ms
+    assert len({even, fill, drain}) == 3  # the piece sizes reach the pipeline
+    stages = pipeline_stages(site, Plan(strategy="chunked", chunks=4, split_sizes=(512, 1024, 1024, 1536)), H200X2)
+    assert [s.nbytes for s in stages if s.is_transfer] == pytest.approx(
+        [site.comm_bytes * rows / 4096 for rows in (512, 1024, 1024, 1536)])
+    with pytest.raises(ValueError, match="split_sizes"):
+        predict(site, Plan(strategy="chunked", chunks=4, split_sizes=(1, 2, 3, 4)), H200X2)

@@ -58,7 +58,9 @@ def default_config(*, quick: bool, device_type: str, dtype: str | None = None) -
         return CalibrateConfig(quick=False, dtype=dtype or "float32",
                                gemm_shapes=((512, 512, 512), (1024, 1024, 1024), (2048, 1024, 1024),
                                             (1024, 2048, 512)),
-                               gemm_chunks=(1, 4, 16), sizes_bytes=tuple(2 ** e for e in range(12, 27, 2)),
+                               # up to 256 MiB: gloo's all-gather/reduce-scatter slow down sharply
+                               # past a few MiB, and operator sites move 32-128 MiB
+                               gemm_chunks=(1, 4, 16), sizes_bytes=tuple(2 ** e for e in range(12, 29, 2)),
                                contention_shape=(1024, 1024, 1024), contention_bytes=16 * MiB, warmup=2, iters=7)
     if quick:
         return CalibrateConfig(quick=True, dtype=dtype or "bfloat16", gemm_shapes=((4096, 4096, 4096),),

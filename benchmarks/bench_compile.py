@@ -232,9 +232,9 @@ def _cache_dir(given: str | None) -> str:
     """One plan-cache folder for every rank of this run: given, else fresh (named by the torchrun job)."""
     if given:
         return given
-    job = "-".join(os.environ[k] for k in ("TORCHELASTIC_RUN_ID", "MASTER_PORT") if k in os.environ)
-    if job:  # every torchrun rank builds the same name
-        path = Path(tempfile.gettempdir()) / f"hocket-bench-compile-{job}"
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id is not None:  # every rank of this torchrun launch (one agent, their parent) builds the same name
+        path = Path(tempfile.gettempdir()) / f"hocket-bench-compile-{run_id}-{os.getppid()}"
         path.mkdir(parents=True, exist_ok=True)
         return str(path)
     return tempfile.mkdtemp(prefix="hocket-bench-compile-")  # inherited by the spawned ranks

@@ -31,6 +31,11 @@ class SiteRecord:
     """the collective's node, then the matmul nodes, as named in the graph."""
     note: str = ""
 
+    def __post_init__(self) -> None:
+        if not self.rewritten and not self.reason.strip():
+            raise ValueError(f"SiteRecord for {self.site.key} in {self.graph}: a site left as traced needs its reason "
+                             "(explain reports why every pattern was left alone)")
+
     @property
     def kind(self) -> str:
         return self.site.kind
@@ -56,6 +61,11 @@ class LeftAlone:
     collective: str
     node: str
     reason: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise ValueError(f"LeftAlone for {self.collective} node {self.node!r} in {self.graph}: reason="
+                             f"{self.reason!r} must say why the collective was left alone")
 
     def to_dict(self) -> dict:
         return {"graph": self.graph, "collective": self.collective, "node": self.node, "reason": self.reason}

@@ -19,9 +19,11 @@ sender plus written at the receiver) / (device memory bandwidth).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hocket.cost.calibration import CalibrationView
+from hocket.cost.compute import GPU_TILES
 
 TRANSFER_KINDS = ("sm_collective", "sm_p2p", "copy_engine", "host_link", "cpu_collective")
 SM_KINDS = ("sm_collective", "sm_p2p")
@@ -45,6 +47,20 @@ rate on 2xH200 the factors match that calibration: 2.6x for NCCL collectives (me
 share ~0.11), 1.6x for NCCL P2P (~0.14), 3.1x for copy-engine copies (~0.16), ~1.0 for
 host copies. A concurrent transfer can therefore cost more than it hides."""
 MAX_TRANSFER_SLOWDOWN = 4.0
+SM_STARVED_SLOWDOWN = 20.0
+"""Cap of the starvation factor below (keeps every rate finite).
+
+An SM-driven transfer (NCCL kernel) beside GEMMs whose grids fill every SM gets SMs only as
+single CTA slots free up between the GEMM's tiles (the block scheduler keeps dispatching the
+running GEMM's CTAs, and the next GEMM on the same stream follows without a gap): it runs at
+about one SM's copy throughput (``comm.PER_SM_COPY_GBPS``), so its slowdown is its solo rate
+over that, and the GEMMs lose no SMs to it. A fast link starves (2xH200 NVLink: an NCCL
+all-gather beside a 1.33 ms GEMM x3.7-4.0, ending with the GEMM, GEMM x1.02-1.09,
+benchmarks/results/h200x2 run1/run4; chunked and ring pipelines over NCCL ran as long as
+sequential or longer), a slow one does not (NCCL through host memory at ~25 GB/s needs about
+one SM: chunked(4) beat sequential by 12-15% in the same runs). Capped persistent kernels
+(tile_fused beside an SM transport) and GEMMs with fewer tiles than SMs leave SMs free, and
+the usual factors apply."""
 CPU_CONTENTION_PER_THREAD = 1.0
 """CPU ranks: busy transfer threads per rank competing with the GEMM threads."""
 DEFAULT_CPU_CORES_PER_RANK = 1.0
@@ -57,6 +73,15 @@ class Contention:
     gemm_slowdown: float
     transfer_slowdown: float
     source: str  # "profile" or "default"
+
+
+def fills_device(rows: int, n: int, sm_count: int | None) -> bool:
+    """Whether a GEMM of ``rows`` x ``n`` outputs has at least one tile (of the largest tile
+    shape a GEMM library picks, ``compute.GPU_TILES[0]``) per SM."""
+    if sm_count is None or rows < 1 or n < 1:
+        return False
+    tile_rows, tile_cols, _ = GPU_TILES[0]
+    return math.ceil(rows / tile_rows) * math.ceil(n / tile_cols) >= sm_count
 
 
 def memory_share(device, transfer_gbps: float) -> float:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from hocket.cost import comm as comm_model
 from hocket.cost.calibration import CalibrationView
 from hocket.cost.compute import gemm_ms, launch_ms, memory_ms, peak_tflops
-from hocket.cost.contention import SM_KINDS, contention
+from hocket.cost.contention import SM_KINDS, SM_STARVED_SLOWDOWN, contention, fills_device
 from hocket.cost.issue import issue_ms, issue_table
 from hocket.cost.stages import Stage
 from hocket.env import host_stage_piece_bytes
@@ -197,18 +197,24 @@ class _Builder:
         factors = {kind: contention(kind, self.device, transfer_gbps=gbps, cores_per_rank=self.cores_per_rank,
                                     calibration=self.calibration) for kind, gbps in rates.items()}
         sm_cache: dict[int, float] = {}
+        starved = self.sm_starved()
         out = []
         for index, stage in enumerate(self.stages):
             if stage.is_issue:
                 table = {}
             elif stage.is_transfer:
                 table = {"compute": factors[stage.kind].transfer_slowdown} if stage.kind in factors else {}
+                if starved and stage.kind in SM_KINDS and stage.duration_ms > 0:
+                    # beside full-grid GEMMs it runs on about one SM's worth of copy throughput
+                    gbps = self.egress.get(index, 0.0) / (stage.duration_ms * 1e6)
+                    table["compute"] = max(table.get("compute", 1.0), min(SM_STARVED_SLOWDOWN,
+                                                                          gbps / comm_model.PER_SM_COPY_GBPS))
             elif stage.op == "gemm":
                 rows = self.rows.get(index, 0)
                 table = {}
                 for kind, c in factors.items():
                     factor = c.gemm_slowdown
-                    if kind in SM_KINDS and rows and not self.sm_capped:
+                    if kind in SM_KINDS and rows and not self.sm_capped and not starved:
                         factor *= self._sm_factor(rows, sm_cache, measured=c.source == "profile")
                     table[kind] = max(1.0, factor)
             else:
@@ -216,6 +222,15 @@ class _Builder:
             stage.slowdown_by.update(table)  # each builder stage owns a fresh, still private dict
             out.append(stage)
         return out
+
+    def sm_starved(self) -> bool:
+        """Every GEMM of the pipeline fills the device's SMs and none is capped: SM-driven
+        transfers beside them starve (``contention.SM_STARVED_SLOWDOWN``)."""
+        gemm_rows = [self.rows[i] for i, s in enumerate(self.stages) if s.op == "gemm" and i in self.rows]
+        if self.sm_capped or self.device.sm_count is None or not gemm_rows:
+            return False
+        n = self.site.n * self.site.num_b
+        return all(fills_device(rows, n, self.device.sm_count) for rows in gemm_rows)
 
     def _sm_factor(self, rows: int, cache: dict, *, measured: bool) -> float:
         """GEMM slowdown from the SMs an SM-driven transfer holds (wave model)."""

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from _cost_helpers import sites, with_island_link
 from hocket.cost import candidate_plans, pipeline_stages, predict, schedule
+from hocket.cost.contention import SM_STARVED_SLOWDOWN
 from hocket.hardware import load_preset
 from hocket.hardware.profile import CalibrationProfile, CurvePoint
 from hocket.plan.plan import Plan
@@ -60,7 +61,29 @@ def test_on_nvlink_h200_chunking_loses_to_sequential():
     sequential = predict(site, Plan(), H200X2)
     chunked = predict(site, Plan(strategy="chunked", chunks=4), H200X2)
     assert chunked.total_ms > sequential.total_ms
-    assert chunked.exposed_comm_ms < sequential.exposed_comm_ms  # it hid communication, and still lost
+    # NCCL kernels get no SMs beside full-grid GEMMs: the pieces' all-gathers are hardly hidden
+    assert chunked.exposed_comm_ms >= 0.9 * sequential.exposed_comm_ms
+
+
+def test_sm_transfers_starve_only_beside_gemms_that_fill_the_device():
+    """Beside full-grid GEMMs an NCCL transfer runs on about one SM's copy rate: its slowdown
+    is its solo rate over PER_SM_COPY_GBPS; a small grid, a capped persistent kernel or a copy
+    engine leave it (or need) no such penalty, and a slow link barely needs an SM."""
+    from hocket.cost.comm import PER_SM_COPY_GBPS
+
+    def factors(site, plan, cluster=H200X2):
+        return [s.slowdown_by.get("compute", 1.0) for s in pipeline_stages(site, plan, cluster) if s.is_transfer]
+
+    big = Site(kind="mm_rs", m=8192, k=4096, n=8192, world=2)  # 64 x 32 tiles per piece >> 132 SMs
+    small = Site(kind="mm_rs", m=512, k=4096, n=512, world=2)  # a few tiles: SMs stay free
+    chunked = Plan(strategy="chunked", chunks=2)
+    starved, free = factors(big, chunked), factors(small, chunked)
+    assert min(starved) > max(free) and min(starved) > 2.0
+    assert max(starved) <= SM_STARVED_SLOWDOWN
+    for plan in (Plan(strategy="tile_fused", chunks=4), Plan(strategy="chunked", chunks=2, transport="copy_engine")):
+        assert max(factors(big, plan)) < min(starved)
+    slow = with_island_link(H200X2, 20.0)  # NCCL at ~15 GB/s: under one SM's copy rate
+    assert max(factors(big, Plan(strategy="chunked", chunks=2), slow)) < 20.0 * 0.75 / PER_SM_COPY_GBPS + 3.0
 
 
 def test_contention_alone_can_turn_a_win_into_a_loss():

@@ -138,6 +138,45 @@ class CalibrationView:
         self._memo[key] = ratio
         return ratio
 
+    def transfer_ms(self, transfer: str, nbytes: float, model_ms: Callable[[float], float],
+                    context: tuple = ()) -> float:
+        """Calibrated time of a transfer of ``nbytes``: the model's fixed part (its time at 0
+        bytes: call overhead, latency steps) plus its size-dependent part scaled by the
+        measured/model ratio of the size-dependent parts at the profile's points (log-linear
+        between them, constant beyond). A curve point timed from an idle GPU holds one call's
+        host launch latency; it is not multiplied into every byte of a large transfer, nor into
+        pieces queued back to back (whose fixed part the pipeline prices itself).
+        The model alone without a curve."""
+        model = model_ms(nbytes)
+        points = self.curve(transfer)
+        if not points or nbytes <= 0:
+            return model
+        fixed = model_ms(0.0)
+        key = ("variable", transfer, float(nbytes), context)
+        if key not in self._memo:
+            logs, ratios = [], []
+            for b, ms in points:
+                variable = model_ms(b) - fixed
+                if variable <= 0:
+                    continue
+                logs.append(math.log(b))
+                ratios.append(math.log(_clip((ms - fixed) / variable) if ms > fixed else RATIO_LIMITS[0]))
+            if not logs:
+                self._memo[key] = 1.0
+            else:
+                x = math.log(nbytes)
+                i = bisect.bisect_left(logs, x)
+                if i <= 0:
+                    value = ratios[0]
+                elif i >= len(logs):
+                    value = ratios[-1]
+                else:
+                    x0, x1 = logs[i - 1], logs[i]
+                    t = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
+                    value = ratios[i - 1] + t * (ratios[i] - ratios[i - 1])
+                self._memo[key] = _clip(math.exp(value))
+        return fixed + self._memo[key] * max(0.0, model - fixed)
+
     # -- contention -----------------------------------------------------------------
     def contention(self, transfer_kind: str) -> tuple[float, float] | None:
         """Measured (gemm_slowdown, transfer_slowdown) beside each other, or None."""

@@ -390,7 +390,7 @@ def host_copy(nbytes: float, topo: GroupTopology, *, calibration: CalibrationVie
     kind = "host_link"
     ms = _time_ms(kind, calls=1, steps=1, latency_us=topo.host_latency_us, nbytes=nbytes, gbps=topo.host_gbps)
     if calibration is not None and nbytes > 0:
-        ms *= calibration.transfer_ratio("host_link", nbytes, lambda b: host_copy(b, topo).ms, context=(topo,))
+        ms = calibration.transfer_ms("host_link", nbytes, lambda b: host_copy(b, topo).ms, context=(topo,))
     return Transfer(ms=ms, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm="copy", egress_bytes=nbytes)
 
 

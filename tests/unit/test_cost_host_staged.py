@@ -95,3 +95,22 @@ def test_small_host_staged_pieces_are_issue_bound():
     heavy = Site(kind="mm_rs", m=8192, k=14336, n=8192, world=2)
     assert predict(heavy, Plan(strategy="chunked", chunks=4, transport="host_staged"), STAGED).total_ms < \
         predict(heavy, Plan(transport="host_staged"), STAGED).total_ms
+
+
+def test_a_calibrated_host_copy_scales_only_its_size_dependent_part():
+    """A curve point timed from an idle GPU holds one launch latency: calibration scales the
+    bytes' time, not the model's fixed part, so a copy's fixed cost is never multiplied."""
+    from hocket.cost.calibration import CalibrationView
+    from hocket.hardware.profile import CalibrationProfile, CurvePoint
+
+    h200 = load_preset("h200x1")
+    topo = group_topology(h200, range(1))
+    model = host_copy(64 * MIB, topo).ms
+    fixed = host_copy(0, topo).ms
+    slower = CalibrationView(CalibrationProfile(fingerprint="t", host_link=(
+        CurvePoint(bytes=64 * MIB, ms=fixed + 2.0 * (model - fixed)),)))
+    calibrated = host_copy(64 * MIB, topo, calibration=slower).ms
+    assert calibrated == pytest.approx(fixed + 2.0 * (model - fixed))
+    # a measured point below the fixed part cannot make a copy cheaper than its fixed part
+    faster = CalibrationView(CalibrationProfile(fingerprint="t", host_link=(CurvePoint(bytes=4096, ms=fixed / 10),)))
+    assert fixed <= host_copy(1 * MIB, topo, calibration=faster).ms <= host_copy(1 * MIB, topo).ms

@@ -34,6 +34,18 @@ def _field(point, name: str, position: int):
     return getattr(point, name)
 
 
+def _log_linear(xs: list[float], ys: list[float], x: float) -> float:
+    """``ys`` interpolated linearly at ``x`` between sorted ``xs``, constant beyond them."""
+    i = bisect.bisect_left(xs, x)
+    if i <= 0:
+        return ys[0]
+    if i >= len(xs):
+        return ys[-1]
+    x0, x1 = xs[i - 1], xs[i]
+    t = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
+    return ys[i - 1] + t * (ys[i] - ys[i - 1])
+
+
 def _clip(ratio: float) -> float:
     if not math.isfinite(ratio) or ratio <= 0:
         return 1.0
@@ -124,17 +136,7 @@ class CalibrationView:
             return self._memo[key]
         logs = [math.log(b) for b, _ in points]
         ratios = [math.log(_clip(ms / model_ms(b))) for b, ms in points]
-        x = math.log(nbytes)
-        i = bisect.bisect_left(logs, x)
-        if i <= 0:
-            value = ratios[0]
-        elif i >= len(logs):
-            value = ratios[-1]
-        else:
-            x0, x1 = logs[i - 1], logs[i]
-            t = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
-            value = ratios[i - 1] + t * (ratios[i] - ratios[i - 1])
-        ratio = _clip(math.exp(value))
+        ratio = _clip(math.exp(_log_linear(logs, ratios, math.log(nbytes))))
         self._memo[key] = ratio
         return ratio
 
@@ -161,20 +163,7 @@ class CalibrationView:
                     continue
                 logs.append(math.log(b))
                 ratios.append(math.log(_clip((ms - fixed) / variable) if ms > fixed else RATIO_LIMITS[0]))
-            if not logs:
-                self._memo[key] = 1.0
-            else:
-                x = math.log(nbytes)
-                i = bisect.bisect_left(logs, x)
-                if i <= 0:
-                    value = ratios[0]
-                elif i >= len(logs):
-                    value = ratios[-1]
-                else:
-                    x0, x1 = logs[i - 1], logs[i]
-                    t = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
-                    value = ratios[i - 1] + t * (ratios[i] - ratios[i - 1])
-                self._memo[key] = _clip(math.exp(value))
+            self._memo[key] = _clip(math.exp(_log_linear(logs, ratios, math.log(nbytes)))) if logs else 1.0
         return fixed + self._memo[key] * max(0.0, model - fixed)
 
     # -- contention -----------------------------------------------------------------

@@ -38,7 +38,8 @@ def train_steps(rank: int, world: int, options: dict) -> str:
     eager = parallelize_llama_block(copy.deepcopy(base), mesh)
 
     model = parallelize_llama_block(copy.deepcopy(base), mesh)                    # as before
-    model = hocket.compile(model, backend=options["backend"], dynamic=False)     # + hocket
+    model = hocket.compile(model, backend=options["backend"], dynamic=False,     # + hocket
+                           autotune=options["autotune"])
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     eager_optimizer = torch.optim.SGD(eager.parameters(), lr=1e-3)
 
@@ -71,6 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--backend", default="aot_eager", choices=("aot_eager", "inductor"),
                         help="aot_eager needs no C++ build; inductor is torch.compile's default")
+    parser.add_argument("--autotune", action="store_true",
+                        help="measure each site's candidate plans on the live group while compiling")
     return parser.parse_args(argv)
 
 

@@ -43,16 +43,23 @@ class PassConfig:
     this fraction of the site's sequential time. In a graph the alternative is not plain sequential but an
     asynchronous collective whose gap reordering fills, and small predicted savings are within the cost
     model's error on fast links (2xH200, Llama-8B block: sites predicted 7-14% faster made the step 1.19x
-    slower; autotuned, 1.00x). Plans from ``autotune`` or ``plan_for`` are used as given."""
+    slower; autotuned, 1.00x). Plans from ``plan_for`` are used as given."""
+    min_measured_saving_fraction: float = 0.10
+    """a *measured* plan (``autotune=True``, or its cached result) replaces the collective only if, timed
+    alone, it saved at least this fraction of measured sequential. Alone, sequential waits for its
+    collective; in the graph the collective that stays runs asynchronously with compute reordered into its
+    gap, which a standalone timing does not see (gloo world 2, block size m: ring plans measured a few
+    percent faster alone made the step 1.06-1.18x slower)."""
 
     def __post_init__(self) -> None:
         for name in ("rewrite", "reorder", "rewrite_sequential"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"PassConfig.{name}={getattr(self, name)!r} must be True or False")
-        fraction = self.min_saving_fraction
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction < 1.0:
-            raise ValueError(f"PassConfig.min_saving_fraction={fraction!r} must be a fraction in [0, 1), "
-                             "e.g. 0.1 for 10% of the site's sequential time")
+        for name in ("min_saving_fraction", "min_measured_saving_fraction"):
+            fraction = getattr(self, name)
+            if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction < 1.0:
+                raise ValueError(f"PassConfig.{name}={fraction!r} must be a fraction in [0, 1), "
+                                 "e.g. 0.1 for 10% of the site's sequential time")
 
 
 def is_backward(graph: fx.Graph) -> bool:
@@ -96,6 +103,12 @@ class _Run:
             if fraction < self.config.min_saving_fraction:
                 reason = (f"predicted saving {fraction:.1%} is below PassConfig.min_saving_fraction "
                           f"{self.config.min_saving_fraction:.0%} (autotune=True measures instead); "
+                          "the collective stays for reordering")
+        elif choice.measured_saving_fraction is not None and choice.plan.strategy != "sequential":
+            fraction = choice.measured_saving_fraction
+            if fraction < self.config.min_measured_saving_fraction:
+                reason = (f"measured saving {fraction:.1%} (timed alone) is below "
+                          f"PassConfig.min_measured_saving_fraction {self.config.min_measured_saving_fraction:.0%}; "
                           "the collective stays for reordering")
         record = SiteRecord(graph=self.name, site=site, plan=choice.plan, source=choice.source, rewritten=not reason,
                             predicted_sequential_ms=choice.sequential_ms,

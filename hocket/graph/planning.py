@@ -37,12 +37,22 @@ class Choice:
     sequential_ms: float | None
     chosen_ms: float | None
     note: str = ""
+    measured_sequential_ms: float | None = None
+    """measured on the live group (autotune, or its cached result); None when not measured."""
+    measured_chosen_ms: float | None = None
 
     @property
     def saving_ms(self) -> float | None:
         if self.sequential_ms is None or self.chosen_ms is None:
             return None
         return self.sequential_ms - self.chosen_ms
+
+    @property
+    def measured_saving_fraction(self) -> float | None:
+        """Share of the measured sequential time the chosen plan saved alone (None when not measured)."""
+        if not self.measured_sequential_ms or self.measured_chosen_ms is None:
+            return None
+        return (self.measured_sequential_ms - self.measured_chosen_ms) / self.measured_sequential_ms
 
 
 def _resolve_group(group_name: str) -> object:
@@ -105,19 +115,21 @@ class GraphPlanner:
             return Choice(plan=SEQUENTIAL, source="disabled", sequential_ms=None, chosen_ms=None,
                           note="HOCKET_DISABLE=1")
         source, note = "plan_for", ""
+        measured: tuple[float | None, float | None] = (None, None)
         plan = as_plan(self.plan_for(site)) if self.plan_for is not None else None
         if plan is None:
             if self.autotune:
                 decision = self._tune(site, group_name)
             else:
                 decision = self.planner.decide(site)
-            plan, source = fit_plan(decision.plan, site), decision.source
+            plan, source, measured = fit_plan(decision.plan, site), decision.source, decision.measured_ms()
         try:
             plan = check_supported(site.kind, plan)
         except ValueError as exc:
             plan, note = SEQUENTIAL, str(exc)
         return Choice(plan=plan, source=source, sequential_ms=self.predict_ms(site, SEQUENTIAL),
-                      chosen_ms=self.predict_ms(site, plan), note=note)
+                      chosen_ms=self.predict_ms(site, plan), note=note, measured_sequential_ms=measured[0],
+                      measured_chosen_ms=measured[1])
 
     def _tune(self, site: Site, group_name: str) -> object:
         """Measure ``site`` on the live group, on a clean thread (see :mod:`hocket.graph.outside`), bounded."""

@@ -62,6 +62,13 @@ class Decision:
     """``predicted``, ``cache`` or ``autotune`` (``disabled`` when HOCKET_DISABLE is set)."""
     bucket_key: str
     search: SearchResult | None = None
+    timings_ms: Mapping[str, float] = field(default_factory=dict)
+    """measured median ms per timed plan (plan JSON -> ms) when autotuned or read from the cache."""
+
+    def measured_ms(self) -> tuple[float | None, float | None]:
+        """(fastest measured sequential plan, the chosen plan) in ms; None where not measured."""
+        sequential = [ms for key, ms in self.timings_ms.items() if Plan.from_json(key).strategy == "sequential"]
+        return (min(sequential) if sequential else None), self.timings_ms.get(self.plan.to_json())
 
 
 def _default_supported() -> Mapping[str, tuple[str, ...]]:
@@ -158,11 +165,13 @@ class LivePlanner:
         if measure:
             tuned = autotune(bucket, plans_to_time(result, self.config.tuning.top_k), runners(bucket), group=group,
                              device=device, config=self.config.tuning, cache=self.cache, cache_key=bucket.key)
-            decision = Decision(plan=tuned.chosen, source=tuned.source, bucket_key=bucket.key, search=result)
+            decision = Decision(plan=tuned.chosen, source=tuned.source, bucket_key=bucket.key, search=result,
+                                timings_ms=dict(tuned.timings_ms))
         else:
             cached = self.cache.get(bucket.key) if self.cache is not None else None
             if cached is not None:
-                decision = Decision(plan=cached.plan, source="cache", bucket_key=bucket.key, search=result)
+                decision = Decision(plan=cached.plan, source="cache", bucket_key=bucket.key, search=result,
+                                    timings_ms=dict(cached.timings_ms))
             else:
                 decision = Decision(plan=result.chosen, source="predicted", bucket_key=bucket.key, search=result)
         self._decisions[bucket.key] = decision

@@ -286,3 +286,31 @@ def test_small_predicted_savings_keep_the_collective(fake_world, fraction, confi
     assert ("hocket.all_gather_matmul" in str(gm.graph)) is rewritten
     if not rewritten:
         assert "min_saving_fraction" in site.reason and site.predicted_saving_ms == 0.0
+
+
+class _MeasuredSaving(GraphPlanner):
+    """A planner whose autotune measured ``chunked(2)`` saving ``fraction`` of sequential's 4 ms, timed alone."""
+
+    def __init__(self, fraction: float) -> None:
+        super().__init__(cluster="cpu-host")
+        self.fraction = fraction
+
+    def choose(self, site, *, group_name):
+        return Choice(plan=Plan(strategy="chunked", chunks=2), source="autotune", sequential_ms=1.0, chosen_ms=0.5,
+                      measured_sequential_ms=4.0, measured_chosen_ms=4.0 * (1.0 - self.fraction))
+
+
+@pytest.mark.parametrize("fraction,config,rewritten", [
+    (0.04, PassConfig(), False),
+    (0.30, PassConfig(), True),
+    (0.04, PassConfig(min_measured_saving_fraction=0.0), True),
+])
+def test_small_measured_savings_keep_the_collective(fake_world, fraction, config, rewritten):
+    group = fake_world(2)
+    gm = trace(lambda x, w: gather(x, 0, 2, group) @ w, rand(4, 8), rand(8, 3))
+    report = overlap_pass(gm.graph, planner=_MeasuredSaving(fraction), direction="forward", config=config)
+    (site,) = report.sites
+    assert site.rewritten is rewritten
+    assert ("hocket.all_gather_matmul" in str(gm.graph)) is rewritten
+    if not rewritten:
+        assert "min_measured_saving_fraction" in site.reason and f"{fraction:.1%}" in site.reason

@@ -81,3 +81,14 @@ def test_cluster_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("HOCKET_CLUSTER", "h200x2")
     planner = LivePlanner(config=LiveConfig(supported=SUPPORTED), cache=PlanCache(ENV, tmp_path / "p.json"))
     assert planner.cluster.name == "h200x2" and planner.profile is None
+
+
+def test_decision_reports_measured_sequential_and_chosen_times():
+    from hocket.plan.live import Decision
+    from hocket.plan.plan import SEQUENTIAL, Plan
+
+    ring = Plan(strategy="ring", chunks=1, transport="p2p")
+    seq_p2p = Plan(strategy="sequential", transport="p2p")
+    timings = {SEQUENTIAL.to_json(): 9.0, seq_p2p.to_json(): 7.5, ring.to_json(): 6.0}
+    assert Decision(plan=ring, source="autotune", bucket_key="k", timings_ms=timings).measured_ms() == (7.5, 6.0)
+    assert Decision(plan=ring, source="predicted", bucket_key="k").measured_ms() == (None, None)

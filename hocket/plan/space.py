@@ -32,7 +32,7 @@ SM_TRANSPORTS = ("collective", "p2p")
 
 STRATEGY_KINDS: dict[str, tuple[str, ...]] = {
     "sequential": ("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a"),
-    "bulk": ("ag_mm",),
+    "bulk": ("ag_mm", "mm_rs", "mm_ar"),
     "chunked": ("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a"),
     "ring": ("ag_mm", "mm_rs"),
     "bidir_ring": ("ag_mm", "mm_rs"),
@@ -40,8 +40,7 @@ STRATEGY_KINDS: dict[str, tuple[str, ...]] = {
     "substituted": ("mm_ar",),
 }
 _KIND_REASONS = {
-    "bulk": "bulk overlaps the local shard's matmul with the gather; only ag_mm has compute "
-            "that does not wait for its collective",
+    "bulk": "bulk is the one-piece pipeline of ag_mm, mm_rs and mm_ar (hocket.ops.lowering.bulk)",
     "ring": "a ring passes shards between peers; it needs a sharded operand (ag_mm or mm_rs)",
     "bidir_ring": "a ring passes shards between peers; it needs a sharded operand (ag_mm or mm_rs)",
     "tile_fused": "tile_fused kernels exist for ag_mm and mm_rs",

@@ -80,8 +80,9 @@ def test_strategies_follow_the_site_kind():
     rs = enumerate_plans(_site("mm_rs"), GPU_NODE)
     ar = enumerate_plans(_site("mm_ar"), GPU_NODE)
     assert {p.strategy for p in ag.candidates} == {"sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused"}
-    assert {p.strategy for p in rs.candidates} == {"sequential", "chunked", "ring", "bidir_ring", "tile_fused"}
-    assert {p.strategy for p in ar.candidates} == {"sequential", "chunked", "substituted"}
+    assert {p.strategy for p in rs.candidates} == {"sequential", "bulk", "chunked", "ring", "bidir_ring",
+                                                   "tile_fused"}
+    assert {p.strategy for p in ar.candidates} == {"sequential", "bulk", "chunked", "substituted"}
     assert all(p.substitute == "rs_ag" for p in ar.candidates if p.strategy == "substituted")
     assert not any(p.order == "local_first" for p in ar.candidates)
     reasons = {p.plan.strategy: p.reason for p in ar.pruned if p.plan.transport == "collective"}
@@ -255,3 +256,26 @@ def test_last_dim_sharding_splits_all_rows():
     assert split_rows(site, "ring") == 512 and gemm_rows(site, "ring", 4) == 128
     space = enumerate_plans(site, GPU_NODE)
     assert max(p.chunks for p in space.candidates if p.strategy == "ring") == 32
+
+
+@pytest.mark.parametrize("kind", ["ag_mm", "mm_rs", "mm_ar"])
+def test_bulk_is_enumerated_where_an_executor_runs_it_and_the_model_prices_it(kind):
+    from hocket.cost import predict
+    from hocket.hardware import load_preset
+    from hocket.ops.lowering import executor_for
+
+    rng = random.Random()
+    site = _site(kind, m=8 * 64 * rng.randint(1, 32), k=rng.randint(64, 4096), n=rng.randint(64, 4096), world=8)
+    space = enumerate_plans(site, GPU_NODE)
+    bulk = [p for p in space.candidates if p.strategy == "bulk"]
+    # one piece, natural order, every transport that carries whole collectives
+    assert bulk and all(p.chunks == 1 and p.order == "natural" for p in bulk)
+    assert {p.transport for p in bulk} == {"collective", "copy_engine", "host_staged"}
+    assert not any(p.plan.strategy == "bulk" and "does not apply" in p.reason for p in space.pruned)
+    assert callable(executor_for(kind, "bulk"))
+    cluster = load_preset("h100x8")
+    bulk_ms = predict(site, Plan(strategy="bulk"), cluster).total_ms
+    sequential_ms = predict(site, Plan(), cluster).total_ms
+    assert bulk_ms > 0
+    if kind != "ag_mm":  # the reduction waits for the whole GEMM: one piece overlaps nothing
+        assert bulk_ms >= sequential_ms * (1 - 1e-9)

@@ -6,8 +6,13 @@ For each group, among the plans that were measured (sequential always is):
 * **prediction alone**: the plan :func:`hocket.plan.search.select` picks from their
   predicted times (autotune off), with the model-error allowance ``uncertainty``
   (:mod:`hocket.plan.uncertainty`; None = the plain margin);
-* **autotuned**: the ``top_k`` best-predicted plans plus sequential, decided by their
-  *measured* times with the same margin rule (what :mod:`hocket.plan.autotune` does);
+* **autotuned**: sequential plus the list autotune times
+  (:func:`hocket.plan.search.tuning_shortlist` of the predicted ranking, as
+  :meth:`SearchResult.tuning_shortlist` and ``hocket.plan.autotune.plans_to_time`` build
+  it: the best predicted, it with half and a quarter of the pieces, the best of each other
+  family), decided by their *measured* times with the same margin rule. Only measured
+  plans can be timed here, so the list is drawn from the ranking of the measured plans
+  (a twin that was not measured is skipped, as the space would skip an unpriced one);
 
 regret = measured time of the choice / best measured time (1.0 is perfect), and
 ``vs_sequential`` = measured time of the choice / measured sequential (> 1 + noise means
@@ -21,7 +26,7 @@ from dataclasses import dataclass
 
 from hocket.plan.plan import Plan
 from hocket.plan.report import plan_label
-from hocket.plan.search import DEFAULT_MARGIN, CostFn, drop_unmodelled_splits, select
+from hocket.plan.search import DEFAULT_MARGIN, CostFn, drop_unmodelled_splits, select, tuning_shortlist
 from hocket.plan.uncertainty import Uncertainty
 from hocket.site import Site
 
@@ -98,7 +103,7 @@ def site_regret(records: list, cost_fn: CostFn, *, top_k: int = 4, margin: float
     unpriced.extend(f"{plan_label(d.plan)}: {d.reason}" for d in dropped)
     baseline = sequential.plan
     pred_plan, _, ranked = select(predicted, baseline=baseline, margin=margin, uncertainty=uncertainty)
-    shortlist = [baseline] + [s.plan for s in ranked if s.plan != baseline][:top_k]
+    shortlist = [baseline, *tuning_shortlist([s.plan for s in ranked], baseline=baseline, k=top_k)]
     tuned_plan, _, _ = select([(p, max(measured[p], 1e-9)) for p in shortlist], baseline=baseline, margin=margin)
     priced = {p for p, _ in predicted}
     best_plan = min(priced, key=lambda p: measured[p])

@@ -77,3 +77,21 @@ def test_groups_by_site_and_hardware_and_skips_with_notes():
     assert any("no cluster description" in n for n in notes)
     assert any("no measured sequential" in n for n in notes)
     assert rows[0].to_dict()["predicted_plan"] == CH2.to_dict()
+
+
+def test_autotuned_column_times_the_tuning_shortlist_not_a_plain_top_k():
+    site = _site()
+    ch8 = Plan(strategy="chunked", chunks=8)
+    ring2 = Plan(strategy="ring", chunks=2, transport="p2p")
+    scale = random.uniform(0.5, 2.0)
+    measured = {SEQ: 10.0, ch8: 9.0, CH4: 6.0, RING: 8.0, ring2: 8.5}
+    predicted = {SEQ: 10.0, ch8: 5.0, RING: 5.5, ring2: 5.7, CH4: 7.0}  # chunked(4) ranks last of the four
+    records = [_record(site, p, ms * scale) for p, ms in measured.items()]
+    row = site_regret(records, lambda s, p: predicted[p] * scale, top_k=2)
+    # a plain top-2 (chunked(8), ring(1)) would pick ring(1) at 8.0; the shortlist times chunked(8)
+    # and its half-pieces twin chunked(4), which measures best
+    assert row.tuned_plan == CH4 and row.tuned_regret == pytest.approx(1.0)
+    assert row.predicted_plan == ch8 and row.predicted_regret == pytest.approx(9.0 / 6.0)
+    from hocket.plan.search import tuning_shortlist
+
+    assert tuning_shortlist([ch8, RING, ring2, CH4], baseline=SEQ, k=2) == (ch8, CH4)

@@ -23,6 +23,18 @@ CPU ranks (``sm_count`` unknown) use a saturating curve ``F / (F + CPU_HALF_GFLO
 With a calibration profile, the ratio measured/model at the profile's GEMM points is
 interpolated (inverse distance in log m, log k, log n, same dtype) and applied to the
 model, so the shape structure of the model survives and the level is measured.
+
+**Pieces run at the whole problem's level** (``level_m``). A pipeline cuts one per-rank GEMM
+into row pieces that run back to back; they run under the same sustained clock and power
+state as the whole GEMM, and a GEMM library keeps the same tile configuration for them. So a
+piece is priced as the wave model's piece (its tail, launch and idle SMs: the chunking
+penalty, a mechanism) times the measured/model ratio *of the whole GEMM*, not the ratio
+interpolated at the piece's own shape. Ratios read at each piece's shape mix in points
+measured in isolation (short kernels hold boost clocks longer: the 2xH200 profile has
+1024-row pieces of k=8192, n=8192 at 0.197 ms each and the whole 8192-row GEMM at 1.723 ms,
+8.7x not 8x) and neighbouring shapes, which made a GEMM cut in halves look up to 20% cheaper
+than the whole (8192x14336x8192 on the 2xH200 calibration: ratio 1.19 whole, 0.95 halves)
+and priced savings that no executor can get.
 """
 
 from __future__ import annotations
@@ -146,15 +158,19 @@ def _cpu_model_ms(device, m: int, k: int, n: int, dtype: str) -> float:
 
 def gemm_time(device, *, m: int, k: int, n: int, dtype: str, itemsize: int,
               calibration: CalibrationView | None = None, sms: int | None = None,
-              launches: int = 1) -> GemmTime:
+              launches: int = 1, level_m: int | None = None) -> GemmTime:
     """One ``[m, k] @ [k, n]`` kernel on ``device``.
 
     ``sms``: SMs the kernel may use (fewer when an SM-driven transfer holds some);
-    ``launches``: kernel launches paid (0 inside a persistent kernel).
+    ``launches``: kernel launches paid (0 inside a persistent kernel);
+    ``level_m``: rows of the whole GEMM this kernel is a row piece of: the calibration ratio
+    is read at ``(level_m, k, n)`` (see the module doc); None reads it at ``m``.
     """
     for name, value in (("m", m), ("k", k), ("n", n)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"gemm {name}={value!r} must be a positive int")
+    if level_m is not None and (isinstance(level_m, bool) or not isinstance(level_m, int) or level_m < 1):
+        raise ValueError(f"gemm level_m={level_m!r} must be a positive int (the whole GEMM's rows) or None")
     if device.sm_count is None:
         compute = _cpu_model_ms(device, m, k, n, dtype)
     else:
@@ -164,7 +180,7 @@ def gemm_time(device, *, m: int, k: int, n: int, dtype: str, itemsize: int,
     launch = launches * launch_ms(device)
     total = max(compute, memory) + launch
     if calibration is not None:
-        ratio = calibration.gemm_ratio(m=m, k=k, n=n, dtype=dtype, model_ms=lambda mm, kk, nn: _model_total_ms(
+        ratio = calibration.gemm_ratio(m=level_m or m, k=k, n=n, dtype=dtype, model_ms=lambda mm, kk, nn: _model_total_ms(
             device, mm, kk, nn, dtype, itemsize))
         compute, memory, launch, total = compute * ratio, memory * ratio, launch * ratio, total * ratio
     return GemmTime(ms=total, compute_ms=compute, memory_ms=memory, launch_ms=launch,
@@ -177,6 +193,7 @@ def _model_total_ms(device, m: int, k: int, n: int, dtype: str, itemsize: int) -
 
 
 def gemm_ms(device, *, m: int, k: int, n: int, dtype: str, itemsize: int,
-            calibration: CalibrationView | None = None, sms: int | None = None, launches: int = 1) -> float:
+            calibration: CalibrationView | None = None, sms: int | None = None, launches: int = 1,
+            level_m: int | None = None) -> float:
     return gemm_time(device, m=m, k=k, n=n, dtype=dtype, itemsize=itemsize, calibration=calibration,
-                     sms=sms, launches=launches).ms
+                     sms=sms, launches=launches, level_m=level_m).ms

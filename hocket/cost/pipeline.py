@@ -109,7 +109,7 @@ class _Builder:
              sms: int | None = None) -> float:
         site = self.site
         one = gemm_ms(self.device, m=rows, k=k or site.k, n=n or site.n, dtype=site.dtype, itemsize=site.itemsize,
-                      calibration=self.calibration, sms=sms, launches=launches)
+                      calibration=self.calibration, sms=sms, launches=launches, level_m=max(rows, site.m))
         return one * site.num_b
 
     def transfer_topology(self) -> comm_model.GroupTopology:

@@ -72,3 +72,34 @@ def test_unknown_peak_is_a_clear_error_and_cpu_has_a_default():
     assert math.isfinite(memory_ms(CPU, 1e6))
     with pytest.raises(ValueError, match="m=0"):
         gemm_ms(H200, m=0, k=1, n=1, dtype="bfloat16", itemsize=2)
+
+
+def _profile_of(points):
+    """A profile whose GEMM points run ``factor`` times the model's time at ``(m, k, n)``."""
+    gemm = []
+    for (m, k, n), factor in points:
+        model = gemm_time(H200, m=m, k=k, n=n, dtype="bfloat16", itemsize=2)
+        gemm.append(GemmPoint(m=m, k=k, n=n, dtype="bfloat16", tflops=model.tflops / factor, ms=factor * model.ms))
+    return CalibrationView(CalibrationProfile(fingerprint="x", gemm=tuple(gemm)))
+
+
+@given(st.floats(0.6, 1.6), st.floats(0.6, 1.6), st.sampled_from([2, 4, 8, 16]), st.integers(0, 1 << 12))
+def test_row_pieces_run_at_the_whole_gemms_measured_level(whole_factor, piece_factor, pieces, k_extra):
+    # the whole GEMM measured slow or fast, its pieces measured in isolation at another level
+    m, k, n = 8192, 2048 + k_extra, 8192
+    view = _profile_of([((m, k, n), whole_factor), ((m // pieces, k, n), piece_factor)])
+    whole = _ms(H200, m, k, n, calibration=view)
+    piece = _ms(H200, m // pieces, k, n, calibration=view, level_m=m)
+    model_penalty = pieces * _ms(H200, m // pieces, k, n) / _ms(H200, m, k, n)
+    assert math.isfinite(piece) and piece > 0
+    # the chunking penalty is the wave model's, whatever the isolated pieces measured
+    assert pieces * piece / whole == pytest.approx(model_penalty, rel=1e-9)
+    assert pieces * piece >= whole  # cutting never makes the same work cheaper
+    alone = _ms(H200, m // pieces, k, n, calibration=view)  # read at its own shape: the isolated point
+    assert alone == pytest.approx(piece_factor * _ms(H200, m // pieces, k, n), rel=1e-9)
+
+
+def test_level_m_is_checked():
+    with pytest.raises(ValueError, match="level_m=0"):
+        _ms(H200, 64, 64, 64, level_m=0)
+    assert _ms(H200, 64, 64, 64, level_m=None) == _ms(H200, 64, 64, 64)

@@ -169,3 +169,26 @@ def test_uneven_split_sizes_are_priced_as_the_executor_cuts_them():
         [site.comm_bytes * rows / 4096 for rows in (512, 1024, 1024, 1536)])
     with pytest.raises(ValueError, match="split_sizes"):
         predict(site, Plan(strategy="chunked", chunks=4, split_sizes=(1, 2, 3, 4)), H200X2)
+
+
+@pytest.mark.parametrize("plan", [Plan(strategy="chunked", chunks=2), Plan(strategy="chunked", chunks=4),
+                                  Plan(strategy="ring", chunks=1, transport="p2p"), Plan(strategy="bidir_ring")])
+def test_pieces_measured_fast_in_isolation_do_not_buy_a_saving(plan):
+    # a profile whose whole GEMM runs slow (sustained clocks) and whose row pieces, timed alone, run fast
+    from hocket.cost.compute import gemm_time
+    from hocket.hardware.profile import GemmPoint
+    cluster = load_preset("h200x2")
+    device = cluster.device(0)
+    site = Site(kind="mm_rs", m=8192, k=14336, n=8192, dtype="bfloat16", world=2)
+    gemm = []
+    for rows, factor in ((8192, 1.25), (4096, 0.85), (2048, 0.85)):
+        model = gemm_time(device, m=rows, k=site.k, n=site.n, dtype="bfloat16", itemsize=2)
+        gemm.append(GemmPoint(m=rows, k=site.k, n=site.n, dtype="bfloat16", tflops=model.tflops / factor,
+                              ms=factor * model.ms))
+    profile = CalibrationProfile(fingerprint="x", gemm=tuple(gemm))
+    sequential = predict(site, Plan(), cluster, profile)
+    piecewise = predict(site, plan, cluster, profile)
+    assert math.isfinite(piecewise.total_ms) and piecewise.total_ms > 0
+    assert piecewise.compute_ms >= sequential.compute_ms  # the same GEMM work, cut: never cheaper
+    # a saving can only come from hiding communication, never from the pieces' isolated level
+    assert piecewise.total_ms >= sequential.total_ms - sequential.comm_ms

@@ -261,8 +261,51 @@ def summary(result: dict) -> dict:
     }
 
 
+IMPLEMENTATION_KEYS = ("method", "variant", "tile_config", "chunk_flags", "copy_streams", "copy_wait", "dynamic",
+                       "edge_pieces", "side_waits", "link", "backend", "threads_per_rank")
+"""Fields of a results line's ``run`` that name how a plan was implemented (benchmarks add them
+when they compare kernel variants of one plan); lines that differ in them are different things."""
+
+
+def run_to_run(groups: list[SiteGroup], *, same_commit: bool = False) -> dict:
+    """The noise floor: the same plan on the same site measured in several runs. For every
+    (site, plan, implementation) with at least two runs, each run's deviation from the median
+    of its runs (the error of a model that knew the true mean exactly) and the max/min spread.
+    The implementation is what a line's ``run`` names in ``IMPLEMENTATION_KEYS`` (kernel variant,
+    tile config, copy waits, ...), so variants of one plan are not counted as noise.
+    ``same_commit``: only compare lines measured at one git hash (the executors change between
+    commits; across commits the spread holds code changes too)."""
+    runs: dict[tuple, list[float]] = {}
+    for g in groups:
+        for r in g.records:
+            run = r.run if isinstance(r.run, dict) else {}
+            variant = tuple(str(run.get(key)) for key in IMPLEMENTATION_KEYS)
+            if same_commit:
+                variant += (str(r.git_hash),)
+            runs.setdefault((g.site.key, r.plan.describe(), variant), []).append(r.median_ms)
+    deviations, spreads = [], []
+    for times in runs.values():
+        if len(times) < 2:
+            continue
+        middle = statistics.median(times)
+        deviations.extend(abs(t / middle - 1.0) for t in times)
+        spreads.append(max(times) / min(times) - 1.0)
+    return {"plans": len(spreads), "lines": len(deviations),
+            "median_deviation": statistics.median(deviations) if deviations else None,
+            "max_deviation": max(deviations) if deviations else None,
+            "median_spread": statistics.median(spreads) if spreads else None,
+            "max_spread": max(spreads) if spreads else None}
+
+
 def _pct(value) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def print_noise(noise: dict, label: str) -> None:
+    print(f"run-to-run {label}(same plan, same site, {noise['plans']} plans measured in >= 2 runs, {noise['lines']} lines): "
+          f"|deviation from the median of the runs| median {_pct(noise['median_deviation'])}, max "
+          f"{_pct(noise['max_deviation'])}; max/min - 1 median {_pct(noise['median_spread'])}, max "
+          f"{_pct(noise['max_spread'])} (the noise floor: no model can beat it)")
 
 
 def print_report(held: dict, calib: dict, label: str, *, all_points: bool = False) -> None:
@@ -345,8 +388,12 @@ def main(argv: list[str] | None = None) -> int:
             calib = evaluate([g for g in calibration if g.cluster.name == cluster], view)
             print(f"\n## {cluster} ({machine})")
             print_report(held, calib, label, all_points=args.all_points)
+            here = [g for g in mine if g.cluster.name == cluster]
+            noise = {"all_lines": run_to_run(here), "same_commit": run_to_run(here, same_commit=True)}
+            print_noise(noise["all_lines"], "")
+            print_noise(noise["same_commit"], "at one git hash ")
             report[cluster] = {"label": label, "held_out": {**held, "summary": summary(held)},
-                               "calibration": {**calib, "summary": summary(calib)}}
+                               "calibration": {**calib, "summary": summary(calib)}, "run_to_run": noise}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str) + "\n")
     return 0

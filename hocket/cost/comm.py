@@ -15,9 +15,11 @@ steps and the bytes, and the topology decides the bandwidth:
   ``log2`` of the node count); the backend picks the faster, as NCCL does.
 
 Backends (``backend_of``): ``nccl`` (GPUs; SM-driven collectives and P2P; RCCL/HCCL
-priced alike) and ``gloo`` (CPU ranks), whose reduce-scatter is an all-reduce followed by
-taking a chunk (twice the bytes) and whose P2P sends and receives are separate,
-uncoalesced calls. Transports: ``collective`` and ``p2p`` run on the ``link`` resource
+priced alike) and ``gloo`` (CPU ranks), priced as ProcessGroupGloo runs them
+(:func:`gloo_memory_traffic`): its all-gather gathers into a fresh flat buffer and copies it
+out, its reduce-scatter clones the input, all-reduces it (twice the bytes) and copies a chunk
+out, buffers above glibc's mmap threshold fault their pages in on every call; its P2P sends
+and receives are separate, uncoalesced calls at wire speed. Transports: ``collective`` and ``p2p`` run on the ``link`` resource
 (SM-driven on GPUs), ``copy_engine`` pushes through symmetric memory on the
 ``copy_engine`` resource, ``host_staged`` copies device -> pinned host -> device over each
 device's host link (PCIe) on the ``host`` resource, across nodes through the network.
@@ -239,13 +241,52 @@ def _nccl_collective(op: str, nbytes: float, topo: GroupTopology, kind: str, hie
     return best
 
 
+GLOO_MMAP_THRESHOLD_BYTES = 32 * 2**20
+"""glibc malloc's largest dynamic mmap threshold on 64-bit hosts (``DEFAULT_MMAP_THRESHOLD_MAX``
+= 4 * 1024 * 1024 * sizeof(long)): a CPU tensor above it is a fresh ``mmap`` on every
+allocation, whose pages fault in (and are zeroed by the kernel) on first touch; below it
+a freed block is reused from the heap, already mapped."""
+PAGE_BYTES = 4096
+FIRST_TOUCH_US_PER_PAGE = 2.0
+"""Datasheet cost of one first-touch fault of a fresh anonymous 4 KiB page (trap, kernel
+zeroing of the page, page-table update; about 1 us on bare metal, 1-3 us under a hypervisor's
+two-level page tables)."""
+
+
+def gloo_memory_traffic(op: str, nbytes: float, p: int) -> tuple[str, float, float]:
+    """How ProcessGroupGloo runs ``op`` on CPU tensors (torch.distributed, c10d), as
+    ``(wire op, bytes copied by the rank's CPU besides the wire, bytes freshly allocated)``:
+
+    * ``all_gather`` (``all_gather_into_tensor`` -> ``allgather`` on the output's chunks):
+      gloo's ring all-gather into a *new* flat output buffer (the rank's own shard is
+      copied into it), then the flat buffer is copied into the caller's output chunks;
+    * ``reduce_scatter`` (``reduce_scatter_tensor``): the input is *cloned*, gloo
+      all-reduces the clone in place (twice an all-gather's bytes on the wire), and the
+      rank's chunk is copied out;
+    * ``all_reduce`` (in place), ``all_to_all``, ``broadcast``: the wire algorithm only.
+    """
+    if op == "all_gather":
+        return "all_gather", nbytes / p + nbytes, nbytes
+    if op == "reduce_scatter":
+        return "all_reduce", nbytes + nbytes / p, nbytes
+    return op, 0.0, 0.0
+
+
 def _gloo_collective(op: str, nbytes: float, topo: GroupTopology, kind: str) -> tuple[float, str]:
+    """gloo on CPU ranks: the wire algorithm (a ring over loopback sockets) plus the local
+    copies and fresh buffers of :func:`gloo_memory_traffic`. A local copy pass costs what half
+    a wire byte does: a socket exchange is itself two CPU copies per byte and rank (into the
+    kernel's socket buffer, out of the peer's), at the link's rate. A fresh buffer above
+    ``GLOO_MMAP_THRESHOLD_BYTES`` pays a first-touch fault per page."""
     p = topo.world
     call = CALL_OVERHEAD_US[kind] / 1e3
-    if op == "reduce_scatter":  # gloo: all-reduce of the whole buffer, then keep one chunk
-        return call + _ring_phase("all_reduce", nbytes, p, topo.ring_gbps, topo.ring_latency_us, kind), \
-            "allreduce+chunk"
-    return call + _ring_phase(op, nbytes, p, topo.ring_gbps, topo.ring_latency_us, kind), "ring"
+    wire_op, copied, fresh = gloo_memory_traffic(op, nbytes, p)
+    wire = _ring_phase(wire_op, nbytes, p, topo.ring_gbps, topo.ring_latency_us, kind)
+    copy_ms = copied / (2 * topo.ring_gbps * LINK_EFFICIENCY[kind] * 1e6) if copied > 0 else 0.0
+    touch_ms = (math.ceil(fresh / PAGE_BYTES) * FIRST_TOUCH_US_PER_PAGE / 1e3
+                if fresh > GLOO_MMAP_THRESHOLD_BYTES else 0.0)
+    algorithm = {"all_gather": "ring+copies", "reduce_scatter": "clone+allreduce+chunk"}.get(op, "ring")
+    return call + wire + copy_ms + touch_ms, algorithm
 
 
 HOST_HANDSHAKE_US = 10.0

@@ -37,7 +37,7 @@ def test_all_reduce_moves_twice_an_all_gather_on_a_ring():
 def test_gloo_reduce_scatter_costs_an_all_reduce_but_nccl_does_not():
     nbytes = 64 << 20
     cpu = group_topology(CPU, range(2))
-    assert collective("reduce_scatter", nbytes, cpu).ms == pytest.approx(collective("all_reduce", nbytes, cpu).ms)
+    assert collective("reduce_scatter", nbytes, cpu).ms > collective("all_reduce", nbytes, cpu).ms  # plus copies
     gpu = group_topology(H100X8, range(2))
     assert collective("reduce_scatter", nbytes, gpu).ms < 0.6 * collective("all_reduce", nbytes, gpu).ms
 

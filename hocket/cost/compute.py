@@ -56,6 +56,13 @@ TAIL_WAVES = 0.25
 SPLIT_K = (1, 2, 4, 8)
 GPU_LAUNCH_US = 5.0
 """Host launch + kernel start of one GPU kernel."""
+FUSED_GEMM_EFFICIENCY = 0.9
+"""Throughput of hocket's persistent tile-fused GEMM (a Triton kernel: one tile configuration,
+no split-K, flag checks in its loop) over the vendor library's GEMM of the same shape, which is
+what the wave model and the profile's GEMM points describe. Measured on H200: 90-96% on the
+large shapes and 83-89% on narrow n (benchmarks/results/h200/README.md, "fusedGEMM/cuBLAS" of 8
+offload shapes, median 89.5%); DESIGN.md: a simple Triton GEMM ~95%. The cost model charges
+every tile_fused kernel's GEMM work at this fraction of the vendor rate."""
 CPU_BASE_EFFICIENCY = 0.6
 CPU_HALF_GFLOP = 0.02
 """CPU GEMM size (GFLOP) at which half the base efficiency is reached (threads, packing)."""

@@ -23,8 +23,9 @@ The pipelines mirror the executors in ``hocket.ops.lowering`` (same pieces, same
 * ``substituted``: mm_ar's all-reduce as per-piece reduce-scatter, with each piece's
   all-gather queued behind the next piece's reduce-scatter (``rs_ag``); ag_mm with
   ``ring_p2p`` is the ring.
-* ``tile_fused``: one persistent kernel over ``C`` flag groups: one launch, whole-GEMM
-  efficiency, a flag wait per group; with an SM-driven transport the kernel's grid is
+* ``tile_fused``: one persistent kernel over ``C`` flag groups: one launch, the whole GEMM's
+  wave efficiency at our Triton kernel's share of the vendor rate
+  (``compute.FUSED_GEMM_EFFICIENCY``), a flag wait per group; with an SM-driven transport the kernel's grid is
   capped below the SM count (the SMs the transfer needs).
 """
 
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from hocket.cost import comm as comm_model
 from hocket.cost.calibration import CalibrationView
-from hocket.cost.compute import gemm_ms, launch_ms, memory_ms, peak_tflops
+from hocket.cost.compute import FUSED_GEMM_EFFICIENCY, gemm_ms, launch_ms, memory_ms, peak_tflops
 from hocket.cost.contention import SM_KINDS, SM_STARVED_SLOWDOWN, contention, fills_device
 from hocket.cost.issue import issue_ms, issue_table
 from hocket.cost.stages import Stage
@@ -388,9 +389,13 @@ def _fused_groups(b: _Builder, *, consumer_of=None, producer_for=None, local_row
         sms = b.device.sm_count - b.comm_sms  # never occupy every SM beside an SM-driven transport
         b.sm_capped = True
 
+    # our Triton kernel runs at a fraction of the vendor GEMM's rate (GPU ranks)
+    efficiency = FUSED_GEMM_EFFICIENCY if b.device.sm_count is not None else 1.0
+
     def marginal(rows_done: int, rows: int) -> float:
         after = m - rows_done - rows
-        return b.gemm(m - rows_done, launches=0, sms=sms) - (b.gemm(after, launches=0, sms=sms) if after else 0.0)
+        kernel = b.gemm(m - rows_done, launches=0, sms=sms) - (b.gemm(after, launches=0, sms=sms) if after else 0.0)
+        return kernel / efficiency
 
     def flops(rows: int) -> float:
         return 2.0 * rows * site.k * site.n * site.num_b

@@ -192,3 +192,19 @@ def test_pieces_measured_fast_in_isolation_do_not_buy_a_saving(plan):
     assert piecewise.compute_ms >= sequential.compute_ms  # the same GEMM work, cut: never cheaper
     # a saving can only come from hiding communication, never from the pieces' isolated level
     assert piecewise.total_ms >= sequential.total_ms - sequential.comm_ms
+
+
+@settings(max_examples=20)
+@given(st.sampled_from(["ag_mm", "mm_rs"]), st.integers(12, 14), st.integers(11, 14), st.integers(10, 14),
+       st.integers(1, 8))
+def test_tile_fused_gemm_runs_at_the_fused_kernels_share_of_the_vendor_rate(kind, log_m, log_k, log_n, chunks):
+    from hocket.cost.compute import FUSED_GEMM_EFFICIENCY
+    site = Site(kind=kind, m=1 << log_m, k=1 << log_k, n=1 << log_n, dtype="bfloat16", world=2)
+    plan = Plan(strategy="tile_fused", chunks=chunks, transport="copy_engine")
+    fused = predict(site, plan, H200X2)
+    sequential = predict(site, Plan(), H200X2)
+    assert math.isfinite(fused.total_ms) and fused.compute_ms > 0
+    # the same GEMM work at no more than the fused kernel's share of the vendor rate
+    assert fused.compute_ms >= sequential.compute_ms / FUSED_GEMM_EFFICIENCY * 0.98
+    if sequential.comm_ms < (1 / FUSED_GEMM_EFFICIENCY - 1) * sequential.compute_ms * 0.5:
+        assert fused.total_ms > sequential.total_ms  # hiding little comm cannot pay for a slower GEMM

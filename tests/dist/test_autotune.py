@@ -175,3 +175,31 @@ def tune_different_sites() -> str:
 
 def test_ranks_tuning_different_sites_all_raise(pool):
     pool.run_expect_error(tune_different_sites, exc_type=ValueError, match="different sites")
+
+
+class _Alternating(_Runners):
+    """FAST alternates between quick and slow calls: a better median, a worse p90 than sequential."""
+
+    def __call__(self, plan: Plan):
+        run = super().__call__(plan)
+        if plan != FAST:
+            return run
+
+        def alternating() -> None:
+            slow = self.calls.get(plan.describe(), 0) % 2 == 1
+            self.calls[plan.describe()] = self.calls.get(plan.describe(), 0) + 1
+            time.sleep((60.0 if slow else 2.0) / 1e3)
+        return alternating
+
+
+def tune_noisy(cache_path: str, clear_win: bool) -> str:
+    runners = _Alternating({SEQ: 40.0, FAST: 2.0, SLOW: 80.0})
+    config = AutotuneConfig(warmup=0, iters=6, rounds=1, clear_win=clear_win)
+    return autotune(_site(96 * dist.get_world_size()), [SEQ, FAST, SLOW], runners, config=config,
+                    cache=PlanCache(ENV, cache_path)).chosen.to_json()
+
+
+def test_a_win_the_noise_explains_is_not_chosen(pool2, tmp_path):
+    # FAST's median (about 31 ms) beats sequential's 40 ms, its p90 (60 ms) does not beat sequential's p10
+    assert pool2.run(tune_noisy, str(tmp_path / "a.json"), True) == [SEQ.to_json()] * 2
+    assert pool2.run(tune_noisy, str(tmp_path / "b.json"), False) == [FAST.to_json()] * 2

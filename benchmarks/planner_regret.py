@@ -144,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="prediction alone with the plain margin (no per-class model-error allowance)")
     parser.add_argument("--holdout", choices=("all", "held-out", "calibration"), default="all",
                         help="score every site, or only validate_cost.py's held-out third (or the rest)")
+    parser.add_argument("--all-relays", action="store_true",
+                        help="also score host_staged lines of earlier relays (validate_cost.py's CURRENT_RELAY "
+                             "rule; by default they are skipped: no executor runs them any more)")
     parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
@@ -155,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.paths:
                 raise
             skipped.append(f"{path} skipped: {str(exc)[:160]}")
+    if not args.all_relays:
+        from validate_cost import measures_current_executor  # sibling module, as in held_out_keys
+
+        current = [r for r in records if measures_current_executor(r)]
+        if len(current) < len(records):
+            skipped.append(f"{len(records) - len(current)} host_staged lines of earlier relays skipped "
+                           f"(the latest line per plan would mix relays; keep them with --all-relays)")
+        records = current
     if not records:
         print(f"no results lines found in {', '.join(map(str, paths)) or RESULTS}; run `hocket bench ... --out` first")
         return 0

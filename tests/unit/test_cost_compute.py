@@ -103,3 +103,23 @@ def test_level_m_is_checked():
     with pytest.raises(ValueError, match="level_m=0"):
         _ms(H200, 64, 64, 64, level_m=0)
     assert _ms(H200, 64, 64, 64, level_m=None) == _ms(H200, 64, 64, 64)
+
+
+@given(st.integers(9, 14), st.integers(9, 14), st.integers(10, 14), st.integers(1, 5))
+def test_chunking_penalty_grows_with_the_number_of_pieces_and_never_pays(log_m, log_k, log_n, log_pieces):
+    m, k, n = 1 << log_m, 1 << log_k, 1 << log_n
+    pieces = min(1 << log_pieces, m)
+    whole = _ms(H200, m, k, n, launches=0)
+    cut = pieces * _ms(H200, m // pieces, k, n, launches=0)
+    finer = 2 * pieces * _ms(H200, max(1, m // (2 * pieces)), k, n, launches=0)
+    assert math.isfinite(cut) and cut >= whole * (1 - 1e-9)  # cutting the same work never helps
+    if m >= 2 * pieces:
+        assert finer >= cut * (1 - 1e-9)
+
+
+def test_row_chunk_penalty_is_near_the_measured_h200_one():
+    # 2xH200 profile (benchmarks/results/calibration/h200x2-nccl-full.json): 32 pieces of 256 rows of
+    # k=7168, n=8192 take 1.15x the whole 8192-row GEMM, 8 pieces of 1024 rows 1.01x
+    whole = _ms(H200, 8192, 7168, 8192)
+    assert 1.05 < 32 * _ms(H200, 256, 7168, 8192) / whole < 1.25
+    assert 1.0 <= 8 * _ms(H200, 1024, 7168, 8192) / whole < 1.1

@@ -208,3 +208,30 @@ def test_tile_fused_gemm_runs_at_the_fused_kernels_share_of_the_vendor_rate(kind
     assert fused.compute_ms >= sequential.compute_ms / FUSED_GEMM_EFFICIENCY * 0.98
     if sequential.comm_ms < (1 / FUSED_GEMM_EFFICIENCY - 1) * sequential.compute_ms * 0.5:
         assert fused.total_ms > sequential.total_ms  # hiding little comm cannot pay for a slower GEMM
+
+
+@settings(max_examples=25)
+@given(st.sampled_from(["h2d_mm", "mm_d2h"]), st.integers(10, 14), st.integers(10, 14), st.integers(10, 14),
+       st.integers(2, 32), st.floats(1.0, 3.0), st.floats(1.0, 3.0))
+def test_offload_pieces_stream_at_the_whole_copys_measured_rate(kind, log_m, log_k, log_n, chunks, small_slow,
+                                                                 big_slow):
+    # a host-link curve whose small copies (timed alone) run slower than its large ones
+    from hocket.cost import comm as comm_model
+    from hocket.cost.calibration import CalibrationView
+    from hocket.cost.pipeline import group_facts
+    h200 = load_preset("h200x1")
+    site = Site(kind=kind, m=1 << log_m, k=1 << log_k, n=1 << log_n, world=1)
+    topo = group_facts(h200, (0,), site.dtype)[0]
+    points = tuple(CurvePoint(bytes=b, ms=f * comm_model.host_copy(b, topo).ms)
+                   for b, f in ((1 << 20, small_slow * big_slow), (1 << 30, big_slow)))
+    profile = CalibrationProfile(fingerprint="x", host_link=points)
+    whole = comm_model.host_copy(site.comm_bytes, topo, calibration=CalibrationView(profile)).ms
+    plan = Plan(strategy="chunked", chunks=chunks, transport="host_staged")
+    chunked = predict(site, plan, h200, profile)
+    sequential = predict(site, Plan(transport="host_staged"), h200, profile)
+    assert math.isfinite(chunked.total_ms) and sequential.comm_ms == pytest.approx(whole, rel=1e-9)
+    pieces = len([s for s in pipeline_stages(site, plan, h200, profile) if s.is_transfer])
+    fixed = comm_model.host_copy(0.0, topo).ms
+    # the copies carry the whole copy's bytes at its rate, plus at most one setup each (less when queued),
+    # however slow the curve says a small copy timed alone is
+    assert whole - pieces * fixed - 1e-9 <= chunked.comm_ms <= whole + (pieces - 1) * fixed + 1e-9

@@ -2,12 +2,13 @@
 
 hocket's pass runs inside AOTAutograd (``aot_eager``'s graph compiler, Inductor's
 post-grad passes) with the compiler's thread-local state switched on: fake tensor mode,
-proxy modes and the Python dispatcher. c10d hands the caller's thread-local state to
-gloo's worker threads, and torch.distributed work issued under it deadlocked: on gloo
-world 2, ``hocket.compile(autotune=True)`` hung in about 3 of 5 compiles with both
-ranks inside the same barrier or broadcast, and a plain loop of barriers and
-all-gathers inside an ``aot_autograd`` graph compiler hung every time (the same loop
-in a plain Dynamo backend, on a fresh thread, or with the Python dispatcher off ran).
+proxy modes and the Python dispatcher. torch.distributed work issued under that state
+deadlocked: on gloo world 2, ``hocket.compile(autotune=True)`` hung in about 3 of 5
+compiles (both ranks inside the same barrier or broadcast, one still issuing it), and a
+plain loop of barriers and all-gathers inside an ``aot_autograd`` graph compiler hung in
+2 of 2 runs, while the same loop ran in a plain Dynamo backend, on a fresh thread, or
+under ``torch._C._DisablePythonDispatcher()`` (the Python dispatcher is the part that
+matters; torch 2.13, CPU).
 
 :func:`run_outside_compiler` runs ``fn`` on a fresh thread (default thread-local state;
 the caller's CUDA device) and waits at most ``timeout_s``. Past that it raises

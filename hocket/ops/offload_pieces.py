@@ -15,6 +15,7 @@ default the first (``to_host``) or last (``from_host``) ``EDGE_PIECES`` pieces (
 from __future__ import annotations
 
 from hocket.kernels.schedule import cdiv, even_row_offsets, offsets_from_sizes, ramp_row_offsets
+from hocket.plan.pieces import piece_sizes
 from hocket.plan.plan import Plan
 
 DIRECTIONS = ("to_host", "from_host")
@@ -40,15 +41,7 @@ def piece_offsets(plan: Plan, m: int, *, align: int, direction: str) -> tuple[in
 
 
 def _explicit(plan: Plan, m: int, align: int) -> tuple[int, ...]:
-    sizes = plan.split_sizes
-    if len(sizes) != plan.chunks:
-        raise ValueError(f"plan.split_sizes has {len(sizes)} pieces but plan.chunks={plan.chunks}; "
-                         f"give chunks=len(split_sizes)")
-    if sum(sizes) != m:
-        raise ValueError(f"plan.split_sizes={list(sizes)} adds up to {sum(sizes)} rows but m={m}; "
-                         f"the pieces must cover every row once")
-    if any(size == 0 for size in sizes):
-        raise ValueError(f"plan.split_sizes={list(sizes)} has an empty piece; drop it and lower chunks")
+    sizes = piece_sizes(m, plan)  # count, total and empty pieces checked as for every strategy
     offsets = offsets_from_sizes(list(sizes))
     bad = [o for o in offsets[1:-1] if o % align]
     if bad:

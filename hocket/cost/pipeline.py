@@ -97,6 +97,8 @@ class _Builder:
     """True when the compute kernels already run on fewer SMs (a capped persistent grid)."""
     issue: dict | None = None
     """Host issue costs (``hocket.cost.issue``) on GPU ranks; None on CPU ranks (no issue chain)."""
+    host_queued: bool = False
+    """Whether the host has issued anything but kernel launches yet (later items queue behind it)."""
 
     # -- pieces -------------------------------------------------------------
     @property
@@ -119,18 +121,29 @@ class _Builder:
         return self.topo
 
     def add(self, stage: Stage, *, rows: int | None = None, egress: float | None = None,
-            issue: tuple[tuple[str, int], ...] = ()) -> int:
+            issue: tuple[tuple[str, int], ...] = (), issue_after: tuple[tuple[str, int], ...] = ()) -> int:
         """Append ``stage``; ``issue``: ``(op, count)`` pairs the host issues first on GPU ranks
-        (an ``issue`` stage in program order that the stage waits for)."""
+        (an ``issue`` stage in program order that the stage waits for); ``issue_after``: what the
+        host goes on issuing once the stage has started (a relay's later messages), which holds
+        back whatever the host issues next but not the stage itself."""
         if self.issue is not None and issue:
             # the first item's host latency is already in its own time (launch / call overhead,
-            # and calibrated curves were timed from an idle GPU); later items queue behind the host
-            first = not any(s.is_issue and s.name != ENTRY_STAGE for s in self.stages)
+            # and calibrated curves were timed from an idle GPU); later items queue behind the host.
+            # A relay call issued after kernel launches only (an own-data-first pipeline launches
+            # its GEMM first) still starts from an idle host: launches return in microseconds,
+            # and the relay's own call time is in its price like a first item's
+            relay = any(op == "relay_call" for op, _ in issue)
+            first = not (self.host_queued if relay else any(s.is_issue and s.name != ENTRY_STAGE
+                                                             for s in self.stages))
+            self.host_queued = self.host_queued or any(op != "launch" for op, _ in issue)
             self.stages.append(Stage(name=f"issue:{stage.name}", resource="issue", kind="issue", op="issue",
                                      duration_ms=0.0 if first else issue_ms(issue, self.issue), piece=stage.piece))
             stage = replace(stage, depends_on=stage.depends_on + (len(self.stages) - 1,))
         self.stages.append(stage)
         index = len(self.stages) - 1
+        if self.issue is not None and issue_after:
+            self.stages.append(Stage(name=f"issue_rest:{stage.name}", resource="issue", kind="issue", op="issue",
+                                     duration_ms=issue_ms(issue_after, self.issue), piece=stage.piece))
         if rows:
             self.rows[index] = rows
         if egress is not None:
@@ -160,23 +173,28 @@ class _Builder:
             saving = comm_model.queued_saving_ms(transfer.kind, self.topo) + transfer.queued_saving_ms if queued \
                 else comm_model.CALL_OVERHEAD_US[transfer.kind] / 1e3  # issued ahead, but starts at the flag
             duration -= min(0.9 * duration, saving)
+        head, rest = self.issue_of(transfer, calls)
         return self.add(Stage(name=name, resource=transfer.resource, duration_ms=duration,
                               depends_on=tuple(deps), kind=transfer.kind, piece=piece, nbytes=nbytes, op=op),
-                        egress=transfer.egress_bytes, issue=self.issue_of(transfer, calls))
+                        egress=transfer.egress_bytes, issue=head, issue_after=rest)
 
-    def issue_of(self, transfer: comm_model.Transfer, calls: int) -> tuple[tuple[str, int], ...]:
-        """What the host issues for a transfer: a ring step is a P2P exchange per lane (or
-        copy-engine copies); a host-staged collective is a relay call and its messages (the
-        relay issues on the calling thread); a single device's host copy is a side-stream
-        copy with its event waits."""
+    def issue_of(self, transfer: comm_model.Transfer, calls: int
+                 ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+        """What the host issues for a transfer before it starts, and what it goes on issuing
+        while it runs: a ring step is a P2P exchange per lane (or copy-engine copies); a
+        host-staged collective is a relay call and its messages (the relay issues on the calling
+        thread, every copy stream-ordered: the first message's copies start once it is issued,
+        the later messages are issued while earlier ones move); a single device's host copy is a
+        side-stream copy with its event waits."""
         transport = self.plan.transport
         if transport == "copy_engine":
-            return (("copy_engine", calls),)
+            return (("copy_engine", calls),), ()
         if transport == "host_staged":
             if transfer.algorithm == "copy":
-                return (("host_copy", calls),)
-            return (("relay_call", calls), ("relay_message", calls * transfer.messages))
-        return (("p2p" if transfer.algorithm == "ring_step" else "collective", calls),)
+                return (("host_copy", calls),), ()
+            rest = calls * max(0, transfer.messages - 1)
+            return (("relay_call", calls), ("relay_message", calls)), ((("relay_message", rest),) if rest else ())
+        return (("p2p" if transfer.algorithm == "ring_step" else "collective", calls),), ()
 
     def collective(self, op: str, nbytes: float) -> comm_model.Transfer:
         return comm_model.collective(op, nbytes, self.transfer_topology(), transport=self.plan.transport,
@@ -267,6 +285,9 @@ def _ag_mm(b: _Builder) -> None:
         # source block at a time (p GEMMs of the piece's rows) and, with several pieces,
         # copied into the gathered A; bulk is the one-piece pipeline.
         pieces = [shard_rows] if strategy == "bulk" else list(piece_sizes(shard_rows, plan))
+        if strategy == "chunked" and runs_local_first(b):
+            _ag_local_first(b, shard_rows, pieces)
+            return
         for i, rows in enumerate(pieces):
             nbytes = total * rows / shard_rows
             t = b.add_transfer(f"all_gather[{i}]", b.collective("all_gather", nbytes), piece=i, op="all_gather",
@@ -280,6 +301,62 @@ def _ag_mm(b: _Builder) -> None:
         _tile_fused(b, producer=False)
     else:
         raise _not_for(site, plan)
+
+
+def runs_local_first(b: _Builder) -> bool:
+    """``chunked`` with ``order="local_first"`` over a collective transport (not the copy-engine
+    peer pipe) runs :mod:`hocket.ops.lowering.peer_chunked`'s own-data-first pipelines."""
+    return b.plan.order == "local_first" and b.site.world > 1 and b.plan.transport != "copy_engine"
+
+
+def _ag_local_first(b: _Builder, shard_rows: int, pieces: list[int]) -> None:
+    """Every piece's all-gather in flight at once, this rank's whole shard multiplied while they
+    travel, then each piece's peer rows as it lands. Over ``host_staged`` the own-shard GEMM is
+    launched before the relay calls (their host handshakes run beside it; the transfers wait
+    only on an event recorded ahead of it); other transports issue the collectives first."""
+    site = b.site
+    p, total = site.world, site.comm_bytes
+    own_first = b.plan.transport == "host_staged"
+    if own_first:
+        b.add_gemm("gemm_own", shard_rows)
+    moves = []
+    for i, rows in enumerate(pieces):
+        nbytes = total * rows / shard_rows
+        moves.append(b.add_transfer(f"all_gather[{i}]", b.collective("all_gather", nbytes), piece=i,
+                                    op="all_gather", nbytes=nbytes))
+    if not own_first:
+        b.add_gemm("gemm_own", shard_rows)
+    for i, (rows, t) in enumerate(zip(pieces, moves)):
+        g = b.add_gemm(f"gemm[{i}]", rows, deps=(t,), piece=i, count=p - 1)
+        if len(pieces) > 1:
+            b.add_memory(f"copy_gathered[{i}]", 2.0 * total * rows / shard_rows, deps=(g,), piece=i, op="copy")
+
+
+def _rs_own_block_last(b: _Builder, block_rows: int, pieces: list[int]) -> None:
+    """Per piece, the peers' partials (``p - 1`` GEMMs), then its reduce-scatter; this rank's own
+    block is multiplied last, beside the last transfers, and added at the end. Over
+    ``host_staged`` a piece's relay call is issued after the next GEMM is launched (the transfer
+    waits on an event recorded after its own GEMM), so the handshakes run beside that GEMM."""
+    site = b.site
+    p, total = site.world, site.comm_bytes
+    lag = 1 if b.plan.transport == "host_staged" else 0  # GEMMs launched ahead of a piece's relay call
+    gemms: list[int] = []
+    moves: list[int] = []
+
+    def issue(i: int) -> None:
+        nbytes = total * pieces[i] / block_rows
+        moves.append(b.add_transfer(f"reduce_scatter[{i}]", b.collective("reduce_scatter", nbytes),
+                                    deps=(gemms[i],), piece=i, op="reduce_scatter", nbytes=nbytes))
+
+    for i, rows in enumerate(pieces):
+        gemms.append(b.add_gemm(f"gemm[{i}]", rows, piece=i, count=p - 1))
+        if i - lag >= 0:
+            issue(i - lag)
+    own = b.add_gemm("gemm_own", block_rows, piece=len(pieces) - 1)
+    if lag:
+        issue(len(pieces) - 1)
+    row_bytes = site.n * site.num_b * site.itemsize
+    b.add_memory("add_own", 3.0 * block_rows * row_bytes, deps=(own, *moves), piece=len(pieces) - 1)
 
 
 def _ag_ring(b: _Builder, shard_rows: int, *, lanes: int) -> None:
@@ -317,6 +394,9 @@ def _mm_rs(b: _Builder) -> None:
         # pieces cut every destination block's rows: p partial GEMMs into a staging buffer,
         # then the piece's reduce-scatter; bulk is the one-piece pipeline
         pieces = [block_rows] if plan.strategy == "bulk" else list(piece_sizes(block_rows, plan))
+        if plan.strategy == "chunked" and runs_local_first(b):
+            _rs_own_block_last(b, block_rows, pieces)
+            return
         for i, rows in enumerate(pieces):
             nbytes = total * rows / block_rows
             g = b.add_gemm(f"gemm[{i}]", rows, piece=i, count=p)

@@ -1,0 +1,88 @@
+"""``chunked`` with ``order="local_first"``: the cost model prices what ``peer_chunked`` runs (own
+shard multiplied while every piece travels; own block last beside the last transfers; over
+``host_staged`` the GEMM launched before the relay calls, whose later messages are issued while
+the earlier ones move)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hocket.cost import pipeline_stages, predict, schedule
+from hocket.hardware import load_preset
+from hocket.plan.plan import Plan
+from hocket.site import Site
+
+STAGED = load_preset("h200-host-staged")
+RNG = random.Random()
+
+
+def _shape() -> tuple[int, int, int]:
+    return RNG.choice([2048, 4096, 8192]), RNG.choice([2048, 4096, 8192, 12288]), RNG.choice([1536, 4096, 8192])
+
+
+def _timeline(site, plan, cluster=STAGED):
+    stages = pipeline_stages(site, plan, cluster)
+    timeline = schedule(stages)
+    return {s.name: (start, end, s) for s, start, end in zip(stages, timeline.start_ms, timeline.end_ms)}, timeline
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 4])
+def test_ag_mm_own_shard_runs_beside_the_relay(chunks):
+    m, k, n = _shape()
+    site = Site(kind="ag_mm", m=m, k=k, n=n, world=2)
+    plan = Plan(strategy="chunked", chunks=chunks, transport="host_staged", order="local_first")
+    by_name, timeline = _timeline(site, plan)
+    own_start, own_end, _ = by_name["gemm_own"]
+    first_start, _, _ = by_name["all_gather[0]"]
+    last_end = by_name[f"all_gather[{chunks - 1}]"][1]
+    assert own_start < last_end and first_start < own_end  # the own-shard GEMM overlaps the transfers
+    assert by_name["issue:gemm_own"][1] <= by_name["issue:all_gather[0]"][0]  # launched before the relay call
+    # every peer GEMM waits for its piece; nothing ends before the last piece has landed and been used
+    for i in range(chunks):
+        assert by_name[f"gemm[{i}]"][0] >= by_name[f"all_gather[{i}]"][1] - 1e-9
+    assert timeline.total_ms >= last_end + by_name[f"gemm[{chunks - 1}]"][2].duration_ms - 1e-9
+    natural = predict(site, plan.with_(order="natural"), STAGED).total_ms
+    if chunks == 1:  # one piece: natural order is sequential; local_first hides the own-shard GEMM
+        assert predict(site, plan, STAGED).total_ms < natural
+
+
+def test_relay_messages_after_the_first_do_not_hold_back_the_transfer():
+    site = Site(kind="ag_mm", m=8192, k=RNG.choice([8192, 12288]), n=RNG.choice([4096, 7168]), world=2)
+    plan = Plan(strategy="chunked", chunks=1, transport="host_staged", order="local_first")
+    by_name, _ = _timeline(site, plan)
+    transfer_start = by_name["all_gather[0]"][0]
+    rest_start, rest_end, rest = by_name["issue_rest:all_gather[0]"]
+    assert rest.duration_ms > 0  # many 8 MiB messages: their issue is on the host chain
+    assert transfer_start <= rest_start + 1e-9 < rest_end  # ... but after the transfer has started
+    assert by_name["issue:gemm[0]"][0] >= rest_end - 1e-9  # the next launch queues behind them
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 4])
+def test_mm_rs_own_block_last_beside_the_last_transfer(chunks):
+    m, k, n = _shape()
+    site = Site(kind="mm_rs", m=m, k=k, n=n, world=2)
+    plan = Plan(strategy="chunked", chunks=chunks, transport="host_staged", order="local_first")
+    by_name, timeline = _timeline(site, plan)
+    own_start, own_end, _ = by_name["gemm_own"]
+    moves = [by_name[f"reduce_scatter[{i}]"] for i in range(chunks)]
+    assert any(start < own_end and own_start < end for start, end, _ in moves)  # the own block hides a transfer
+    assert moves[-1][1] > own_start  # the last piece is still moving when the own GEMM starts
+    # the last piece's relay call is issued after the own GEMM is launched (deferred by one GEMM)
+    assert by_name[f"issue:reduce_scatter[{chunks - 1}]"][0] >= by_name["issue:gemm_own"][1] - 1e-9
+    add_start = by_name["add_own"][0]
+    assert add_start >= max(own_end, *(by_name[f"reduce_scatter[{i}]"][1] for i in range(chunks))) - 1e-9
+    if chunks == 1:
+        assert timeline.total_ms < predict(site, plan.with_(order="natural"), STAGED).total_ms
+
+
+def test_collective_transport_issues_the_transfers_before_the_own_gemm():
+    cluster = load_preset("h200x2")
+    m, k, n = _shape()
+    site = Site(kind="ag_mm", m=m, k=k, n=n, world=2)
+    plan = Plan(strategy="chunked", chunks=2, order="local_first")
+    names = [s.name for s in pipeline_stages(site, plan, cluster)]
+    assert names.index("all_gather[1]") < names.index("gemm_own") < names.index("gemm[0]")
+    copy = Plan(strategy="chunked", chunks=2, order="local_first", transport="copy_engine")
+    assert "gemm_own" not in [s.name for s in pipeline_stages(site, copy, cluster)]  # the peer pipe runs there

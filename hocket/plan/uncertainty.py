@@ -43,11 +43,11 @@ PLAN_CLASSES = ("sequential", "pipelined", "copy_engine", "ring", "tile_fused", 
 
 DEFAULT_REL_ERROR: Mapping[str, float] = {
     "sequential": 0.0,
-    "pipelined": 0.05,
+    "pipelined": 0.09,
     "copy_engine": 0.02,
-    "ring": 0.11,
-    "tile_fused": 0.07,
-    "host_staged": 0.11,
+    "ring": 0.12,
+    "tile_fused": 0.06,
+    "host_staged": 0.12,
 }
 """Per class: how much slower relative to sequential a plan may run than predicted (see module doc).
 
@@ -55,15 +55,17 @@ Derived, not hand-set: the output of
 
     python benchmarks/derive_uncertainty.py --profile benchmarks/results/calibration/h200x2-nccl-full.json
 
-on the cost model of 2026-11-30 at a550b0d (host issue chain, starved NCCL beside
+on the cost model of 2026-11-30 at 4405733 (host issue chain, starved NCCL beside
 full-grid GEMMs, host_staged priced as the relay runs it, row pieces at the whole GEMM's
 level, GEMM tail/prologue constants from the profile's row-chunk series, host-copy pieces
-at the whole copy's rate): over the *calibration* sites of ``benchmarks/validate_cost.py``'s
-frozen split only (never its held-out sites), H200 lines (1xH200 and 2xH200), predicted
-with that profile, the 75th percentile per class of how much the model under-priced
-``plan / sequential``, less the per-piece allowance (pipelined 0.05 of 55 plans,
-copy_engine 0.02 of 19, ring 0.11 of 21, tile_fused 0.07 of 31, host_staged 0.11 of 505;
-medians +0.00 / -0.02 / +0.08 / +0.05 / -0.01). A plan must win by the margin
+at the whole copy's rate, chunked local_first priced as peer_chunked runs it): over the
+*calibration* sites of ``benchmarks/validate_cost.py``'s frozen split only (never its
+held-out sites), H200 lines (1xH200 and 2xH200), predicted with that profile, the 75th
+percentile per class of how much the model under-priced ``plan / sequential``, less the
+per-piece allowance (pipelined 0.09 of 75 plans, copy_engine 0.02 of 24, ring 0.12 of 26,
+tile_fused 0.06 of 36, host_staged 0.12 of 510; medians +0.03 / -0.03 / +0.08 / +0.04 / -0.01).
+Pipelined rose from 0.05 with local_first priced: NVLink chunked[local_first] plans are
+predicted to hide the own-shard GEMM's transfer more than they measure. A plan must win by the margin
 even if its prediction is that far off. Re-run the command when the
 cost model changes and copy its last line here."""
 

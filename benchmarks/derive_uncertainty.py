@@ -26,14 +26,13 @@ import argparse
 import statistics
 from pathlib import Path
 
-from hocket.bench.record import read_records
 from hocket.cost import predict
 from hocket.cost.calibration import calibration_view
 from hocket.hardware import load_cluster
 from hocket.hardware.profile import load_profile
 from hocket.plan.uncertainty import (DEFAULT_MAX_ERROR, DEFAULT_PER_PIECE_ERROR, DEFAULT_REL_ERROR, PLAN_CLASSES,
                                      plan_class, plan_pieces)
-from validate_cost import RESULTS, group_sites, machine_of, profile_for, split_holdout
+from validate_cost import RESULTS, group_sites, machine_of, profile_for, read_current, split_holdout
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -89,12 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--percentile", type=float, default=75.0, help="percentile of e per class (default 75)")
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
-    records = []
-    for path in paths:
-        try:
-            records.extend(read_records(path))
-        except ValueError as exc:  # another benchmark's file (e.g. compile step times)
-            print(f"note: {path} skipped: {str(exc)[:120]}")
+    records, read_notes = read_current(paths)
+    for note in read_notes:
+        print(f"note: {note}")
     groups, notes = group_sites(records, load_cluster(args.cluster) if args.cluster else None)
     calibration, held_out = split_holdout(groups, 1 / 3)
     profiles = [p for p in (load_profile(path, expected=None) for path in args.profile) if p is not None]

@@ -22,7 +22,6 @@ import statistics
 import sys
 from pathlib import Path
 
-from hocket.bench.record import read_records
 from hocket.hardware import fingerprint, list_presets, load_cluster, load_preset, probe
 from hocket.plan.regret import planner_regret
 from hocket.plan.report import plan_label
@@ -150,22 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
-    records, skipped = [], []
-    for path in paths:
-        try:
-            records.extend(read_records(path))
-        except ValueError as exc:  # not a bench results file (e.g. compile step times): say so, go on
-            if args.paths:
-                raise
-            skipped.append(f"{path} skipped: {str(exc)[:160]}")
-    if not args.all_relays:
-        from validate_cost import measures_current_executor  # sibling module, as in held_out_keys
+    from validate_cost import read_current  # sibling module, as in held_out_keys
 
-        current = [r for r in records if measures_current_executor(r)]
-        if len(current) < len(records):
-            skipped.append(f"{len(records) - len(current)} host_staged lines of earlier relays skipped "
-                           f"(the latest line per plan would mix relays; keep them with --all-relays)")
-        records = current
+    records, skipped = read_current(paths, all_relays=args.all_relays, strict=bool(args.paths))
     if not records:
         print(f"no results lines found in {', '.join(map(str, paths)) or RESULTS}; run `hocket bench ... --out` first")
         return 0

@@ -43,9 +43,14 @@ CURVE_OF_KIND = {"ag_mm": "all_gather", "mm_rs": "reduce_scatter", "mm_ar": "all
                  "h2d_mm": "host_link", "mm_d2h": "host_link"}
 CURRENT_RELAY = "@8MB,thread=0"
 """The host-staged relay the executors run now (``HOCKET_HOST_STAGE_PIECE_MB=8``, issued on the
-calling thread, commit 789842c). Benchmarks tag relay variants in ``run.method`` ("... @<MB>MB,
-thread=<0|1>"); untagged multi-rank host_staged lines (h200x2 run1-run4) measured earlier relays
-(issue thread, 0.3 ms per message spinning on the interpreter lock) that no executor runs any more."""
+calling thread; with ``order="local_first"`` the hiding GEMM is launched before the relay, commit
+789842c). Benchmarks tag relay variants in ``run.method`` ("... @<MB>MB,thread=<0|1>"); untagged
+lines measured the default relay of the commit they ran."""
+CURRENT_RELAY_RUNS = ("h200x2/run5/", "h200x2/run7/")
+"""Results folders whose multi-rank host_staged lines measured the current executor (run5 and
+later; run1-run4 measured relays and a local_first order that no executor runs any more, and the
+lines' git hash cannot tell them apart: the device copies carried a stale ``.git``). A new run of
+the current executor adds its folder here."""
 NOISE_FLOOR = 0.02
 """A measured saving smaller than this fraction of sequential (or than the p10-p90 spread) is noise."""
 
@@ -107,24 +112,44 @@ def find_cluster(record, forced, cache: dict):
     return cache[key]
 
 
-def measures_current_executor(record) -> bool:
-    """False for lines of a host-staged relay other than ``CURRENT_RELAY`` (see there)."""
+def measures_current_executor(record, path: Path | str) -> bool:
+    """False for multi-rank host_staged lines of another relay or executor than today's
+    (see ``CURRENT_RELAY`` and ``CURRENT_RELAY_RUNS``); ``path`` is the results file it came from."""
+    if not (record.plan.transport == "host_staged" and record.site.world > 1):
+        return True
     method = str(record.run.get("method", "")) if isinstance(record.run, dict) else ""
-    if "@" in method:
-        return method.endswith(CURRENT_RELAY)
-    return not (record.plan.transport == "host_staged" and record.site.world > 1)
+    if "@" in method and not method.endswith(CURRENT_RELAY):
+        return False
+    where = Path(path).resolve().as_posix()
+    return any(run in where for run in CURRENT_RELAY_RUNS)
 
 
-def group_sites(records, forced, *, all_relays: bool = False) -> tuple[list[SiteGroup], list[str]]:
+def read_current(paths, *, all_relays: bool = False, strict: bool = False) -> tuple[list, list[str]]:
+    """Results lines of ``paths`` that measured today's executors (all of them with
+    ``all_relays``), and notes on what was skipped. A file that is not results lines is
+    noted and skipped, or raises with ``strict``."""
+    records, notes, superseded = [], [], 0
+    for path in paths:
+        try:
+            lines = read_records(path)
+        except ValueError as exc:  # another benchmark's file (e.g. simulate or compile timings)
+            if strict:
+                raise
+            notes.append(f"{path} skipped: {str(exc)[:160]}")
+            continue
+        kept = lines if all_relays else [r for r in lines if measures_current_executor(r, path)]
+        superseded += len(lines) - len(kept)
+        records.extend(kept)
+    if superseded:
+        notes.append(f"{superseded} host_staged lines of earlier relays/executors skipped (keep them with --all-relays)")
+    return records, notes
+
+
+def group_sites(records, forced) -> tuple[list[SiteGroup], list[str]]:
     groups: dict[str, SiteGroup] = {}
     notes: list[str] = []
     cache: dict = {}
-    skipped = sum(1 for r in records if not all_relays and not measures_current_executor(r))
-    if skipped:
-        notes.append(f"{skipped} host_staged lines of earlier relays skipped (keep them with --all-relays)")
     for record in records:
-        if not all_relays and not measures_current_executor(record):
-            continue
         if record.site.kind not in PRICED_KINDS:
             notes.append(f"{record.site.kind} lines skipped (no cost model for that kind yet)")
             continue
@@ -358,15 +383,10 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 / 3 - 1e-9 <= args.holdout < 1:
         parser.error(f"--holdout {args.holdout} must be in [1/3, 1): a third of the sites at least stay out")
     paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
-    records = []
-    for path in paths:
-        try:
-            records.extend(read_records(path))
-        except ValueError as exc:  # another benchmark's file (e.g. simulate timings), not results lines
-            print(f"note: {path} skipped: {str(exc)[:160]}")
+    records, read_notes = read_current(paths, all_relays=args.all_relays)
     forced = load_cluster(args.cluster) if args.cluster else None
-    groups, notes = group_sites(records, forced, all_relays=args.all_relays)
-    for note in notes:
+    groups, notes = group_sites(records, forced)
+    for note in read_notes + notes:
         print(f"note: {note}")
     if not groups:
         print(f"no priced results lines in {', '.join(map(str, paths)) or RESULTS}; run `hocket bench ... --out`")

@@ -46,7 +46,7 @@ CURRENT_RELAY = "@8MB,thread=0"
 calling thread; with ``order="local_first"`` the hiding GEMM is launched before the relay, commit
 789842c). Benchmarks tag relay variants in ``run.method`` ("... @<MB>MB,thread=<0|1>"); untagged
 lines measured the default relay of the commit they ran."""
-CURRENT_RELAY_RUNS = ("h200x2/run5/", "h200x2/run7/")
+CURRENT_RELAY_RUNS = ("h200x2/run5/", "h200x2/run7/", "h200x2/run8/")
 """Results folders whose multi-rank host_staged lines measured the current executor (run5 and
 later; run1-run4 measured relays and a local_first order that no executor runs any more, and the
 lines' git hash cannot tell them apart: the device copies carried a stale ``.git``). A new run of

@@ -63,6 +63,16 @@ def wait_timeout_s() -> float:
     return float(os.environ.get("HOCKET_TIMEOUT_S", "300"))
 
 
+def git_hash_env() -> str | None:
+    """``HOCKET_GIT_HASH``: the commit results lines record instead of asking git (unset: ask git).
+    For machines that run a copy of the tree whose ``.git`` is stale (device machines): set it to the
+    commit the copy was made from, e.g. ``HOCKET_GIT_HASH=$(git rev-parse HEAD)`` where it was made."""
+    raw = os.environ.get("HOCKET_GIT_HASH", "").strip()
+    if any(c.isspace() for c in raw):
+        raise ValueError(f"HOCKET_GIT_HASH={raw!r} must be one commit id without spaces, e.g. $(git rev-parse HEAD)")
+    return raw or None
+
+
 def transport_environment() -> dict[str, str]:
     """The transport-affecting environment, recorded in fingerprints and results."""
     return {k: os.environ[k] for k in TRANSPORT_ENV_VARS if k in os.environ}

@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 
 import hocket
-from hocket.env import transport_environment
+from hocket.env import git_hash_env, transport_environment
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +48,12 @@ def versions() -> dict[str, str | None]:
 
 
 def git_hash(path: Path | None = None) -> str | None:
-    """The commit of the checkout holding hocket (``+dirty`` when it has local changes), or None."""
+    """The commit of the checkout holding hocket (``+dirty`` when it has local changes), or None.
+    ``HOCKET_GIT_HASH`` (:func:`hocket.env.git_hash_env`), when set, is returned as it is instead:
+    git is not asked (a device machine's copy of the tree carries a stale ``.git``)."""
+    given = git_hash_env()
+    if given is not None:
+        return given
     where = Path(path) if path is not None else Path(hocket.__file__).resolve().parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,

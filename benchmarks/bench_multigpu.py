@@ -18,7 +18,8 @@ the faster counts), sequential, PyTorch's ``torch.ops.symm_mem`` fused ops (defa
 ``TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP=1``), hocket's chunked / ring / tile_fused plans, and the
 planner's choice (autotuned on the live group: the top predicted plans and sequential are
 measured, sequential wins unless beaten). Times are CUDA events, each iteration behind a barrier
-and the max over ranks, medians of ``--iters`` (>= 50) with p10/p90. The cost model's
+and the max over ranks (``--reps`` calls back to back per sample, their mean: the steady
+state), medians of ``--iters`` (>= 50) with p10/p90. The cost model's
 prediction stands beside every hocket plan. ``--calibrate`` first measures a GEMM beside each
 transfer of the mode (and each transfer beside the GEMM) and hands the factors to the planner.
 
@@ -177,7 +178,8 @@ def checked(case: Case, fn, what: str) -> tuple[bool, float | None, str]:
 
 
 def timed(fn, args, case: Case):
-    samples = sample_ms(fn, iters=args.iters, warmup=args.warmup, group=case.group, device=case.device)
+    samples = sample_ms(fn, iters=args.iters, warmup=args.warmup, group=case.group, device=case.device,
+                        reps=args.reps)
     return summarize(samples)
 
 
@@ -420,6 +422,9 @@ def parse_args(argv=None):
     p.add_argument("--tokens", type=int, default=8192, help="tokens of the model shape sets")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--reps", type=int, default=1, help="calls back to back per timed sample (its mean): 1 = every "
+                   "call behind its own barrier (pays the ranks' release skew and the first launch); > 1 = the "
+                   "steady state of a training loop, where the host runs ahead (hocket.bench.timer)")
     p.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(3), "little"))
     p.add_argument("--cluster", default=None, help="cluster preset (default: h200x2/h200x8, or h200-host-staged)")
     p.add_argument("--profile", default=None, help="calibration profile JSON for the planner (nvlink default: "
@@ -436,6 +441,8 @@ def parse_args(argv=None):
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl", help="gloo: a CPU dry run of the flow")
     p.add_argument("--out", default=None, help="JSON lines path (default $OUT/bench_multigpu_<link>.jsonl)")
     args = p.parse_args(argv)
+    if args.reps < 1:
+        p.error(f"--reps={args.reps}: give an int >= 1 (calls back to back per sample)")
     if args.iters < (5 if args.smoke else 50):
         p.error(f"--iters={args.iters}: use at least 50 timed runs (5 with --smoke)")
     if args.out is None:
@@ -467,9 +474,9 @@ def main(argv=None) -> int:
     hardware = fingerprint(cluster) if rank0 else {}
     provenance = collect(command=command_line(), hardware=hardware,
                          extra={"world": world, "backend": "nccl", "cluster": cluster_name, "iters": args.iters,
-                                "seed": args.seed, "profile": str(args.profile or (NVLINK_PROFILE if profile else ""))})
+                                "reps": args.reps, "seed": args.seed, "profile": str(args.profile or (NVLINK_PROFILE if profile else ""))})
     log(f"bench_multigpu: {len(sites)} cases, world {world}, link {args.link}, cluster {cluster_name}, "
-        f"iters {args.iters}, torch {torch.__version__}")
+        f"iters {args.iters} x {args.reps} reps, torch {torch.__version__}")
     summary = {"link": args.link, "world": world, "cluster": cluster_name, "command": provenance.command,
                "environment": provenance.environment, "versions": provenance.versions, "rows": []}
     if args.calibrate:
@@ -479,7 +486,8 @@ def main(argv=None) -> int:
         del first
     planner = LivePlanner(cluster=cluster, profile=profile,
                           config=LiveConfig(autotune=True, use_disk_cache=False,
-                                            tuning=AutotuneConfig(top_k=4, warmup=2, iters=16, rounds=2)))
+                                            tuning=AutotuneConfig(top_k=4, warmup=2, iters=16, rounds=2,
+                                                                  reps=args.reps)))
     started = time.monotonic()
     for i, site in enumerate(sites):
         if args.time_budget_s and time.monotonic() - started > args.time_budget_s and i:

@@ -39,12 +39,14 @@ class AutotuneConfig:
     """interleaved rounds (machine drift spreads over all candidates)."""
     margin: float = DEFAULT_MARGIN
     """measured saving over sequential a plan needs to be chosen."""
+    reps: int = 1
+    """calls back to back per timed sample (``hocket.bench.timer``): > 1 times the steady state."""
     clear_win: bool = True
     """compare a plan's p90 with sequential's p10 (not median with median): only a win the noise cannot
     explain is chosen (on a loaded 2-core machine, medians of 6 runs of a 3 ms site differed by 2x)."""
 
     def __post_init__(self) -> None:
-        for name, low in (("top_k", 1), ("warmup", 0), ("iters", 1), ("rounds", 1)):
+        for name, low in (("top_k", 1), ("warmup", 0), ("iters", 1), ("rounds", 1), ("reps", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"AutotuneConfig.{name}={value!r} must be an int >= {low}")
@@ -175,7 +177,8 @@ def autotune(site: Site, candidates: Sequence[Plan], make_runner: RunnerFactory,
                               timings_ms=message["timings_ms"])
     plans = [Plan.from_dict(d) for d in message["candidates"]]
     runners = {plan.to_json(): make_runner(plan) for plan in plans}
-    summaries = time_interleaved(runners, config=TimingConfig(warmup=config.warmup, iters=config.iters),
+    timing = TimingConfig(warmup=config.warmup, iters=config.iters, reps=config.reps)
+    summaries = time_interleaved(runners, config=timing,
                                  rounds=config.rounds, group=group, device=device)
     timings = {name: summary.median_ms for name, summary in summaries.items()}
     decision = None

@@ -60,3 +60,28 @@ def test_interleaved_timing_validates():
         time_interleaved({"a": lambda: None}, rounds=0)
     with pytest.raises(ValueError, match="fns"):
         time_interleaved({})
+
+
+def test_reps_run_back_to_back_and_each_sample_is_their_mean(monkeypatch):
+    calls = []
+    clock = iter(float(t) for t in range(10_000))  # every perf_counter() call advances 1 s
+    monkeypatch.setattr("hocket.bench.timer.time.perf_counter", lambda: next(clock))
+
+    def work():
+        calls.append(1)
+        next(clock)  # one tick of "work" per call
+
+    summary = time_callable(work, config=TimingConfig(warmup=2, iters=3, reps=4))
+    assert len(calls) == 2 + 3 * 4
+    # per sample: start read, 4 calls of one tick each, end read -> 5 s over 4 calls
+    assert summary.n == 3
+    assert summary.median_ms == pytest.approx(5e3 / 4)
+
+
+@pytest.mark.parametrize("reps", [0, -2, True, 1.5])
+def test_reps_must_be_a_positive_int(reps):
+    with pytest.raises(ValueError, match="reps"):
+        TimingConfig(reps=reps)
+    with pytest.raises(ValueError, match="reps"):
+        from hocket.bench.timer import sample_ms
+        sample_ms(lambda: None, iters=1, reps=reps)

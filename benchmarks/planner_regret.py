@@ -30,6 +30,8 @@ from hocket.plan.uncertainty import uncertainty_from_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MATCH_KEYS = ("devices", "nodes", "topology", "network_transports")
+NOISE_FLOOR = 0.02
+"""A choice slower than sequential by less than this fraction (or sequential's p10-p90 spread) is noise."""
 
 
 def _shape(fp: dict) -> str:
@@ -132,6 +134,27 @@ def held_out_keys(records) -> set[str]:
     return {r.site.key for r in records if held_out_site(r.site.key, 3)}
 
 
+def lost_to_sequential(vs_sequential: float, noise: float) -> bool:
+    """Whether a choice that ran ``vs_sequential`` times sequential's time lost to doing nothing
+    beyond the noise (sequential's relative p10-p90 spread, at least ``NOISE_FLOOR``)."""
+    return vs_sequential > 1.0 + max(noise, NOISE_FLOOR)
+
+
+def summarize(rows) -> dict:
+    """The summary line's figures over regret rows (hocket.plan.regret.RegretRow; at least one):
+    median and max regret, and choices slower than sequential beyond noise, per mode."""
+    if not rows:
+        raise ValueError("summarize needs at least one regret row; check that the results lines were priced")
+    figures: dict = {"sites": len(rows)}
+    for mode in ("predicted", "tuned"):
+        regrets = [getattr(r, f"{mode}_regret") for r in rows]
+        figures[f"{mode}_median"] = statistics.median(regrets)
+        figures[f"{mode}_max"] = max(regrets)
+        figures[f"{mode}_losses"] = sum(lost_to_sequential(getattr(r, f"{mode}_vs_sequential"), r.noise)
+                                        for r in rows)
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", help="results JSON-lines files (default: every *.jsonl under results/)")
@@ -183,14 +206,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{plan_label(row.tuned_plan):<22} {row.tuned_regret:>6.3f} {row.tuned_vs_sequential:>6.3f} "
               f"{row.noise:>6.1%}")
     if rows:
-        pred = [r.predicted_regret for r in rows]
-        tuned = [r.tuned_regret for r in rows]
-        lost_pred = sum(r.predicted_vs_sequential > 1 + max(r.noise, 0.02) for r in rows)
-        lost_tuned = sum(r.tuned_vs_sequential > 1 + max(r.noise, 0.02) for r in rows)
-        print(f"\n{len(rows)} sites | prediction alone: median regret {statistics.median(pred):.3f}, "
-              f"max {max(pred):.3f}, slower than sequential beyond noise: {lost_pred} | "
-              f"autotuned: median {statistics.median(tuned):.3f}, max {max(tuned):.3f}, "
-              f"slower than sequential beyond noise: {lost_tuned} | target: regret <= 1.05, 0 losses")
+        s = summarize(rows)
+        print(f"\n{s['sites']} sites | prediction alone: median regret {s['predicted_median']:.3f}, "
+              f"max {s['predicted_max']:.3f}, slower than sequential beyond noise: {s['predicted_losses']} | "
+              f"autotuned: median {s['tuned_median']:.3f}, max {s['tuned_max']:.3f}, "
+              f"slower than sequential beyond noise: {s['tuned_losses']} | target: regret <= 1.05, 0 losses")
     for note in skipped + notes:
         print(f"note: {note}")
     for row in rows:

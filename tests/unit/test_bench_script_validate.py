@@ -1,0 +1,199 @@
+"""benchmarks/validate_cost.py on synthetic results files: the frozen held-out split, the
+current-executor filter, run-to-run noise, the calibration profile, and main() end to end."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+
+import pytest
+
+from hocket.plan.plan import Plan
+from hocket.site import Site
+from _bench_scripts import baselines, load_script, record, write
+
+vc = load_script("validate_cost")
+
+SEQ = Plan()
+OVERLAP_PLANS = (Plan(strategy="chunked", chunks=2), Plan(strategy="chunked", chunks=4),
+                 Plan(strategy="chunked", chunks=2, order="local_first"))
+
+
+def _new_site(rng: random.Random, kind: str = "ag_mm") -> Site:
+    return Site(kind=kind, m=256 * rng.randint(4, 40), k=256 * rng.randint(4, 40), n=256 * rng.randint(4, 40),
+                dtype="bfloat16", world=2)
+
+
+def _site_of(key: str) -> Site:
+    """The Site a frozen key names (kind:mxkxn:dtype:wW:direction:hash); the test fails if the key format moved."""
+    kind, shape, dtype, world, direction, _ = key.split(":")
+    m, k, n = (int(x) for x in shape.split("x"))
+    site = Site(kind=kind, m=m, k=k, n=n, dtype=dtype, world=int(world[1:]), direction=direction)
+    assert site.key == key
+    return site
+
+
+def _site_run(rng, site, *, plans=(SEQ, *OVERLAP_PLANS), cluster="h200x2", **kw):
+    """One run of a site: every plan of ``plans`` against shared random baselines."""
+    base = baselines(rng)
+    times = {p: base.sequential_ms if p == SEQ else base.sequential_ms * rng.uniform(0.7, 1.2) for p in plans}
+    return [record(site=site, plan=p, median_ms=t, base=base, cluster=cluster, **kw) for p, t in times.items()]
+
+
+def test_frozen_sites_keep_their_side_for_any_step():
+    for step in (1, 2, 3, 5):
+        assert all(vc.held_out_site(key, step) for key in vc.HELD_OUT_SITES)
+        # step 1 would hold out every new site: the frozen calibration sites still calibrate
+        assert not any(vc.held_out_site(key, step) for key in vc.CALIBRATION_SITES)
+    assert not set(vc.HELD_OUT_SITES) & set(vc.CALIBRATION_SITES)
+
+
+def test_new_site_side_depends_on_its_key_only():
+    rng = random.Random(11)
+    keys = list(dict.fromkeys(_new_site(rng, rng.choice(["ag_mm", "mm_rs", "mm_ar"])).key for _ in range(300)))
+    first = {key: vc.held_out_site(key, 3) for key in keys}
+    rng.shuffle(keys)
+    assert {key: vc.held_out_site(key, 3) for key in keys} == first
+    assert all(vc.held_out_site(key, 1) for key in keys)
+    share = sum(first.values()) / len(first)
+    assert 0.2 < share < 0.47, f"about a third of new sites should be held out, got {share:.2f}"
+
+
+def test_split_keeps_every_run_of_a_site_on_one_side():
+    rng = random.Random(12)
+    frozen_held = _site_of(vc.HELD_OUT_SITES[2])
+    frozen_calib = _site_of(vc.CALIBRATION_SITES[0])
+    sites = [frozen_held, frozen_calib] + [_new_site(rng) for _ in range(8)]
+    records = [r for site in sites for _ in range(rng.randint(2, 3)) for r in _site_run(rng, site)]
+    rng.shuffle(records)
+    groups, notes = vc.group_sites(records, None)
+    assert not notes
+    assert len(groups) == len({(r.site.key, r.baselines.sequential_ms) for r in records})  # one group per run
+    calibration, held = vc.split_holdout(groups, 1 / 3)
+    assert len(calibration) + len(held) == len(groups)
+    assert not {id(g) for g in calibration} & {id(g) for g in held}
+    held_keys = {g.site.key for g in held}
+    assert not held_keys & {g.site.key for g in calibration}
+    assert frozen_held.key in held_keys and frozen_calib.key not in held_keys
+    # taking sites away never moves the others
+    fewer = [g for g in groups if g.site.key != sites[-1].key]
+    assert {g.site.key for g in vc.split_holdout(fewer, 1 / 3)[1]} == held_keys - {sites[-1].key}
+
+
+def test_read_current_drops_host_staged_lines_of_old_relays_and_runs(tmp_path):
+    rng = random.Random(13)
+    site = _new_site(rng)
+    base = baselines(rng)
+    staged = Plan(strategy="chunked", chunks=4, transport="host_staged")
+
+    def line(plan, method=None):
+        return record(site=site, plan=plan, median_ms=base.sequential_ms * rng.uniform(0.8, 1.1), base=base,
+                      cluster="h200-host-staged", run={"method": method} if method else None)
+
+    current_dir = tmp_path / vc.CURRENT_RELAY_RUNS[-1]
+    current = [line(staged, f"chunked(4) {vc.CURRENT_RELAY}"), line(staged), line(SEQ, "sequential")]
+    other_relay = [line(staged, "chunked(4) @16MB,thread=1")]
+    old = [line(staged), line(staged, f"chunked(4) {vc.CURRENT_RELAY}")]  # right tag, but an old run folder
+    old_kept = [line(SEQ), line(Plan(strategy="chunked", chunks=2))]  # not host_staged: always current
+    new_path = write(current_dir / "bench.jsonl", current + other_relay)
+    old_path = write(tmp_path / "h200x2" / "first_run" / "bench.jsonl", old + old_kept)
+    records, notes = vc.read_current([new_path, old_path])
+    assert [r.median_ms for r in records] == [r.median_ms for r in current + old_kept]
+    assert len(notes) == 1 and notes[0].startswith("3 host_staged lines")
+    everything, notes = vc.read_current([new_path, old_path], all_relays=True)
+    assert len(everything) == len(current + other_relay + old + old_kept) and not notes
+
+
+def test_a_malformed_file_is_noted_and_skipped_not_crashed_on(tmp_path, capsys):
+    rng = random.Random(14)
+    good = write(tmp_path / "good.jsonl", _site_run(rng, _new_site(rng)))
+    bad = write(tmp_path / "bad.jsonl", _site_run(rng, _new_site(rng))[:1])
+    with bad.open("a") as handle:
+        handle.write('{"site": {"kind": "ag_mm"}, "plan": \n')
+    records, notes = vc.read_current([bad, good])
+    assert len(records) == 1 + len(OVERLAP_PLANS)
+    assert len(notes) == 1 and f"{bad}:2" in notes[0] and "not valid JSON" in notes[0]
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        vc.read_current([bad, good], strict=True)
+    assert vc.main([str(bad), str(good)]) == 0
+    out = capsys.readouterr().out
+    assert f"note: {bad} skipped" in out and "held-out sites" in out
+
+
+def test_run_to_run_spread_of_one_plan_in_two_runs(tmp_path):
+    rng = random.Random(15)
+    site, plan = _new_site(rng), OVERLAP_PLANS[0]
+    a, b = rng.uniform(1.0, 3.0), rng.uniform(3.0, 5.0)
+    lines = []
+    for ms, commit in ((a, "aaaa"), (b, "bbbb")):
+        base = baselines(rng)
+        lines += [record(site=site, plan=SEQ, median_ms=base.sequential_ms, base=base, git_hash=commit,
+                         run={"method": "seq-" + commit}),  # a different method: not paired
+                  record(site=site, plan=plan, median_ms=ms, base=base, git_hash=commit)]
+    lines.append(record(site=site, plan=OVERLAP_PLANS[1], median_ms=a, base=base))  # measured once
+    groups, _ = vc.group_sites(lines, None)
+    noise = vc.run_to_run(groups)
+    middle = (a + b) / 2
+    assert noise["plans"] == 1 and noise["lines"] == 2
+    assert noise["median_deviation"] == pytest.approx((b - a) / 2 / middle)
+    assert noise["max_deviation"] == pytest.approx((b - a) / 2 / middle)
+    assert noise["median_spread"] == pytest.approx(b / a - 1) and noise["max_spread"] == pytest.approx(b / a - 1)
+    same = vc.run_to_run(groups, same_commit=True)  # two commits: nothing to compare
+    assert same["plans"] == 0 and same["median_spread"] is None
+    # a third run moves the median to the middle time
+    c = rng.uniform(5.0, 7.0)
+    base = baselines(rng)
+    groups, _ = vc.group_sites(lines + [record(site=site, plan=plan, median_ms=c, base=base)], None)
+    three = vc.run_to_run(groups)
+    assert three["lines"] == 3
+    assert three["max_deviation"] == pytest.approx(max(1 - a / b, c / b - 1))
+    assert three["median_deviation"] == pytest.approx(statistics.median([1 - a / b, 0.0, c / b - 1]))
+    assert three["max_spread"] == pytest.approx(c / a - 1)
+
+
+def test_calibration_profile_takes_only_the_given_groups_baselines():
+    rng = random.Random(16)
+    collective = _site_run(rng, _new_site(rng))
+    pushed = [record(site=_new_site(rng, "mm_rs"), plan=SEQ, median_ms=base.sequential_ms, base=base)
+              for base in [baselines(rng, comm_transport="copy_engine")]]
+    host = _site_run(rng, Site(kind="h2d_mm", m=256 * rng.randint(4, 30), k=4096, n=4096, dtype="bfloat16"),
+                     plans=(SEQ,), cluster="h200x1")
+    groups, _ = vc.group_sites(collective + pushed + host, None)
+    profile = vc.calibration_profile(groups, None)
+    assert len(profile.gemm) == 3
+    for g in groups:
+        b = g.records[0].baselines
+        point = next(p for p in profile.gemm if p.m == g.site.m and p.k == g.site.k)
+        assert point.ms == b.compute_alone_ms
+        assert point.tflops == pytest.approx(g.site.flops / (b.compute_alone_ms * 1e9))
+    # the all-gather curve holds the collective run only; a copy-engine comm-alone is no NCCL point
+    assert [p.ms for p in profile.collectives["all_gather"]] == [collective[0].baselines.comm_alone_ms]
+    assert "reduce_scatter" not in profile.collectives
+    assert [p.ms for p in profile.host_link] == [host[0].baselines.comm_alone_ms]
+
+
+def test_main_end_to_end_on_a_tiny_file_set(tmp_path, capsys):
+    rng = random.Random(17)
+    sites = [_site_of(vc.HELD_OUT_SITES[2]), _site_of(vc.CALIBRATION_SITES[0]), _new_site(rng), _new_site(rng)]
+    lines = [r for site in sites for r in _site_run(rng, site)]
+    paths = [write(tmp_path / "a.jsonl", lines[:8]), write(tmp_path / "b.jsonl", lines[8:])]
+    out_json = tmp_path / "report.json"
+    assert vc.main([*map(str, paths), "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "## h200x2" in out and "targets: median <= 10%" in out
+    report = json.loads(out_json.read_text())["h200x2"]
+    held_lines = [r for r in lines if vc.held_out_site(r.site.key, 3)]
+    assert 0 < len(held_lines) < len(lines)  # the frozen sites put one on each side
+    summary = report["held_out"]["summary"]
+    assert summary["points"] == len(held_lines) and summary["sites"] == len({r.site.key for r in held_lines})
+    assert report["calibration"]["summary"]["points"] == len(lines) - len(held_lines)
+    assert f"held-out sites (calibrated on {len(sites) - summary['sites']} other" in out
+    measured = {(r.site.key, r.plan.describe()): r.median_ms for r in lines}
+    for point in report["held_out"]["points"]:
+        assert point["measured_ms"] == measured[(point["site"], point["plan"])]
+        assert point["error"] == pytest.approx(point["predicted_ms"] / point["measured_ms"] - 1)
+    for best in report["held_out"]["bests"] + report["calibration"]["bests"]:
+        mine = {plan: ms for (key, plan), ms in measured.items() if key == best["site"]}
+        assert mine[best["measured_best"]] == min(mine.values())
+        assert best["regret"] == pytest.approx(mine[best["predicted_best"]] / min(mine.values()))

@@ -48,6 +48,19 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
+def derive_constants(errors: dict[str, list[float]], q: float) -> dict[str, float]:
+    """The allowance per plan class: the ``q``-th percentile of the class's ``e`` (module doc),
+    floored at 0, capped at ``DEFAULT_MAX_ERROR`` and rounded to 0.01; a class without points
+    keeps its ``DEFAULT_REL_ERROR`` constant, and sequential is 0."""
+    derived = {"sequential": 0.0}
+    for cls, values in errors.items():
+        if values:
+            derived[cls] = round(min(max(percentile(values, q), 0.0), DEFAULT_MAX_ERROR), 2)
+        else:
+            derived[cls] = DEFAULT_REL_ERROR[cls]
+    return derived
+
+
 def class_errors(groups, profiles, *, per_piece_error: float) -> tuple[dict[str, list[float]], list[str]]:
     """Per plan class: the under-pricing ``e`` (module doc) of every priced plan of ``groups``."""
     errors: dict[str, list[float]] = {c: [] for c in PLAN_CLASSES if c != "sequential"}
@@ -98,15 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"calibration site runs: {len(calibration)} (held-out runs left unread: {len(held_out)}); "
           f"profiles: {', '.join(args.profile) or 'none'}; per-piece allowance {DEFAULT_PER_PIECE_ERROR}")
     print(f"{'class':<12} {'plans':>5} {'median e':>9} {f'p{args.percentile:g} e':>8} {'constant':>9} {'was':>6}")
-    derived = {"sequential": 0.0}
+    derived = derive_constants(errors, args.percentile)
     for cls, values in errors.items():
         if values:
-            value = min(max(percentile(values, args.percentile), 0.0), DEFAULT_MAX_ERROR)
-            derived[cls] = round(value, 2)
             print(f"{cls:<12} {len(values):>5} {statistics.median(values):>+9.3f} "
                   f"{percentile(values, args.percentile):>+8.3f} {derived[cls]:>9.2f} {DEFAULT_REL_ERROR[cls]:>6.2f}")
         else:
-            derived[cls] = DEFAULT_REL_ERROR[cls]
             print(f"{cls:<12} {0:>5} {'-':>9} {'-':>8} {derived[cls]:>9.2f} {DEFAULT_REL_ERROR[cls]:>6.2f}  (no points: kept)")
     print("DEFAULT_REL_ERROR = {" + ", ".join(f'"{c}": {derived[c]}' for c in PLAN_CLASSES) + "}")
     for note in sorted(set(notes + more)):

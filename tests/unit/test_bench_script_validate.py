@@ -34,10 +34,13 @@ def _site_of(key: str) -> Site:
     return site
 
 
-def _site_run(rng, site, *, plans=(SEQ, *OVERLAP_PLANS), cluster="h200x2", **kw):
-    """One run of a site: every plan of ``plans`` against shared random baselines."""
+def _site_run(rng, site, *, plans=(SEQ, *OVERLAP_PLANS), cluster="h200x2", near=False, **kw):
+    """One run of a site: every plan of ``plans`` against shared random baselines (``near``: the
+    first overlap plan within 1% of sequential, inside the noise)."""
     base = baselines(rng)
     times = {p: base.sequential_ms if p == SEQ else base.sequential_ms * rng.uniform(0.7, 1.2) for p in plans}
+    if near:
+        times[plans[1]] = base.sequential_ms * rng.uniform(0.99, 1.01)
     return [record(site=site, plan=p, median_ms=t, base=base, cluster=cluster, **kw) for p, t in times.items()]
 
 
@@ -176,7 +179,7 @@ def test_calibration_profile_takes_only_the_given_groups_baselines():
 def test_main_end_to_end_on_a_tiny_file_set(tmp_path, capsys):
     rng = random.Random(17)
     sites = [_site_of(vc.HELD_OUT_SITES[2]), _site_of(vc.CALIBRATION_SITES[0]), _new_site(rng), _new_site(rng)]
-    lines = [r for site in sites for r in _site_run(rng, site)]
+    lines = [r for site in sites for r in _site_run(rng, site, near=True)]
     paths = [write(tmp_path / "a.jsonl", lines[:8]), write(tmp_path / "b.jsonl", lines[8:])]
     out_json = tmp_path / "report.json"
     assert vc.main([*map(str, paths), "--json", str(out_json)]) == 0
@@ -193,6 +196,18 @@ def test_main_end_to_end_on_a_tiny_file_set(tmp_path, capsys):
     for point in report["held_out"]["points"]:
         assert point["measured_ms"] == measured[(point["site"], point["plan"])]
         assert point["error"] == pytest.approx(point["predicted_ms"] / point["measured_ms"] - 1)
+    seq = {r.site.key: r.baselines.sequential_ms for r in lines}
+    signs = report["held_out"]["signs"] + report["calibration"]["signs"]
+    assert len(signs) == len(lines) - len(seq)  # every overlap plan, none for sequential
+    assert any(s["within_noise"] for s in signs) and not all(s["within_noise"] for s in signs)
+    for sign in signs:
+        saving = 1 - measured[(sign["site"], sign["plan"])] / seq[sign["site"]]
+        assert sign["measured"] == pytest.approx(saving)
+        assert sign["within_noise"] == (abs(saving) < vc.NOISE_FLOOR)  # the lines' p10-p90 spread is 1%
+        assert sign["right"] == ((saving > 0) == (sign["predicted"] > 0))
+    clear = [s for s in report["held_out"]["signs"] if not s["within_noise"]]
+    if clear:
+        assert summary["sign_right"] == pytest.approx(sum(s["right"] for s in clear) / len(clear))
     for best in report["held_out"]["bests"] + report["calibration"]["bests"]:
         mine = {plan: ms for (key, plan), ms in measured.items() if key == best["site"]}
         assert mine[best["measured_best"]] == min(mine.values())

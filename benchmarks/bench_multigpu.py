@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -284,11 +285,43 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     row["planner"] = {"plan": chosen.to_dict(), "source": decision.source,
                       "predicted_choice": predicted_choice.to_dict() if predicted_choice else None}
     measure("planner", lambda: case.run(chosen), plan=chosen)
+    if "sequential" in row["methods"] and "planner" in row["methods"]:
+        row["paired"] = paired(case, chosen, args)
+        p = row["paired"]
+        log(f"    paired (interleaved {PAIRED_ROUNDS} rounds): sequential {p['sequential']['median_ms']:.3f}, "
+            f"planner {p['planner']['median_ms']:.3f} ms -> x{p['speedup']:.3f} "
+            f"(per-round ratios p10 {p['speedup_p10']:.3f}, p90 {p['speedup_p90']:.3f})")
     close_peer_pipes()
     H.close_contexts()
     if rank0:
         write_rows(row, site, args, provenance)
     return row
+
+
+PAIRED_ROUNDS = 10
+
+
+def paired(case: Case, chosen: Plan, args) -> dict:
+    """Sequential and the planner's choice timed in alternating rounds (``PAIRED_ROUNDS`` of
+    ``--iters / PAIRED_ROUNDS`` samples each), so the drift between two measurements taken minutes
+    apart (clocks, the other rank, the allocator) falls on both: the speedup the planner gives is
+    read from these, not from two separate measurements of what may be the same plan."""
+    per_round = max(1, args.iters // PAIRED_ROUNDS)
+    fns = {"sequential": lambda: case.run(Plan()), "planner": lambda: case.run(chosen)}
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    ratios = []
+    for _ in range(PAIRED_ROUNDS):
+        medians = {}
+        for name, fn in fns.items():
+            got = sample_ms(fn, iters=per_round, warmup=1, group=case.group, device=case.device, reps=args.reps)
+            samples[name] += got
+            medians[name] = summarize(got).median_ms
+        ratios.append(medians["sequential"] / medians["planner"])
+    out = {name: summarize(values).to_dict() for name, values in samples.items()}
+    low, high = np.percentile(ratios, [10.0, 90.0])
+    out.update(speedup=out["sequential"]["median_ms"] / out["planner"]["median_ms"],
+               speedup_p10=float(low), speedup_p90=float(high), rounds=PAIRED_ROUNDS, per_round=per_round)
+    return out
 
 
 def sm_caps(args) -> tuple[int, ...]:
@@ -367,7 +400,8 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
         timing = Summary(median_ms=entry["median_ms"], p10_ms=entry["p10_ms"], p90_ms=entry["p90_ms"], n=entry["n"])
         prov = replace(provenance, extra={**provenance.extra, **extra_common, "method": name,
                                           "predicted_ms": entry.get("predicted_ms"),
-                                          "planner_source": row["planner"]["source"] if name == "planner" else None})
+                                          "planner_source": row["planner"]["source"] if name == "planner" else None,
+                                          "paired": row.get("paired") if name == "planner" else None})
         records.append(make_record(site=site, plan=Plan.from_dict(entry["plan"]), timing=timing,
                                    baselines=baselines, provenance=prov, max_error=entry.get("max_error")))
     write_records(args.out, records)
@@ -384,7 +418,8 @@ def table(rows: list[dict], link: str) -> str:
             f"{'chunk/ring':>16s} {'peer chunked':>16s} {'tile_fused':>16s} {'planner':>24s} {'x seq':>6s} "
             f"{'x torch':>7s} {'eff':>6s} {'pred':>6s}")
     lines = [f"link mode: {link}; times in ms (medians); eff = overlap efficiency of the planner's choice, or its "
-             f"speedup (x) where the possible saving is under 15%", head, "-" * len(head)]
+             f"speedup (x) where the possible saving is under 15%; x seq = sequential / planner from the paired "
+             f"(interleaved) measurement", head, "-" * len(head)]
     for row in rows:
         s, m = row["site"], row["methods"]
         if "sequential" not in m or "planner" not in m:
@@ -409,7 +444,7 @@ def table(rows: list[dict], link: str) -> str:
             f"{(f'{torch_ms:6.3f}' if torch_ms else '     —')} {(f'{native_ms:6.3f}' if native_ms else '     —')} "
             f"{cell(stream):>16s} {cell(best({k: v for k, v in m.items() if '/copy_engine' in k or '/host_staged' in k}, 'chunked(')):>16s} "
             f"{cell(best(m, 'tile_fused(')):>16s} {Plan.from_dict(m['planner']['plan']).describe() + f' {ours:.3f}':>24s} "
-            f"{seq / ours:6.3f} {(f'{vs_torch / ours:7.3f}' if vs_torch else '      —')} {score.label():>6s} "
+            f"{row.get('paired', {}).get('speedup', seq / ours):6.3f} {(f'{vs_torch / ours:7.3f}' if vs_torch else '      —')} {score.label():>6s} "
             f"{(f'{pred:6.3f}' if pred else '     —')}")
     return "\n".join(lines)
 

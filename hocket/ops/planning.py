@@ -1,9 +1,11 @@
 """Which Plan an operator call runs.
 
-:func:`choose_plan` is the one function the planner issue replaces: today it returns a
-default, cached per ``site.key`` so the hot path is one dict lookup. The default is
-``sequential``: DESIGN.md says a plan that is not predicted (or measured) to beat
-sequential is never chosen, and nothing predicts yet.
+:func:`choose_plan` asks the planner (:func:`hocket.plan.live.plan_for_call`: bucketed
+shapes, predicted and optionally autotuned, never a plan not predicted or measured to beat
+``sequential``) once per ``site.key`` and caches the answer, so the hot path is one dict
+lookup. A plan crosses the custom-op schema as JSON text; both directions of that
+conversion are cached too (a call with a fixed plan costs two dict lookups, not a JSON
+round trip and a dataclass walk).
 
 The operators call :func:`choose_plan` on every rank after the agreement step has
 checked that all ranks run the same Site, then run rank 0's choice everywhere
@@ -13,6 +15,7 @@ checked that all ranks run the same Site, then run rank 0's choice everywhere
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 
 from hocket.env import disabled
 from hocket.plan.plan import SEQUENTIAL, Plan, as_plan
@@ -55,7 +58,7 @@ def plan_text(plan: object) -> str:
     if plan is None:
         return ""
     if isinstance(plan, Plan):
-        return plan.to_json()
+        return _plan_json(plan)
     if isinstance(plan, dict):
         return json.dumps(plan, sort_keys=True)
     if isinstance(plan, str):
@@ -79,7 +82,23 @@ def explicit_plan(text: str, site: Site) -> Plan | None:
         return SEQUENTIAL
     if text == "":
         return None
-    return check_supported(site.kind, as_plan(text))
+    return check_supported(site.kind, parse_plan(text))
+
+
+PLAN_TEXT_CACHE = 4096
+"""distinct plans (and plan strings) whose conversions are kept: a model has a few dozen sites."""
+
+
+@lru_cache(maxsize=PLAN_TEXT_CACHE)
+def _plan_json(plan: Plan) -> str:
+    return plan.to_json()
+
+
+@lru_cache(maxsize=PLAN_TEXT_CACHE)
+def parse_plan(text: str) -> Plan:
+    """``as_plan(text)``, cached (Plans are frozen, so one object serves every call); bad text raises
+    every time (exceptions are not cached)."""
+    return as_plan(text)
 
 
 def resolve_plan(text: str, site: Site) -> Plan:

@@ -89,3 +89,20 @@ def test_site_for_call_follows_the_shape_convention():
     assert (s.m, s.k, s.n, s.dtype) == (6, 8, 4, "bfloat16")
     with pytest.raises(ValueError, match="kind='a2a'"):
         site_for_call("a2a", A=A, Bs=[A], world=2)
+
+
+def test_plan_text_conversions_are_cached_and_exact():
+    from hocket.ops.planning import parse_plan
+
+    site = Site(kind="ag_mm", m=64, k=8, n=16, dtype="float32", world=2)
+    plans = [Plan(strategy="chunked", chunks=c, order=o) for c in (2, 3, 8) for o in ("natural", "reverse")]
+    for plan in plans:
+        text = plan_text(plan)
+        assert text == plan.to_json()
+        assert plan_text(plan) is text  # the second call is a cache hit: the same string object
+        first, again = resolve_plan(text, site), resolve_plan(text, site)
+        assert first == plan and first is again  # parsed once, then the cached frozen Plan
+    with pytest.raises(ValueError):
+        parse_plan('{"strategy": "chunked", "chunks": 0}')
+    with pytest.raises(ValueError):  # a bad plan raises on every call, not only the first
+        parse_plan('{"strategy": "chunked", "chunks": 0}')

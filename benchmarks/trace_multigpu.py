@@ -1,0 +1,141 @@
+"""Where one call's time goes: host issue time, steady-state device time and a profiler trace
+per method, for chosen cases of ``bench_multigpu.py`` (run under torchrun, one process per GPU).
+
+    torchrun --nproc_per_node 2 benchmarks/trace_multigpu.py --cases issue6 --pick 2,5
+
+Per case and method (sequential, the plans of ``--plans``, PyTorch's fused op where it runs):
+
+* ``host_us``: the host's time to issue one call while the GPU is busy (a ``torch.cuda._sleep``
+  kernel is queued first, so no call waits for the device): when it exceeds the device time, a
+  training loop of these calls is host-bound;
+* ``device_ms``: mean of ``--reps`` calls back to back behind one barrier (CUDA events, max over
+  ranks, median of ``--iters`` samples): the steady state;
+* a torch.profiler trace of ``--trace-calls`` calls on every rank (``$OUT/trace_<case>_<method>_r<rank>.json``,
+  open in Perfetto) and, on rank 0, the top device kernels by total time.
+
+The table printed last holds one row per (case, method).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from bench_multigpu import Case, runnable  # the benchmark's operands and callables (same folder)
+from hocket.bench.stats import summarize
+from hocket.bench.timer import sample_ms
+from hocket.bench.tp_cases import case_sites
+from hocket.launch import init_torchrun
+from hocket.ops.lowering.peer_pipe import close_peer_pipes
+from hocket.plan.plan import Plan
+
+DEFAULT_PLANS = ('{"strategy": "chunked", "chunks": 1, "order": "local_first"}',
+                 '{"strategy": "chunked", "chunks": 1, "transport": "copy_engine"}',
+                 '{"strategy": "tile_fused", "chunks": 1, "transport": "copy_engine"}')
+SLEEP_CYCLES = 50_000_000
+"""cycles of the kernel queued ahead of the host-time loop (~25 ms at H200 clocks): the loop must
+finish issuing before the device drains its queue."""
+
+
+def host_issue_us(fn, calls: int, device: torch.device) -> float:
+    torch.cuda.synchronize(device)
+    dist.barrier()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize(device)
+    return elapsed / calls * 1e6
+
+
+def trace(fn, calls: int, path: Path, device: torch.device) -> list[tuple[str, float, int]]:
+    """Profile ``calls`` calls; write the chrome trace; (kernel, total device ms, count), largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize(device)
+    dist.barrier()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize(device)
+    prof.export_chrome_trace(str(path))
+    rows = []
+    for evt in prof.key_averages():
+        device_us = getattr(evt, "device_time_total", None)
+        if device_us is None:
+            device_us = getattr(evt, "cuda_time_total", 0.0)
+        if device_us and evt.key and not evt.key.startswith(("ProfilerStep", "aten::", "hocket::", "cuda")):
+            rows.append((evt.key, device_us / 1e3, evt.count))
+    return sorted(rows, key=lambda r: -r[1])
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", default="issue6")
+    p.add_argument("--pick", default="", help="comma-separated case indices of the set (default: all)")
+    p.add_argument("--plans", nargs="*", default=list(DEFAULT_PLANS), help="plans as JSON objects")
+    p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--reps", type=int, default=8)
+    p.add_argument("--host-calls", type=int, default=20)
+    p.add_argument("--trace-calls", type=int, default=4)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    ctx = init_torchrun(backend="nccl")
+    device, rank = ctx.device, ctx.rank
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sites = case_sites(args.cases, world=ctx.world_size, tokens=8192)
+    picks = [int(i) for i in args.pick.split(",")] if args.pick else list(range(len(sites)))
+    plans = [Plan.from_json(text) for text in args.plans]
+    table = []
+    for index in picks:
+        site = sites[index]
+        case = Case(site, group=dist.group.WORLD, device=device, seed=args.seed)
+        methods = {"sequential": lambda: case.run(Plan())}
+        methods.update({p.describe(): (lambda p=p: case.run(p)) for p in plans if runnable(p, site.kind)})
+        if site.kind in ("ag_mm", "mm_rs"):
+            methods["pytorch_async_tp"] = case.pytorch(native=False)
+        for name, fn in methods.items():
+            for _ in range(3):
+                fn()
+            host = host_issue_us(fn, args.host_calls, device)
+            dev = summarize(sample_ms(fn, iters=args.iters, warmup=2, group=dist.group.WORLD, device=device,
+                                      reps=args.reps))
+            safe = name.replace("/", "_").replace("(", "").replace(")", "").replace("[", "_").replace("]", "")
+            kernels = trace(fn, args.trace_calls, out / f"trace_{index}_{safe}_r{rank}.json", device)
+            row = {"case": f"{site.kind} {site.m}x{site.k}x{site.n}", "method": name, "host_us": host,
+                   "device_ms": dev.median_ms, "device_p10_ms": dev.p10_ms, "device_p90_ms": dev.p90_ms,
+                   "kernels": [(k, round(ms / args.trace_calls, 4), n // args.trace_calls) for k, ms, n in kernels[:8]]}
+            table.append(row)
+            if rank == 0:
+                print(f"{row['case']:24s} {name:34s} host {host:7.1f} us/call, device {dev.median_ms:.3f} ms "
+                      f"(p10 {dev.p10_ms:.3f}, p90 {dev.p90_ms:.3f})", flush=True)
+                for k, ms, n in row["kernels"]:
+                    print(f"      {ms:8.4f} ms/call  x{n:<3d} {k[:90]}", flush=True)
+        close_peer_pipes()
+        del case
+    if rank == 0:
+        (out / "trace_multigpu.json").write_text(json.dumps(table, indent=1))
+        print(f"\n{'case':24s} {'method':34s} {'host us':>8s} {'device ms':>9s}")
+        for row in table:
+            print(f"{row['case']:24s} {row['method']:34s} {row['host_us']:8.1f} {row['device_ms']:9.3f}")
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

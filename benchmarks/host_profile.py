@@ -14,6 +14,9 @@ import cProfile
 import os
 import pstats
 import sys
+import time
+from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -25,6 +28,43 @@ from hocket.launch import init_torchrun
 from hocket.ops.lowering.peer_pipe import close_peer_pipes
 from hocket.plan.plan import Plan
 from trace_multigpu import DEFAULT_PLANS, host_issue_us
+
+
+STAGES = (("hocket.ops.lowering.peer_pipe", "PeerPipe", ("begin", "push", "wait_flags", "end")),
+          ("hocket.ops.lowering.peer_pipe", "FlagWatch", ("watch", "poll")),
+          ("hocket.ops.lowering.problems", "GatherMatmul", ("compute_rows", "finish", "__init__")),
+          ("hocket.transport.symm_mem", "SymmBuffer", ("barrier",)),
+          ("hocket.ops.all_gather_matmul", None, ("prepare_all_gather_matmul",)),
+          ("hocket.kernels.flags", None, ("set_flag_on_stream",)),
+          ("hocket.kernels.peer_flags", None, ("wait_flag_range_on_stream",)))
+
+
+@contextmanager
+def stage_clock(totals: dict):
+    """Wrap the methods of ``STAGES`` so their host time per call adds up in ``totals`` (us)."""
+    import importlib
+
+    saved = []
+    for module_name, owner_name, names in STAGES:
+        module = importlib.import_module(module_name)
+        owner = getattr(module, owner_name) if owner_name else module
+        for name in names:
+            original = getattr(owner, name)
+
+            def timed(*a, _f=original, _k=f"{owner_name or module_name}.{name}", **kw):
+                start = time.perf_counter()
+                try:
+                    return _f(*a, **kw)
+                finally:
+                    totals[_k] += (time.perf_counter() - start) * 1e6
+
+            saved.append((owner, name, original))
+            setattr(owner, name, timed)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
 
 
 def main(argv=None) -> int:
@@ -48,6 +88,14 @@ def main(argv=None) -> int:
             for _ in range(5):
                 fn()
             plain = host_issue_us(fn, 50, ctx.device)
+            totals: dict = defaultdict(float)
+            with stage_clock(totals):
+                staged = host_issue_us(fn, 50, ctx.device)
+            if ctx.rank == 0:
+                print(f"\n--- {name}: {plain:.1f} us/call plain, {staged:.1f} with the stage clocks; per call (us, "
+                      f"nested stages overlap):", flush=True)
+                for key, total in sorted(totals.items(), key=lambda kv: -kv[1]):
+                    print(f"      {total / 50:8.1f}  {key}", flush=True)
             torch.cuda.synchronize()
             dist.barrier()
             torch.cuda._sleep(200_000_000)

@@ -46,11 +46,13 @@ CURRENT_RELAY = "@8MB,thread=0"
 calling thread; with ``order="local_first"`` the hiding GEMM is launched before the relay, commit
 789842c). Benchmarks tag relay variants in ``run.method`` ("... @<MB>MB,thread=<0|1>"); untagged
 lines measured the default relay of the commit they ran."""
-CURRENT_RELAY_RUNS = ("h200x2/run5/", "h200x2/run7/", "h200x2/run8/")
-"""Results folders whose multi-rank host_staged lines measured the current executor (run5 and
-later; run1-run4 measured relays and a local_first order that no executor runs any more, and the
-lines' git hash cannot tell them apart: the device copies carried a stale ``.git``). A new run of
-the current executor adds its folder here."""
+FIRST_CURRENT_RELAY_RUN = 5
+CURRENT_RELAY_RUNS = tuple(f"h200x2/run{i}/" for i in range(FIRST_CURRENT_RELAY_RUN, 100))
+"""Results folders whose multi-rank host_staged lines measured the current executor: run5 and
+later (run1-run4 measured relays and a local_first order that no executor runs any more, and the
+lines' git hash cannot tell them apart: the device copies carried a stale ``.git``; lines made
+since carry ``HOCKET_GIT_HASH``). A change of the relay or of its local_first order must move
+``FIRST_CURRENT_RELAY_RUN`` to the first run made with it."""
 NOISE_FLOOR = 0.02
 """A measured saving smaller than this fraction of sequential (or than the p10-p90 spread) is noise."""
 

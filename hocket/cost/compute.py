@@ -71,6 +71,9 @@ what the wave model and the profile's GEMM points describe. Measured on H200: 90
 large shapes and 83-89% on narrow n (benchmarks/results/h200/README.md, "fusedGEMM/cuBLAS" of 8
 offload shapes, median 89.5%); DESIGN.md: a simple Triton GEMM ~95%. The cost model charges
 every tile_fused kernel's GEMM work at this fraction of the vendor rate."""
+FUSED_BLOCK_M = 128
+"""Rows of one output tile of hocket's tile-fused kernels (``hocket.kernels.config.default_config``:
+128 for bf16, fp16 and fp32): flag groups and chunks are whole row blocks of it."""
 CPU_BASE_EFFICIENCY = 0.6
 CPU_HALF_GFLOP = 0.02
 """CPU GEMM size (GFLOP) at which half the base efficiency is reached (threads, packing)."""

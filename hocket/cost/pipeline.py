@@ -23,7 +23,8 @@ The pipelines mirror the executors in ``hocket.ops.lowering`` (same pieces, same
 * ``substituted``: mm_ar's all-reduce as per-piece reduce-scatter, with each piece's
   all-gather queued behind the next piece's reduce-scatter (``rs_ag``); ag_mm with
   ``ring_p2p`` is the ring.
-* ``tile_fused``: one persistent kernel over ``C`` flag groups: one launch, the whole GEMM's
+* ``tile_fused``: one persistent kernel over ``C`` flag groups (even; offload kernels cut
+  ``hocket.plan.pieces.fused_offload_sizes``): one launch, the whole GEMM's
   wave efficiency at our Triton kernel's share of the vendor rate
   (``compute.FUSED_GEMM_EFFICIENCY``), a flag wait per group; with an SM-driven transport the kernel's grid is
   capped below the SM count (the SMs the transfer needs).
@@ -37,12 +38,12 @@ from dataclasses import dataclass, field, replace
 
 from hocket.cost import comm as comm_model
 from hocket.cost.calibration import CalibrationView
-from hocket.cost.compute import FUSED_GEMM_EFFICIENCY, gemm_ms, launch_ms, memory_ms, peak_tflops
+from hocket.cost.compute import FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, gemm_ms, launch_ms, memory_ms, peak_tflops
 from hocket.cost.contention import SM_KINDS, SM_STARVED_SLOWDOWN, contention, fills_device
 from hocket.cost.issue import issue_ms, issue_table
 from hocket.cost.stages import Stage
 from hocket.env import host_stage_piece_bytes
-from hocket.plan.pieces import piece_sizes
+from hocket.plan.pieces import fused_offload_sizes, piece_sizes
 
 ENTRY_STAGE = "issue:entry"
 FLAG_WAIT_US = 2.0
@@ -456,12 +457,14 @@ def _tile_fused(b: _Builder, *, producer: bool) -> None:
         b.add_memory("reduce[final]", (p + 1) * total / p, deps=(len(b.stages) - 1,))
 
 
-def _fused_groups(b: _Builder, *, consumer_of=None, producer_for=None, local_rows: int = 0) -> None:
+def _fused_groups(b: _Builder, *, consumer_of=None, producer_for=None, local_rows: int = 0,
+                  sizes: tuple[int, ...] | None = None) -> None:
     """The compute side of a persistent kernel: launched once before any data arrives,
-    then one stage per flag group. ``consumer_of(i, rows)`` adds the transfer group i waits
-    for; ``producer_for(i, rows, deps)`` adds the transfer group i feeds; ``local_rows``
-    are computed first without waiting. Each group is charged its marginal kernel time
-    counted from the kernel's end (the last group carries the wave tail)."""
+    then one stage per flag group (``sizes`` rows each; default ``plan.chunks`` even groups).
+    ``consumer_of(i, rows)`` adds the transfer group i waits for; ``producer_for(i, rows, deps)``
+    adds the transfer group i feeds; ``local_rows`` are computed first without waiting. Each
+    group is charged its marginal kernel time counted from the kernel's end (the last group
+    carries the wave tail)."""
     site, plan = b.site, b.plan
     m = site.m
     sms = None
@@ -480,6 +483,7 @@ def _fused_groups(b: _Builder, *, consumer_of=None, producer_for=None, local_row
     def flops(rows: int) -> float:
         return 2.0 * rows * site.k * site.n * site.num_b
 
+    groups = sizes or split_even(m - local_rows, plan.chunks)
     b.add(Stage(name="kernel.launch", resource="compute", duration_ms=launch_ms(b.device), op="launch"),
           issue=(("launch", 1),))
     if local_rows:
@@ -487,7 +491,7 @@ def _fused_groups(b: _Builder, *, consumer_of=None, producer_for=None, local_row
                     op="gemm", flops=flops(local_rows)), rows=m)
     done = local_rows
     wait_ms = FLAG_WAIT_US / 1e3
-    for i, rows in enumerate(split_even(m - local_rows, plan.chunks)):
+    for i, rows in enumerate(groups):
         deps = (consumer_of(i, rows),) if consumer_of is not None else ()
         g = b.add(Stage(name=f"gemm[{i}]", resource="compute", duration_ms=max(0.0, marginal(done, rows)) + wait_ms,
                         depends_on=deps, op="gemm", piece=i, flops=flops(rows)), rows=m)
@@ -543,7 +547,10 @@ def _mm_ar(b: _Builder) -> None:
 def _offload(b: _Builder) -> None:
     """One device and its host link: ``h2d_mm`` copies A in, ``mm_d2h`` copies C out,
     whole (sequential), in row pieces on two streams (chunked), or into/out of one
-    persistent kernel's flag groups (tile_fused)."""
+    persistent kernel's flag groups (tile_fused), as ``hocket.ops.offload`` runs them: the
+    fused kernel's groups are ``hocket.plan.pieces.fused_offload_sizes`` (a ramp from one row
+    block at the exposed edge unless ``split_sizes`` says otherwise); to host, every chunked
+    GEMM is issued before the first copy, as the executor does (stages are added in issue order)."""
     site, plan = b.site, b.plan
     if plan.transport != "host_staged":
         raise ValueError(f"a {site.kind} site moves data over the host link: use transport='host_staged', "
@@ -563,13 +570,24 @@ def _offload(b: _Builder) -> None:
 
     if plan.strategy in ("sequential", "chunked"):
         pieces = [m] if plan.strategy == "sequential" else list(piece_sizes(m, plan))
-        for i, rows in enumerate(pieces):
-            if to_host:
-                copy(i, rows, deps=(b.add_gemm(f"gemm[{i}]", rows, piece=i),))
-            else:
+        if to_host:
+            # the executor's issue order (hocket.ops.offload._to_host): every piece's GEMM is
+            # launched (with its event) before the first copy is issued
+            gemms = [b.add_gemm(f"gemm[{i}]", rows, piece=i) for i, rows in enumerate(pieces)]
+            for i, rows in enumerate(pieces):
+                copy(i, rows, deps=(gemms[i],))
+        else:
+            # from host the executor issues every copy first too (host_staged.h2d_chunks), but a
+            # copy there waits on no event and costs the host less than the one item "host_copy"
+            # prices (a side-stream copy *with* its event wait): priced in that order, every
+            # calibration site's chunked(32) ran 27-49% faster than predicted (validate_cost
+            # --all-points), so the pieces stay interleaved until the issue table tells the two apart
+            for i, rows in enumerate(pieces):
                 b.add_gemm(f"gemm[{i}]", rows, deps=(copy(i, rows),), piece=i)
     elif plan.strategy == "tile_fused":
-        _fused_groups(b, consumer_of=None if to_host else copy, producer_for=copy if to_host else None)
+        # the executor's flag groups: split_sizes, else a ramp from one row block at the exposed edge
+        sizes = fused_offload_sizes(m, plan, align=FUSED_BLOCK_M, direction="to_host" if to_host else "from_host")
+        _fused_groups(b, consumer_of=None if to_host else copy, producer_for=copy if to_host else None, sizes=sizes)
     else:
         raise _not_for(site, plan)
 

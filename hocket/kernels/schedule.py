@@ -33,6 +33,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# the row-piece helpers are shared with the cost model (plain Python, no torch): one definition
+from hocket.plan.pieces import ramp_row_offsets, row_units as _row_units  # noqa: F401  (re-exported)
+
 TABLE_COLUMNS = 5
 """ints per tile in a schedule table: (pid_m, pid_n, narrow, x, y)."""
 
@@ -45,20 +48,6 @@ def _positive_int(name: str, value: object) -> int:
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _row_units(m: int, chunks: int, align: int) -> int:
-    """Blocks of ``align`` rows in ``m`` (the last may be partial), checked to hold ``chunks`` pieces."""
-    _positive_int("m", m)
-    _positive_int("chunks", chunks)
-    _positive_int("align", align)
-    units = cdiv(m, align)
-    if chunks > units:
-        raise ValueError(
-            f"chunks={chunks} is more than the {units} row ranges of {align} rows that m={m} has; "
-            f"use chunks <= {units}"
-        )
-    return units
 
 
 def even_row_offsets(m: int, chunks: int, *, align: int = 1) -> tuple[int, ...]:
@@ -86,47 +75,6 @@ def offsets_from_sizes(sizes: Sequence[int]) -> tuple[int, ...]:
             raise ValueError(f"sizes[{i}]={size!r} must be a positive int (empty chunks carry no rows)")
         offsets.append(offsets[-1] + size)
     return tuple(offsets)
-
-
-def ramp_row_offsets(m: int, chunks: int, *, align: int = 1, reverse: bool = False) -> tuple[int, ...]:
-    """Offsets ``(0, ..., m)`` of ``chunks`` row ranges growing geometrically from one
-    ``align``-row block: sizes ``align * r**i`` (rounded to ``align``) with ``r`` chosen so
-    they add up to ``m``. ``reverse=True`` mirrors them (largest first, one block last).
-
-    The small piece sits where the pipeline fills (the producer's first group) or drains
-    (the consumer's last chunk); growth keeps the number of transfers low. Raises like
-    ``even_row_offsets`` when ``m`` has fewer than ``chunks`` blocks of ``align`` rows.
-    """
-    units = _row_units(m, chunks, align)
-    sizes = _ramp_units(units, chunks)
-    if reverse:
-        sizes = sizes[::-1]
-    offsets = [0]
-    for size in sizes:
-        offsets.append(min(m, offsets[-1] + size * align))
-    return tuple(offsets)
-
-
-def _ramp_units(units: int, chunks: int) -> list[int]:
-    """``chunks`` positive ints adding up to ``units``, first 1, nondecreasing, about geometric."""
-    if chunks == 1:
-        return [units]
-    lo, hi = 1.0, float(units)
-    for _ in range(100):  # bisect the growth ratio r: sum(r**i, i < chunks) == units
-        r = (lo + hi) / 2
-        if sum(r**i for i in range(chunks)) > units:
-            hi = r
-        else:
-            lo = r
-    sizes, used = [], 0
-    for i in range(chunks - 1):
-        left = chunks - 1 - i  # pieces still to place after this one, each >= this one
-        ideal = max(1, round(r**i), sizes[-1] if sizes else 1)
-        size = min(ideal, (units - used) // (left + 1))
-        sizes.append(max(size, sizes[-1] if sizes else 1))
-        used += sizes[-1]
-    sizes.append(units - used)
-    return sizes
 
 
 def trapezoid_row_offsets(m: int, chunks: int, *, align: int = 1, ratio: float = 1.6) -> tuple[int, ...]:

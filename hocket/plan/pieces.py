@@ -15,6 +15,12 @@ shard's rows for ``ag_mm``, each destination block's for ``mm_rs``, all ``m`` fo
 * ``fill_drain``: both.
 
 The small piece is half an even piece, rounded down to ``align`` rows.
+
+The offload operators' persistent kernels (``tile_fused`` of ``h2d_mm`` / ``mm_d2h``) cut
+their flag groups with :func:`fused_offload_sizes`: ``split_sizes`` when given, else a
+geometric ramp from one row block at the exposed edge (:func:`ramp_row_offsets`; the
+executors' ``hocket.ops.offload_pieces`` and the kernels' ``hocket.kernels.schedule`` use
+these same functions, so the cost model prices the groups the kernel runs).
 """
 
 from __future__ import annotations
@@ -100,3 +106,74 @@ def piece_ranges(rows: int, plan: Plan) -> list[tuple[int, int]]:
         bounds.append((start, start + size))
         start += size
     return bounds
+
+
+OFFLOAD_DIRECTIONS = ("to_host", "from_host")
+
+
+def row_units(m: int, chunks: int, align: int) -> int:
+    """Blocks of ``align`` rows in ``m`` (the last may be partial), checked to hold ``chunks`` pieces."""
+    for name, value in (("m", m), ("chunks", chunks), ("align", align)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive int")
+    units = -(-m // align)
+    if chunks > units:
+        raise ValueError(f"chunks={chunks} is more than the {units} row ranges of {align} rows that m={m} has; "
+                         f"use chunks <= {units}")
+    return units
+
+
+def ramp_row_offsets(m: int, chunks: int, *, align: int = 1, reverse: bool = False) -> tuple[int, ...]:
+    """Offsets ``(0, ..., m)`` of ``chunks`` row ranges growing geometrically from one
+    ``align``-row block: sizes ``align * r**i`` (rounded to ``align``) with ``r`` chosen so
+    they add up to ``m``. ``reverse=True`` mirrors them (largest first, one block last).
+
+    The small piece sits where the pipeline fills (the producer's first group) or drains
+    (the consumer's last chunk); growth keeps the number of transfers low. Raises when
+    ``m`` has fewer than ``chunks`` blocks of ``align`` rows.
+    """
+    units = row_units(m, chunks, align)
+    sizes = _ramp_units(units, chunks)
+    if reverse:
+        sizes = sizes[::-1]
+    offsets = [0]
+    for size in sizes:
+        offsets.append(min(m, offsets[-1] + size * align))
+    return tuple(offsets)
+
+
+def _ramp_units(units: int, chunks: int) -> list[int]:
+    """``chunks`` positive ints adding up to ``units``, first 1, nondecreasing, about geometric."""
+    if chunks == 1:
+        return [units]
+    lo, hi = 1.0, float(units)
+    for _ in range(100):  # bisect the growth ratio r: sum(r**i, i < chunks) == units
+        r = (lo + hi) / 2
+        if sum(r**i for i in range(chunks)) > units:
+            hi = r
+        else:
+            lo = r
+    sizes, used = [], 0
+    for i in range(chunks - 1):
+        left = chunks - 1 - i  # pieces still to place after this one, each >= this one
+        ideal = max(1, round(r**i), sizes[-1] if sizes else 1)
+        size = min(ideal, (units - used) // (left + 1))
+        sizes.append(max(size, sizes[-1] if sizes else 1))
+        used += sizes[-1]
+    sizes.append(units - used)
+    return sizes
+
+
+def fused_offload_sizes(m: int, plan: Plan, *, align: int, direction: str) -> tuple[int, ...]:
+    """Row counts of the flag groups an offload ``tile_fused`` kernel runs over ``m`` rows, in
+    order: ``plan.split_sizes`` (checked) or the ramp of ``min(plan.chunks, blocks)`` groups,
+    one ``align``-row block first ``to_host`` (the first copy waits for it), last
+    ``from_host`` (the GEMM ends after it lands) -- as ``hocket.ops.offload_pieces.piece_offsets``
+    cuts them."""
+    if direction not in OFFLOAD_DIRECTIONS:
+        raise ValueError(f"direction={direction!r} must be one of {OFFLOAD_DIRECTIONS}")
+    if plan.split_sizes is not None:
+        return piece_sizes(m, plan)
+    chunks = min(plan.chunks, -(-m // align))
+    offsets = ramp_row_offsets(m, chunks, align=align, reverse=direction == "from_host")
+    return tuple(b - a for a, b in zip(offsets, offsets[1:]))

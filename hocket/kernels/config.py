@@ -50,7 +50,20 @@ class TileConfig:
         return f"{self.block_m}x{self.block_n}x{self.block_k}/g{self.group_m}/w{self.num_warps}/s{self.num_stages}"
 
 
-# Shared-memory budget of one H100/H200 block is 227 KiB; these configs stay under it.
+SHARED_MEMORY_BYTES = 227 * 1024
+"""Shared memory one thread block may use on an H100/H200 (sm_90)."""
+
+
+def shared_memory_bytes(cfg: TileConfig, itemsize: int) -> int:
+    """Shared memory of ``cfg``'s operand pipeline: ``num_stages`` buffers of an A block
+    ``[block_m, block_k]`` and a B block ``[block_k, block_n]`` of ``itemsize``-byte elements
+    (Triton's own estimate; the epilogue reuses these buffers)."""
+    if not isinstance(itemsize, int) or isinstance(itemsize, bool) or itemsize < 1:
+        raise ValueError(f"itemsize={itemsize!r} must be a positive int (bytes per element, e.g. 2 for bfloat16)")
+    return cfg.num_stages * (cfg.block_m * cfg.block_k + cfg.block_k * cfg.block_n) * itemsize
+
+
+# Every config below fits SHARED_MEMORY_BYTES at 2-byte elements.
 BF16_CONFIGS = (
     TileConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3),
     TileConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4),

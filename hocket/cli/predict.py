@@ -45,6 +45,9 @@ def register(subparsers) -> None:
     group.add_argument("--comm-sms", type=positive_int, default=None, help="SMs an SM-driven transfer may use")
     group.add_argument("--hierarchy", default=None, help="intra_first (groups spanning nodes)")
     group.add_argument("--plan", default=None, help="a Plan as a JSON file path or inline JSON")
+    parser.add_argument("--steady-state", action="store_true",
+                        help="price one call of a loop with the host ahead (a training step), not one call from "
+                             "an idle GPU (hocket.cost.steady)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.set_defaults(func=run)
 
@@ -95,7 +98,7 @@ def build(args) -> dict:
     predictions = {}
 
     def cost(site, plan):
-        predictions[plan] = predict(site, plan, cluster, view)
+        predictions[plan] = predict(site, plan, cluster, view, steady_state=args.steady_state)
         return predictions[plan].total_ms
 
     result = search(site, cluster, cost_fn=cost)
@@ -106,13 +109,13 @@ def build(args) -> dict:
         row["speedup"] = sequential["total_ms"] / row["total_ms"] if row["total_ms"] > 0 else 1.0
     best = min(rows, key=lambda r: r["total_ms"])
     out = {
-        "site": site.to_dict(), "cluster": cluster.name, "profile": args.profile,
+        "site": site.to_dict(), "cluster": cluster.name, "profile": args.profile, "steady_state": args.steady_state,
         "sequential_ms": sequential["total_ms"], "sequential_plan": sequential["plan"],
         "best_ms": best["total_ms"], "best_plan": best["plan"], "best_label": best["label"],
         "candidates": rows,
     }
     if requested is not None:
-        pred = predict(site, requested, cluster, view)
+        pred = predict(site, requested, cluster, view, steady_state=args.steady_state)
         out["requested"] = {"plan": requested.to_dict(), "label": plan_label(requested), **pred.to_dict(),
                             "speedup": sequential["total_ms"] / pred.total_ms if pred.total_ms > 0 else 1.0}
     return out

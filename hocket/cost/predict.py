@@ -1,7 +1,9 @@
 """``predict(site, plan, cluster, profile=None) -> Prediction``: the cost model's entry point.
 
 The prediction is the makespan of the plan's stage pipeline (``pipeline.py``) under
-contention (``stages.schedule``): the same stages the simulator executes.
+contention (``stages.schedule``): the same stages the simulator executes. By default it
+prices one call from an idle GPU; ``steady_state=True`` prices one call of a loop with the
+host ahead (``steady.py``), which is what a training step sees.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Mapping
 
 from hocket.cost.pipeline import pipeline_stages
 from hocket.cost.stages import Schedule, Stage, schedule
+from hocket.cost.steady import steady_state_total
 from hocket.plan.plan import Plan, as_plan
 from hocket.site import Site
 
@@ -38,24 +41,35 @@ class Prediction:
                 "exposed_comm_ms": self.exposed_comm_ms, "busy_ms": dict(self.busy_ms)}
 
 
-def prediction_from(stages: list[Stage], timeline: Schedule) -> Prediction:
+def prediction_from(stages: list[Stage], timeline: Schedule, *, total_ms: float | None = None,
+                    busy_ms: Mapping[str, float] | None = None) -> Prediction:
+    """The Prediction of ``stages`` run as ``timeline`` (``total_ms``/``busy_ms`` override its
+    makespan and busy times, e.g. for the steady state)."""
     compute = sum(s.duration_ms for s in stages if not s.is_transfer and not s.is_issue)
     comm = sum(s.duration_ms for s in stages if s.is_transfer)
-    total = timeline.total_ms
+    total = timeline.total_ms if total_ms is None else total_ms
     values = (total, compute, comm)
     if not all(math.isfinite(v) and v >= 0 for v in values):
         raise ValueError(f"internal: non-finite prediction {values} from {len(stages)} stages; please report")
     return Prediction(total_ms=total, compute_ms=compute, comm_ms=comm, exposed_comm_ms=max(0.0, total - compute),
-                      busy_ms=dict(timeline.busy_ms))
+                      busy_ms=dict(timeline.busy_ms if busy_ms is None else busy_ms))
 
 
-def predict(site: Site, plan: Plan | dict | str | None, cluster, profile=None) -> Prediction:
+def predict(site: Site, plan: Plan | dict | str | None, cluster, profile=None, *,
+            steady_state: bool = False) -> Prediction:
     """Price ``site`` under ``plan`` on ``cluster`` (a ``ClusterSpec``), optionally scaled
-    by a calibration ``profile`` of that cluster. ``plan=None`` means sequential."""
+    by a calibration ``profile`` of that cluster. ``plan=None`` means sequential.
+    ``steady_state``: one call of a loop with the host ahead (``hocket.cost.steady``)
+    instead of one call from an idle GPU."""
     if not isinstance(site, Site):
         raise TypeError(f"site={site!r} must be a hocket.Site")
     plan = as_plan(plan) or Plan()
     if not hasattr(cluster, "group_transports"):
         raise TypeError(f"cluster={cluster!r} must be a ClusterSpec (hocket.hardware.load_cluster(name))")
+    if not isinstance(steady_state, bool):
+        raise TypeError(f"steady_state={steady_state!r} must be True or False")
     stages = pipeline_stages(site, plan, cluster, profile)
-    return prediction_from(stages, schedule(stages))
+    if not steady_state:
+        return prediction_from(stages, schedule(stages))
+    total, busy, timeline = steady_state_total(stages)
+    return prediction_from(stages, timeline, total_ms=total, busy_ms=busy)

@@ -55,3 +55,16 @@ def test_bad_input_is_a_clear_error(capsys):
     code, _, err = _run(capsys, "mm_rs", "--m", "64", "--k", "64", "--n", "64", "--world", "2", "--cluster",
                         "h800x8", "--strategy", "substituted")
     assert code == 2 and "substituted" in err and "mm_ar" in err
+
+
+def test_steady_state_prices_every_candidate_at_most_as_a_cold_call(capsys):
+    args = ["mm_rs", "--m", "8192", "--k", "2048", "--n", "4096", "--world", "2", "--cluster", "h200x2", "--json"]
+    _, cold_out, _ = _run(capsys, *args)
+    code, steady_out, _ = _run(capsys, *args, "--steady-state")
+    assert code == 0
+    cold, steady = json.loads(cold_out), json.loads(steady_out)
+    assert steady["steady_state"] is True and cold["steady_state"] is False
+    cold_by_label = {c["label"]: c["total_ms"] for c in cold["candidates"]}
+    for c in steady["candidates"]:
+        assert c["total_ms"] <= cold_by_label[c["label"]] + 1e-9
+    assert any(c["total_ms"] < cold_by_label[c["label"]] - 1e-6 for c in steady["candidates"])

@@ -272,8 +272,8 @@ def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | Non
                         margin=config.margin, uncertainty=uncertainty)
 
 
-def predict_cost_fn(cluster: object, profile: object = None) -> CostFn:
-    """A CostFn equal to ``hocket.cost.predict(site, plan, cluster, profile).total_ms``.
+def predict_cost_fn(cluster: object, profile: object = None, *, steady_state: bool = False) -> CostFn:
+    """A CostFn equal to ``hocket.cost.predict(site, plan, cluster, profile, steady_state=...).total_ms``.
 
     It runs predict's two steps itself (``pipeline_stages`` then ``schedule``) so that the
     calibration view and each group's topology are built once, not once per candidate;
@@ -283,6 +283,7 @@ def predict_cost_fn(cluster: object, profile: object = None) -> CostFn:
     from hocket.cost.calibration import calibration_view
     from hocket.cost.comm import group_topology
     from hocket.cost.predict import prediction_from
+    from hocket.cost.steady import steady_state_total
 
     view = calibration_view(profile)
     topologies: dict[tuple[int, ...], object] = {}
@@ -293,6 +294,8 @@ def predict_cost_fn(cluster: object, profile: object = None) -> CostFn:
         if topology is None:
             topology = topologies[ranks] = group_topology(cluster, ranks)
         stages = pipeline_stages(site, plan, cluster, view, topology=topology)
+        if steady_state:
+            return float(steady_state_total(stages)[0])
         return float(prediction_from(stages, schedule(stages)).total_ms)
 
     return cost

@@ -178,8 +178,10 @@ def test_predict_cost_fn_equals_hocket_cost_predict(preset, ranks):
                 k=rng.randint(256, 8192), n=rng.randint(256, 8192), world=world, ranks=tuple(ranks))
     space = enumerate_plans(site, group_facts(site, cluster))
     cost = predict_cost_fn(cluster)
+    steady = predict_cost_fn(cluster, steady_state=True)
     for plan in rng.sample(space.candidates, min(12, len(space.candidates))):
         assert cost(site, plan) == predict(site, plan, cluster).total_ms
+        assert steady(site, plan) == predict(site, plan, cluster, steady_state=True).total_ms
 
 
 def test_a_plan_the_cost_model_refuses_is_pruned_with_its_reason_but_sequential_must_price():

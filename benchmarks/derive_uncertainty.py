@@ -73,7 +73,7 @@ def class_errors(groups, profiles, *, per_piece_error: float) -> tuple[dict[str,
         view = calibration_view(profile)
         seq_plan = g.sequential_plan()
         try:
-            predicted_seq = predict(g.site, seq_plan, g.cluster, view).total_ms
+            predicted_seq = predict(g.site, seq_plan, g.cluster, view, steady_state=g.steady).total_ms
         except ValueError as exc:
             notes.append(f"{g.site.key}: sequential not priced: {str(exc)[:120]}")
             continue
@@ -84,7 +84,7 @@ def class_errors(groups, profiles, *, per_piece_error: float) -> tuple[dict[str,
             if cls == "sequential":
                 continue
             try:
-                predicted = predict(g.site, plan, g.cluster, view).total_ms
+                predicted = predict(g.site, plan, g.cluster, view, steady_state=g.steady).total_ms
             except ValueError as exc:
                 notes.append(f"{g.site.key} {plan.describe()}: not priced: {str(exc)[:120]}")
                 continue

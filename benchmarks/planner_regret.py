@@ -113,13 +113,18 @@ class ClusterFinder:
         return self.profile if not mine or mine == set(hardware.get("devices") or {}) else None
 
     def cost_for(self, record):
+        """The cost function of the line's machine, in the line's timing mode (steady state when
+        its run timed calls back to back: ``validate_cost.steady_line``)."""
         cluster = self.cluster_for(record)
         if cluster is None:
             return None
+        from validate_cost import steady_line  # sibling module, as in held_out_keys
+
         profile = self.profile_for(record)
-        key = (id(cluster), id(profile))
+        steady = steady_line(record)
+        key = (id(cluster), id(profile), steady)
         if key not in self._costs:
-            self._costs[key] = through_host(cluster, predict_cost_fn(cluster, profile))
+            self._costs[key] = through_host(cluster, predict_cost_fn(cluster, profile, steady_state=steady))
         return self._costs[key]
 
     def uncertainty_for(self, record):

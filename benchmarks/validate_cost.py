@@ -53,6 +53,13 @@ later (run1-run4 measured relays and a local_first order that no executor runs a
 lines' git hash cannot tell them apart: the device copies carried a stale ``.git``; lines made
 since carry ``HOCKET_GIT_HASH``). A change of the relay or of its local_first order must move
 ``FIRST_CURRENT_RELAY_RUN`` to the first run made with it."""
+def steady_line(record) -> bool:
+    """A results line timed in the steady state (``hocket.bench.timer`` with ``reps > 1``)."""
+    run = record.run if isinstance(record.run, dict) else {}
+    reps = run.get("reps", 1)
+    return isinstance(reps, int) and reps > 1
+
+
 NOISE_FLOOR = 0.02
 """A measured saving smaller than this fraction of sequential (or than the p10-p90 spread) is noise."""
 
@@ -69,6 +76,12 @@ class SiteGroup:
     @property
     def sequential_ms(self) -> float:
         return self.records[0].baselines.sequential_ms
+
+    @property
+    def steady(self) -> bool:
+        """Whether the run timed calls back to back (``run.reps > 1``, the steady state): its lines
+        are priced with ``predict(..., steady_state=True)``; one call per barrier otherwise."""
+        return steady_line(self.records[0])
 
     def sequential_plan(self) -> Plan:
         for r in self.records:
@@ -234,7 +247,7 @@ def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
     points, signs, bests, unpriced = [], [], [], []
     for g in groups:
         try:
-            predicted_seq = predict(g.site, g.sequential_plan(), g.cluster, view).total_ms
+            predicted_seq = predict(g.site, g.sequential_plan(), g.cluster, view, steady_state=g.steady).total_ms
         except ValueError as exc:  # e.g. NCCL through host memory on a cluster that offers only host_staged
             predicted_seq = None
             unpriced.append(f"{g.site.key} sequential on {g.cluster.name} (no saving signs for this run): {exc}")
@@ -242,7 +255,7 @@ def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
         per_plan = []
         for r in g.records:
             try:
-                pred = predict(g.site, g.priced(r.plan), g.cluster, view).total_ms
+                pred = predict(g.site, g.priced(r.plan), g.cluster, view, steady_state=g.steady).total_ms
             except ValueError as exc:  # a plan the model does not price (named in the message)
                 unpriced.append(f"{g.site.key} {r.plan.describe()}: {exc}")
                 continue

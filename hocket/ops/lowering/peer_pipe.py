@@ -43,19 +43,29 @@ FLAGS_PER_SOURCE = 256
 class FlagWatch:
     """Timeout codes of asynchronous calls, read without stalling the GPU: each call copies its
     error buffers into small pinned mirrors behind an event; the next call (or :meth:`check`)
-    reads the mirrors whose event has passed."""
+    reads the mirrors whose event has passed. Mirrors and events are recycled once read (a
+    pinned allocation and an event per call cost more host time than the rest of a call's
+    bookkeeping)."""
 
     def __init__(self) -> None:
         self._pending: list[tuple[list[tuple[torch.Tensor, Callable]], torch.cuda.Event]] = []
+        self._free_mirrors: dict[tuple, list[torch.Tensor]] = {}
+        self._free_events: list[torch.cuda.Event] = []
+
+    def _mirror(self, errors: torch.Tensor) -> torch.Tensor:
+        free = self._free_mirrors.get((tuple(errors.shape), errors.dtype))
+        return free.pop() if free else torch.empty(errors.shape, dtype=errors.dtype, pin_memory=True)
 
     def watch(self, checks: Sequence[tuple[torch.Tensor, Callable[[torch.Tensor], None]]]) -> None:
         """``checks``: (device error buffer, function raising on its host copy)."""
         mirrors = []
         for errors, raise_fn in checks:
-            mirror = torch.empty(errors.shape, dtype=errors.dtype, pin_memory=True)
+            mirror = self._mirror(errors)
             mirror.copy_(errors, non_blocking=True)
             mirrors.append((mirror, raise_fn))
-        self._pending.append((mirrors, torch.cuda.current_stream().record_event()))
+        event = self._free_events.pop() if self._free_events else torch.cuda.Event()
+        event.record()
+        self._pending.append((mirrors, event))
 
     def poll(self, *, block: bool) -> None:
         pending, self._pending = self._pending, []
@@ -65,15 +75,19 @@ class FlagWatch:
             elif not event.query():
                 self._pending.extend(pending[i:])
                 return
+            self._free_events.append(event)
             for mirror, raise_fn in mirrors:
-                raise_fn(mirror)
+                try:
+                    raise_fn(mirror)
+                finally:
+                    self._free_mirrors.setdefault((tuple(mirror.shape), mirror.dtype), []).append(mirror)
 
 
 class PeerPipe:
     """Symmetric buffers, copy stream and flags of one operator shape class (module docstring)."""
 
     def __init__(self, *, group: GroupHandle, device: torch.device, regions, flags_per_source: int = FLAGS_PER_SOURCE,
-                 flag_method: str = "kernel", label: str = "") -> None:
+                 flag_method: str = "auto", label: str = "") -> None:
         self.group = group
         self.rank, self.world = group.rank, group.world
         self.device = torch.device(device)
@@ -88,6 +102,8 @@ class PeerPipe:
         self.workspaces: dict[tuple, object] = {}
         """tile-fused kernel workspaces of this shape class, built by the executors."""
         self.watch = FlagWatch()
+        self._ready, self._reset, self._done = (torch.cuda.Event() for _ in range(3))
+        """reused every call (a wait refers to the record made before it, so re-recording is safe)."""
         self.per_source = 1
         """pieces each rank pushes to each peer in the current call (flag ``src * per_source + piece``)."""
         self._closed = False
@@ -124,12 +140,13 @@ class PeerPipe:
                                f"builds a new one")
         self.watch.poll(block=False)
         cur = torch.cuda.current_stream(self.device)
-        self.stream.wait_stream(cur)
+        self._ready.record(cur)
+        self.stream.wait_event(self._ready)
         with torch.cuda.stream(self.stream):
             self.flags().zero_()
-            reset = self.stream.record_event()
+            self._reset.record(self.stream)
             self.buf.barrier(channel=0)
-        cur.wait_event(reset)
+        cur.wait_event(self._reset)
         self.errors.zero_()
 
     def push(self, src: torch.Tensor, dst: torch.Tensor, *, peer: int, piece: int,
@@ -161,7 +178,8 @@ class PeerPipe:
 
     def end(self, extra_checks: Sequence[tuple[torch.Tensor, Callable]] = ()) -> None:
         """Step 4: the caller's stream waits for every push; timeouts are checked later."""
-        torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        self._done.record(self.stream)
+        torch.cuda.current_stream(self.device).wait_event(self._done)
         per = self.per_source
         self.watch.watch([(self.errors, lambda mirror: self._raise_peer_timeout(mirror, per)), *extra_checks])
 

@@ -120,21 +120,28 @@ def grid_options(num_tiles: int, default_programs: int, cfg: TileConfig, num_sms
 
 
 # -- one kernel on one shape -----------------------------------------------------------
-def workspace(direction: str, shape, cfg: TileConfig, device, *, num_programs: int | None = None):
-    """The operator's workspace for this shape: an 8-piece ramp, narrow tiles on the edge piece."""
+def workspace(direction: str, shape, cfg: TileConfig, device, *, num_programs: int | None = None,
+              balance_tail: bool = False, edge_pieces: int | None = None, dynamic: bool = False):
+    """The operator's workspace for this shape: an 8-piece ramp, narrow tiles on the edge
+    piece (``edge_pieces``) and, with ``balance_tail``, on the rows that fill the last wave
+    (``hocket.ops.offload.fused_narrow_rows``)."""
     from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
-    from hocket.ops.offload_pieces import edge_rows, piece_offsets
+    from hocket.ops.offload import fused_narrow_rows
+    from hocket.ops.offload_pieces import EDGE_PIECES, piece_offsets
     from hocket.plan.plan import Plan
 
     m, k, n = shape
     plan = Plan(strategy="tile_fused", chunks=PIECES, transport="host_staged")
     offsets = piece_offsets(plan, m, align=cfg.block_m, direction=direction)
-    narrow = edge_rows(offsets, direction=direction)
+    programs = num_programs or persistent_programs(torch.cuda.get_device_properties(device).multi_processor_count)
+    narrow = fused_narrow_rows(offsets, direction=direction, n=n, config=cfg, programs=programs,
+                               edge_pieces=EDGE_PIECES if edge_pieces is None else edge_pieces,
+                               balance_tail=balance_tail)
+    common = dict(m=m, n=n, k=k, dtype=DTYPE, device=device, config=cfg, narrow_rows=narrow,
+                  num_programs=programs, dynamic=dynamic)
     if direction == "to_host":
-        return ProducerWorkspace(m=m, n=n, k=k, dtype=DTYPE, device=device, config=cfg, group_offsets=offsets,
-                                 narrow_rows=narrow, num_programs=num_programs)
-    return ConsumerWorkspace(m=m, n=n, k=k, dtype=DTYPE, device=device, config=cfg, chunk_offsets=offsets,
-                             narrow_rows=narrow, num_programs=num_programs)
+        return ProducerWorkspace(group_offsets=offsets, **common)
+    return ConsumerWorkspace(chunk_offsets=offsets, **common)
 
 
 def runner(direction: str, ws, a, b, out):
@@ -165,9 +172,10 @@ def _compile_errors():
     return (OutOfResources, CompilationError)
 
 
-def precompile(cfg_fields: dict, shapes: list, device_index: int) -> tuple[dict, dict[str, str]]:
-    """Worker: compile and load ``cfg``'s kernels for every shape and direction (fills
-    Triton's cache). Returns (cfg_fields, {"shape/direction": error}) for those that failed."""
+def precompile(cfg_fields: dict, shapes: list, device_index: int, variants: list[dict]) -> tuple[dict, dict[str, str]]:
+    """Worker: compile and load ``cfg``'s kernels for every shape, direction and variant
+    (``FOCUS_VARIANTS`` options; Triton specialises on the tile count too), filling Triton's
+    cache. Returns (cfg_fields, {"shape/direction": error}) for those that failed."""
     torch.cuda.set_device(device_index)
     cfg = TileConfig(**cfg_fields)
     dev = torch.device("cuda", device_index)
@@ -179,7 +187,8 @@ def precompile(cfg_fields: dict, shapes: list, device_index: int) -> tuple[dict,
         out = torch.empty(m, n, dtype=DTYPE, device=dev)
         for direction in DIRECTIONS:
             try:
-                runner(direction, workspace(direction, shape, cfg, dev), a, b, out)
+                for options in variants:
+                    runner(direction, variant_workspace(direction, shape, cfg, dev, options)[1], a, b, out)
             except _compile_errors() as err:
                 failed[f"{shape}/{direction}"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
         del a, b, out
@@ -187,14 +196,14 @@ def precompile(cfg_fields: dict, shapes: list, device_index: int) -> tuple[dict,
     return cfg_fields, failed
 
 
-def precompile_all(configs, shapes, *, workers: int, log) -> dict[TileConfig, str]:
+def precompile_all(configs, shapes, *, variants: list[dict], workers: int, log) -> dict[TileConfig, str]:
     """Compile every config in ``workers`` spawned processes; {config: first error} of failures."""
     start = time.perf_counter()
     failed = {}
     ctx = multiprocessing.get_context("spawn")
     device_index = torch.cuda.current_device()
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(precompile, asdict(cfg), list(shapes), device_index) for cfg in configs]
+        futures = [pool.submit(precompile, asdict(cfg), list(shapes), device_index, variants) for cfg in configs]
         for i, future in enumerate(as_completed(futures), 1):
             fields, errors = future.result()
             cfg = TileConfig(**fields)
@@ -225,27 +234,34 @@ def check(out: torch.Tensor, ref_fp32: torch.Tensor) -> float:
     return rel
 
 
-def median_ms(fns, *, iters: int, warmup: int = 5) -> tuple[float, float, float]:
-    """(median, p10, p90) ms of back-to-back runs, cycling through ``fns`` (one per input set)."""
+def paired_ms(fns, ref_fns, *, iters: int, warmup: int = 5) -> tuple[float, float, float, float]:
+    """(median, p10, p90) ms of ``fns`` and the median ms of ``ref_fns`` (cuBLAS), timed in
+    alternation, back to back, cycling through the input sets: a clock or power drift during
+    a long sweep moves both alike."""
     for i in range(warmup):
         fns[i % len(fns)]()
+        ref_fns[i % len(ref_fns)]()
     torch.cuda.synchronize()
     events = []
     for i in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        marks[0].record()
         fns[i % len(fns)]()
-        end.record()
-        events.append((start, end))
+        marks[1].record()
+        ref_fns[i % len(ref_fns)]()
+        marks[2].record()
+        events.append(marks)
     torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in events)
-    return statistics.median(times), times[len(times) // 10], times[(9 * len(times)) // 10]
+    times = sorted(a.elapsed_time(b) for a, b, _ in events)
+    ref = statistics.median(b.elapsed_time(c) for _, b, c in events)
+    return statistics.median(times), times[len(times) // 10], times[(9 * len(times)) // 10], ref
 
 
 @dataclass(frozen=True, kw_only=True)
 class Row:
     shape: tuple[int, int, int]
     direction: str
+    variant: str
     config: str
     group_m: int
     grid: str
@@ -255,7 +271,10 @@ class Row:
     p10_ms: float
     p90_ms: float
     tflops: float
+    cublas_ms: float
+    """torch.mm on the same inputs, timed in alternation with this kernel."""
     pct_of_cublas: float
+    narrow_tiles: int
     rel_error: float | None
     smem_kib: float
 
@@ -269,8 +288,9 @@ def input_sets(shape, dev, l2_bytes: int) -> list[tuple]:
              torch.empty(m, n, dtype=DTYPE, device=dev)) for _ in range(count)]
 
 
-def time_one(direction, shape, cfg, ws, sets, ref, *, grid: str, iters: int, cublas_ms: float) -> Row:
-    """Check ``cfg``'s kernel once on a poisoned output (first input set), then time it."""
+def time_one(direction, shape, cfg, ws, sets, ref, *, variant: str, grid: str, iters: int) -> Row:
+    """Check ``cfg``'s kernel once on a poisoned output (first input set), then time it
+    against cuBLAS in alternation."""
     m, k, n = shape
     runs = [runner(direction, ws, *s) for s in sets]
     out = sets[0][2]
@@ -278,48 +298,90 @@ def time_one(direction, shape, cfg, ws, sets, ref, *, grid: str, iters: int, cub
     runs[0]()
     torch.cuda.synchronize()
     rel = check(out, ref)
-    med, p10, p90 = median_ms(runs, iters=iters)
-    return Row(shape=shape, direction=direction, config=cfg.label(), group_m=cfg.group_m, grid=grid,
+    cublas = [lambda s=s: torch.mm(s[0], s[1], out=s[2]) for s in sets]
+    med, p10, p90, cublas_ms = paired_ms(runs, cublas, iters=iters)
+    return Row(shape=shape, direction=direction, variant=variant, config=cfg.label(), group_m=cfg.group_m, grid=grid,
                programs=ws.num_programs, tiles=ws.num_tiles, median_ms=med, p10_ms=p10, p90_ms=p90,
-               tflops=2 * m * k * n / med / 1e9, pct_of_cublas=cublas_ms / med, rel_error=rel,
+               tflops=2 * m * k * n / med / 1e9, cublas_ms=cublas_ms, pct_of_cublas=cublas_ms / med,
+               narrow_tiles=sum(t[2] for t in ws.schedule.tiles), rel_error=rel,
                smem_kib=shared_memory_bytes(cfg, ITEMSIZE) / 1024)
 
 
-def sweep_shape(shape, configs, *, iters: int, top: int, log) -> tuple[list[Row], dict]:
+FOCUS_CONFIGS = (
+    TileConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3),
+    TileConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4),
+    TileConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, narrow_block_n=128),
+    TileConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4),
+    TileConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=5),
+    TileConfig(block_m=256, block_n=128, block_k=64, num_warps=8, num_stages=4),
+)
+"""``--focus``: the configs the full sweep ranked first, the operators' old default (s3) and
+128x256 tiles with 128-wide narrow tiles (half a tile: a last wave filled with them)."""
+FOCUS_VARIANTS = {
+    "edge": dict(),
+    "tail": dict(balance_tail=True),
+    "tail/g4": dict(balance_tail=True, group_m=4),
+    "edge0": dict(edge_pieces=0),
+    "dynamic": dict(dynamic=True),
+}
+"""``edge``: narrow tiles on the edge piece only (the operators until now); ``tail``: and on
+the rows that fill the last wave; ``edge0``: no narrow tiles (the plain GEMM);
+``dynamic``: edge narrow tiles, tiles from a ticket counter."""
+
+
+def variant_workspace(direction, shape, cfg, dev, options: dict, num_programs=None):
+    options = dict(options)
+    group_m = options.pop("group_m", None)
+    cfg = cfg if group_m is None else replace_group(cfg, group_m)
+    return cfg, workspace(direction, shape, cfg, dev, num_programs=num_programs, **options)
+
+
+def sweep_shape(shape, configs, *, iters: int, top: int, focus: bool, log) -> tuple[list[Row], dict]:
     m, k, n = shape
     dev = torch.device("cuda", torch.cuda.current_device())
     props = torch.cuda.get_device_properties(dev)
     num_sms = props.multi_processor_count
     default_programs = persistent_programs(num_sms)
     sets = input_sets(shape, dev, getattr(props, "L2_cache_size", 50 * 2**20))
-    flops = 2 * m * k * n
-    cublas = [median_ms([lambda s=s: torch.mm(s[0], s[1], out=s[2]) for s in sets], iters=iters)]
     ref = torch.mm(sets[0][0].float(), sets[0][1].float())
     rows: list[Row] = []
+
+    def record(direction, cfg, ws, variant, grid="default"):
+        rows.append(time_one(direction, shape, cfg, ws, sets, ref, variant=variant, grid=grid, iters=iters))
+        r = rows[-1]
+        log(f"  {direction} {m}x{k}x{n} {variant:8s} {cfg.label():24s} grid {grid}({ws.num_programs}) "
+            f"{r.tiles} tiles ({r.narrow_tiles} narrow) {r.median_ms:.3f} ms vs cuBLAS {r.cublas_ms:.3f}: "
+            f"{r.pct_of_cublas:5.1%}, rel err {r.rel_error:.1e}")
+        return r
+
     for direction in DIRECTIONS:
+        if focus:
+            for cfg in configs:
+                for variant, options in FOCUS_VARIANTS.items():
+                    used, ws = variant_workspace(direction, shape, cfg, dev, options)
+                    record(direction, used, ws, variant)
+                    if variant == "tail":
+                        waves = math.ceil(ws.num_tiles / ws.num_programs)
+                        balanced = math.ceil(ws.num_tiles / waves)
+                        if balanced != ws.num_programs:
+                            used, ws = variant_workspace(direction, shape, cfg, dev, options, num_programs=balanced)
+                            record(direction, used, ws, variant, grid="balanced")
+            continue
         timed: dict[TileConfig, float] = {}
-        for i, cfg in enumerate(configs, 1):
-            ws = workspace(direction, shape, cfg, dev)
-            rows.append(time_one(direction, shape, cfg, ws, sets, ref, grid="default", iters=iters,
-                                 cublas_ms=cublas[0][0]))
-            timed[cfg] = rows[-1].median_ms
-            log(f"  {direction} {m}x{k}x{n} [{i}/{len(configs)}] {cfg.label():24s} {rows[-1].median_ms:.3f} ms "
-                f"{rows[-1].pct_of_cublas:5.1%} of cuBLAS, rel err {rows[-1].rel_error:.1e}")
+        for cfg in configs:
+            timed[cfg] = record(direction, cfg, workspace(direction, shape, cfg, dev), "edge").median_ms
         for cfg in sorted(timed, key=timed.get)[:top]:
             base = workspace(direction, shape, cfg, dev)
-            variants = [(replace_group(cfg, g), "default", None) for g in GROUP_MS if g != cfg.group_m]
-            variants += [(cfg, grid, programs)
-                         for grid, programs in grid_options(base.num_tiles, default_programs, cfg, num_sms).items()
-                         if programs != base.num_programs]
-            for variant, grid, programs in variants:
-                ws = workspace(direction, shape, variant, dev, num_programs=programs)
-                rows.append(time_one(direction, shape, variant, ws, sets, ref, grid=grid, iters=iters,
-                                     cublas_ms=cublas[0][0]))
-                log(f"  {direction} {m}x{k}x{n} {variant.label():24s} grid {grid}({ws.num_programs}) "
-                    f"{rows[-1].median_ms:.3f} ms {rows[-1].pct_of_cublas:5.1%} of cuBLAS")
-    cublas.append(median_ms([lambda s=s: torch.mm(s[0], s[1], out=s[2]) for s in sets], iters=iters))
-    baseline = dict(shape=shape, cublas_ms=[c[0] for c in cublas], cublas_p10_ms=[c[1] for c in cublas],
-                    cublas_p90_ms=[c[2] for c in cublas], cublas_tflops=flops / cublas[0][0] / 1e9,
+            for g in GROUP_MS:
+                if g != cfg.group_m:
+                    variant = replace_group(cfg, g)
+                    record(direction, variant, workspace(direction, shape, variant, dev), "edge")
+            for grid, programs in grid_options(base.num_tiles, default_programs, cfg, num_sms).items():
+                if programs != base.num_programs:
+                    record(direction, cfg, workspace(direction, shape, cfg, dev, num_programs=programs), "edge", grid)
+    cublas = [r.cublas_ms for r in rows]
+    baseline = dict(shape=shape, cublas_ms_first=cublas[0], cublas_ms_last=cublas[-1], cublas_ms_min=min(cublas),
+                    cublas_ms_max=max(cublas), cublas_tflops_best=2 * m * k * n / min(cublas) / 1e9,
                     input_sets=len(sets), num_sms=num_sms, default_programs=default_programs)
     return rows, baseline
 
@@ -327,23 +389,26 @@ def sweep_shape(shape, configs, *, iters: int, top: int, log) -> tuple[list[Row]
 def print_tables(rows: list[Row], baselines: list[dict], *, show: int) -> None:
     for base in baselines:
         shape = tuple(base["shape"])
-        ms = base["cublas_ms"]
-        print(f"\n{'x'.join(map(str, shape))}: cuBLAS {ms[0]:.3f} ms ({base['cublas_tflops']:.0f} TFLOP/s), "
-              f"re-timed at the end {ms[-1]:.3f} ms; {base['input_sets']} input set(s)")
+        print(f"\n{'x'.join(map(str, shape))}: cuBLAS (timed beside each row) {base['cublas_ms_min']:.3f}-"
+              f"{base['cublas_ms_max']:.3f} ms (first {base['cublas_ms_first']:.3f}, last {base['cublas_ms_last']:.3f}; "
+              f"best {base['cublas_tflops_best']:.0f} TFLOP/s); {base['input_sets']} input set(s)")
         for direction in DIRECTIONS:
             mine = sorted((r for r in rows if r.shape == shape and r.direction == direction),
-                          key=lambda r: r.median_ms)
-            print(f"  {direction}: {len(mine)} timings, best {show}")
-            print(f"    {'config':24s} {'g':>3s} {'grid':>16s} {'tiles':>6s} {'ms':>7s} {'TFLOP/s':>8s} {'%cuBLAS':>8s}")
+                          key=lambda r: -r.pct_of_cublas)
+            print(f"  {direction}: {len(mine)} timings, best {show} by % of cuBLAS")
+            print(f"    {'variant':8s} {'config':24s} {'grid':>14s} {'tiles':>6s} {'narrow':>6s} {'ms':>7s} "
+                  f"{'cuBLAS':>7s} {'%cuBLAS':>8s}")
             for r in mine[:show]:
-                print(f"    {r.config:24s} {r.group_m:3d} {r.grid + '(' + str(r.programs) + ')':>16s} {r.tiles:6d} "
-                      f"{r.median_ms:7.3f} {r.tflops:8.0f} {r.pct_of_cublas:8.1%}")
+                print(f"    {r.variant:8s} {r.config:24s} {r.grid + '(' + str(r.programs) + ')':>14s} {r.tiles:6d} "
+                      f"{r.narrow_tiles:6d} {r.median_ms:7.3f} {r.cublas_ms:7.3f} {r.pct_of_cublas:8.1%}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help=f"{SMOKE_SHAPE} only, 3 configs, 10 runs each")
     parser.add_argument("--list", action="store_true", help="print the config space and exit (no GPU)")
+    parser.add_argument("--focus", action="store_true",
+                        help="FOCUS_CONFIGS x FOCUS_VARIANTS (narrow-tile layouts, dynamic tiles) instead of the space")
     parser.add_argument("--shapes", default="weak,control",
                         help="comma-separated: weak, control, or MxKxN (default weak,control)")
     parser.add_argument("--max-configs", type=int, default=None, help="cap on compiled configs")
@@ -352,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="compile processes (default: CPUs - 2, <= 16)")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default $OUT/sweep_tile_configs.json)")
     args = parser.parse_args(argv)
-    configs = config_space(max_configs=3 if args.smoke else args.max_configs)
+    configs = list(FOCUS_CONFIGS) if args.focus else config_space(max_configs=3 if args.smoke else args.max_configs)
     if args.list:
         for cfg in configs:
             print(f"{cfg.label():24s} smem {shared_memory_bytes(cfg, ITEMSIZE) / 1024:6.1f} KiB, "
@@ -386,12 +451,13 @@ def main(argv: list[str] | None = None) -> int:
     log(f"sweep on {torch.cuda.get_device_name()}: {len(configs)} configs x {len(shapes)} shape(s) x "
         f"{len(DIRECTIONS)} directions, {iters} timed runs, {workers} compile workers")
     start = time.perf_counter()
-    failed = precompile_all(configs, shapes, workers=workers, log=log)
+    failed = precompile_all(configs, shapes, variants=list(FOCUS_VARIANTS.values()) if args.focus else [{}],
+                            workers=workers, log=log)
     compile_s = time.perf_counter() - start
     usable = [cfg for cfg in configs if cfg not in failed]
     rows, baselines = [], []
     for shape in shapes:
-        shape_rows, base = sweep_shape(shape, usable, iters=iters, top=top, log=log)
+        shape_rows, base = sweep_shape(shape, usable, iters=iters, top=top, focus=args.focus, log=log)
         rows += shape_rows
         baselines.append(base)
     from hocket.bench.provenance import collect, command_line
@@ -407,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"compile {compile_s:.0f} s, total {time.perf_counter() - start:.0f} s; {len(rows)} rows -> {out}")
     if failed:
         log(f"failed to compile: {', '.join(cfg.label() for cfg in failed)}")
-    print_tables(rows, baselines, show=6 if args.smoke else 10)
+    print_tables(rows, baselines, show=6 if args.smoke else 8)
     return 0
 
 

@@ -332,3 +332,61 @@ def producer_schedule(*, m: int, n: int, block_m: int, block_n: int, groups: int
         tiles.extend((*tile, g, len(group_tiles)) for tile in group_tiles)
     return ProducerSchedule(m=m, n=n, block_m=block_m, block_n=block_n, group_offsets=offsets, tiles=tuple(tiles),
                             narrow_block_n=narrow_block_n)
+
+
+# -- balancing the last wave with narrow tiles --------------------------------------------
+NARROW_TILE_OVERHEAD = 0.05
+"""A tile's fixed cost (its pipeline's fill and its epilogue) as a fraction of a full-width
+tile's time: a narrow tile costs ``narrow_block_n / block_n + NARROW_TILE_OVERHEAD``."""
+
+
+def fixed_stride_makespan(*, wide: int, narrow: int, programs: int, narrow_cost: float, narrow_first: bool) -> float:
+    """Work of the busiest program, in full-tile times, when ``programs`` persistent programs
+    take tiles ``p, p + programs, ...`` of a table holding ``narrow`` narrow tiles (each
+    ``narrow_cost``) before (``narrow_first``) or after ``wide`` full tiles (cost 1)."""
+    for name, value in (("wide", wide), ("narrow", narrow)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name}={value!r} must be an int >= 0 (tiles in the table)")
+    _positive_int("programs", programs)
+    if not 0 < narrow_cost <= 1:
+        raise ValueError(f"narrow_cost={narrow_cost!r} must be in (0, 1] (a narrow tile's time over a full tile's)")
+    total = wide + narrow
+    busiest = 0.0
+    for p in range(min(programs, total)):
+        count = len(range(p, total, programs))
+        narrow_here = len(range(p, narrow, programs)) if narrow_first else count - len(range(p, wide, programs))
+        busiest = max(busiest, narrow_here * narrow_cost + count - narrow_here)
+    return busiest
+
+
+def tail_narrow_rows(*, m: int, n: int, block_m: int, block_n: int, narrow_block_n: int, programs: int,
+                     candidates: Sequence[int], narrow_first: bool) -> int:
+    """Of ``candidates`` (row counts at the table's narrow end that the schedule can make
+    narrow, e.g. whole pieces), the one whose fixed-stride table has the least-loaded busiest
+    program (``fixed_stride_makespan``); ties go to the fewest narrow rows.
+
+    Narrow tiles at the edge shorten the pipeline's fill or drain; more of them can also
+    fill the last wave of a persistent launch: 320 tiles of 128x256 on 130 programs take 3
+    full-tile times, while 52 row blocks of full tiles and 12 of 128x128 tiles take 2.55.
+    """
+    for name, value in (("m", m), ("n", n), ("block_m", block_m), ("block_n", block_n),
+                        ("narrow_block_n", narrow_block_n)):
+        _positive_int(name, value)
+    if narrow_block_n > block_n:
+        raise ValueError(f"narrow_block_n={narrow_block_n} must be <= block_n={block_n}")
+    if not candidates:
+        raise ValueError("candidates is empty; give at least one narrow row count (e.g. the edge piece's rows)")
+    bad = [rows for rows in candidates if not isinstance(rows, int) or isinstance(rows, bool) or not 0 <= rows <= m]
+    if bad:
+        raise ValueError(f"candidates {bad} must be ints in [0, m={m}]")
+    num_m = cdiv(m, block_m)
+    cost = min(1.0, narrow_block_n / block_n + NARROW_TILE_OVERHEAD)
+    best_rows, best_span = None, None
+    for rows in sorted(set(candidates)):
+        narrow_blocks = min(num_m, cdiv(rows, block_m))
+        span = fixed_stride_makespan(wide=(num_m - narrow_blocks) * cdiv(n, block_n),
+                                     narrow=narrow_blocks * cdiv(n, narrow_block_n), programs=programs,
+                                     narrow_cost=cost, narrow_first=narrow_first)
+        if best_span is None or span < best_span - 1e-9:
+            best_rows, best_span = rows, span
+    return best_rows

@@ -34,7 +34,7 @@ import torch
 
 from hocket.kernels.config import TileConfig, default_config
 from hocket.kernels.errors import NUM_SLOTS, raise_on_timeout
-from hocket.kernels.schedule import cdiv
+from hocket.kernels.schedule import cdiv, tail_narrow_rows
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
 from hocket.ops.offload_fused import fused_from_host, fused_to_host
 from hocket.ops.offload_pieces import EDGE_PIECES, edge_rows, piece_offsets
@@ -105,6 +105,29 @@ def _resolve_copy_wait(copy_wait: str, side_waits: bool, device: torch.device) -
     if not side_waits:
         return "copy_kernel"
     return "side_kernel"
+
+
+def fused_narrow_rows(offsets: tuple[int, ...], *, direction: str, n: int, config: TileConfig, programs: int,
+                      edge_pieces: int = EDGE_PIECES, balance_tail: bool = True) -> int:
+    """Rows of a tile_fused offload whose tiles are narrow (``config.narrow_n`` wide).
+
+    The ``edge_pieces`` pieces at the exposed edge (``edge_rows``: first to host, last from
+    host); with ``balance_tail``, as many more whole row blocks (to host) or pieces (from
+    host) as make the ``programs``-program fixed-stride launch's busiest program shortest
+    (``hocket.kernels.schedule.tail_narrow_rows``): the narrow tiles fill what would be
+    a mostly empty last wave of full tiles.
+    """
+    m = offsets[-1]
+    narrow = edge_rows(offsets, direction=direction, pieces=edge_pieces)
+    if not balance_tail or config.narrow_n >= config.block_n:
+        return narrow
+    if direction == "to_host":  # narrow row blocks are a prefix of the rows, any count
+        candidates = list(range(narrow, m, config.block_m))
+    else:  # narrow rows are whole pieces at the end of the arrival order
+        candidates = [narrow] + [m - o for o in offsets[1:-1] if m - o > narrow]
+    return tail_narrow_rows(m=m, n=n, block_m=config.block_m, block_n=config.block_n,
+                            narrow_block_n=config.narrow_n, programs=programs, candidates=candidates,
+                            narrow_first=direction == "to_host")
 
 
 class _TimeoutWatch:

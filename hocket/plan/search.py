@@ -184,9 +184,18 @@ class SearchConfig:
     """the model-error allowance of the saving rule (:mod:`hocket.plan.uncertainty`):
     ``"profile"`` = the documented per-class errors, larger for classes the calibration
     profile did not measure; an ``Uncertainty`` = that one; None = the plain margin only."""
+    steady_state: bool = False
+    """price each candidate as one call of a loop with the host running ahead
+    (:mod:`hocket.cost.steady`: the device-only makespan or the call's host issue time, whichever
+    is longer), as a training step runs it; False prices a call that starts from an idle GPU
+    (what a benchmark with a barrier before every call times). Applies when the search builds
+    its own cost function (no ``cost_fn`` given)."""
 
     def __post_init__(self) -> None:
         _check_margin(self.margin)
+        if not isinstance(self.steady_state, bool):
+            raise TypeError(f"SearchConfig.steady_state={self.steady_state!r} must be a bool (True: price the "
+                            f"steady state of a loop; False: a call from an idle GPU)")
         if not (self.uncertainty is None or self.uncertainty == "profile" or isinstance(self.uncertainty, Uncertainty)):
             raise ValueError(f"SearchConfig.uncertainty={self.uncertainty!r} must be 'profile', an "
                              f"hocket.plan.uncertainty.Uncertainty, or None (plain margin)")
@@ -310,7 +319,9 @@ def search(site: Site, cluster: object, *, profile: object = None, config: Searc
     memory as the base of the default memory budget.
     """
     space = enumerate_plans(site, group_facts(site, cluster, free_memory_bytes=free_memory_bytes), space_config)
-    return price_space(space, cost_fn or predict_cost_fn(cluster, profile), config=config, profile=profile)
+    config = config or SearchConfig()
+    cost = cost_fn or predict_cost_fn(cluster, profile, steady_state=config.steady_state)
+    return price_space(space, cost, config=config, profile=profile)
 
 
 def group_signature(site: Site, cluster: object) -> tuple:
@@ -327,7 +338,8 @@ def search_sites(sites: Iterable[Site], cluster: object, *, profile: object = No
                  config: SearchConfig | None = None, space_config: SpaceConfig | None = None,
                  cost_fn: CostFn | None = None) -> Mapping[str, SearchResult]:
     """Plan many Sites, searching each distinct group signature once. Returns ``Site.key`` -> result."""
-    cost = cost_fn or predict_cost_fn(cluster, profile)
+    config = config or SearchConfig()
+    cost = cost_fn or predict_cost_fn(cluster, profile, steady_state=config.steady_state)
     by_signature: dict[tuple, SearchResult] = {}
     results: dict[str, SearchResult] = {}
     for site in sites:

@@ -347,6 +347,16 @@ def _orders(site: Site, strategy: str, template: Plan, pruned: list[Pruned]) -> 
     return ORDERS
 
 
+def runs_single_piece_pipeline(site: Site, plan: Plan) -> bool:
+    """Whether ``chunked`` with one piece is a pipeline of its own rather than ``bulk``: the
+    executors that multiply this rank's own data beside the transfer (the copy-engine peer pipe,
+    ``order="local_first"``: hocket.ops.lowering.peer_chunked) overlap even with one piece, so
+    ``chunks=1`` is enumerated for them (2xH200 run9: chunked(1)/copy_engine was the fastest plan
+    of ag_mm 8192x8192x7168 and mm_rs 8192x14336x8192)."""
+    return plan.strategy == "chunked" and site.world > 1 and (plan.transport == "copy_engine"
+                                                             or plan.order == "local_first")
+
+
 def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budget: int | None, strategy: str,
                         baseline: Plan, candidates: list[Plan], pruned: list[Pruned]) -> None:
     substitute = "rs_ag" if strategy == "substituted" else None
@@ -365,6 +375,7 @@ def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budg
             pruned.append(Pruned(plan=head.with_(chunks=chunks), reason=reason))
         else:
             valid_chunks.append(chunks)
+    one_piece = strategy == "chunked" and 1 not in valid_chunks and _chunk_reason(site, config, strategy, 1) is None
     orders = _orders(site, strategy, head, pruned)
     splits = _split_options(site, config, strategy, head, valid_chunks, pruned)
     for transport in config.transports:
@@ -375,8 +386,10 @@ def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budg
             continue
         hierarchies = _hierarchy_options(site, facts, strategy, transport, plan_t, pruned)
         sms_list = _sms_options(facts, config, strategy, transport, plan_t, pruned)
-        for chunks in valid_chunks:
+        for chunks in ([1] if one_piece else []) + valid_chunks:
             for order in orders:
+                if chunks == 1 and one_piece and not runs_single_piece_pipeline(site, plan_t.with_(order=order)):
+                    continue
                 for hierarchy in hierarchies:
                     for sms in sms_list:
                         plan = plan_t.with_(chunks=chunks, order=order, hierarchy=hierarchy, comm_sms=sms)

@@ -220,3 +220,27 @@ def test_tuning_shortlist_spreads_over_piece_counts_and_families():
     assert tuning_shortlist([SEQ], baseline=SEQ, k=3) == ()
     with pytest.raises(ValueError, match="k=-1"):
         tuning_shortlist(ranked, baseline=SEQ, k=-1)
+
+
+def test_steady_state_config_prices_the_loop_and_can_change_the_choice():
+    # the search prices what SearchConfig asks for: with steady_state the host's issue waits leave the
+    # device's critical path (a loop runs the host ahead), so a pipeline whose saving was eaten by its host orchestration (the copy-engine peer pipe's begin, flag
+    # waits and end) can win only there
+    from hocket.cost import predict
+    from hocket.hardware import load_preset
+    from hocket.hardware.profile import CalibrationProfile, ContentionPoint
+
+    cluster = load_preset("h200x2")
+    mild = CalibrationProfile(fingerprint="x", contention={"copy_engine": ContentionPoint(gemm_slowdown=1.0,
+                                                                                         transfer_slowdown=1.5)})
+    site = Site(kind="ag_mm", m=8192, k=8192, n=7168, world=2)
+    cold = search(site, cluster, profile=mild)
+    steady = search(site, cluster, profile=mild, config=SearchConfig(steady_state=True))
+    cold_ms = {s.plan: s.predicted_ms for s in cold.ranked}
+    for scored in random.Random().sample(steady.ranked, 12):
+        assert scored.predicted_ms == predict(site, scored.plan, cluster, mild, steady_state=True).total_ms
+    pipe = Plan(strategy="chunked", chunks=1, transport="copy_engine")
+    assert cold_ms[pipe] / cold.sequential_ms > next(s.predicted_ms for s in steady.ranked if s.plan == pipe) \
+        / steady.sequential_ms
+    with pytest.raises(TypeError, match="steady_state"):
+        SearchConfig(steady_state="yes")

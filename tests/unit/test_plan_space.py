@@ -15,6 +15,7 @@ from hocket.plan.space import (
     enumerate_plans,
     gemm_rows,
     group_facts,
+    runs_single_piece_pipeline,
     split_rows,
 )
 from hocket.site import Site
@@ -99,7 +100,11 @@ def test_chunk_options_are_powers_of_two_and_divisors():
     ring_chunks = {p.chunks for p in space.candidates if p.strategy == "ring"}
     assert ring_chunks == {c for c in chunk_options(96) if 96 // c >= 16}
     chunked = {p.chunks for p in space.candidates if p.strategy == "chunked"}
-    assert 1 not in chunked and 3 in chunked and 48 in chunked and 64 not in chunked
+    assert 3 in chunked and 48 in chunked and 64 not in chunked
+    # one piece only where it is not bulk: the peer pipe and the own-data-first order overlap with one piece
+    ones = [p for p in space.candidates if p.strategy == "chunked" and p.chunks == 1]
+    assert ones and all(runs_single_piece_pipeline(site, p) for p in ones)
+    assert {p.transport for p in ones} >= {"copy_engine"} and any(p.order == "local_first" for p in ones)
     small = [p for p in space.pruned if p.plan.strategy == "ring" and p.plan.chunks == 12]
     assert small and "8 rows" in small[0].reason and "min_gemm_rows" in small[0].reason
     empty = [p for p in space.pruned if p.plan.strategy == "ring" and p.plan.chunks == 128]

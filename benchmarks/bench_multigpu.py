@@ -59,6 +59,7 @@ from hocket.plan.autotune import AutotuneConfig
 from hocket.plan.bucket import fit_plan
 from hocket.plan.live import LiveConfig, LivePlanner, operator_runners
 from hocket.plan.plan import Plan
+from hocket.plan.search import SearchConfig
 from hocket.site import Site
 from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
@@ -252,7 +253,7 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
                  "n": summary.n, "max_error": err}
         if plan is not None:
             entry["plan"] = plan.to_dict()
-            entry["predicted_ms"] = predicted(site, plan, cluster, profile)
+            entry["predicted_ms"] = predicted(site, plan, cluster, profile, steady=args.reps > 1)
         row["methods"][name] = entry
         pred = entry.get("predicted_ms")
         log(f"    {name:32s} {summary.median_ms:7.3f} ms (p10 {summary.p10_ms:.3f}, p90 {summary.p90_ms:.3f})"
@@ -374,9 +375,10 @@ def shrunk(site: Site, factor: int) -> Site:
                    n=max(w, site.n // factor // w * w))
 
 
-def predicted(site: Site, plan: Plan, cluster, profile) -> float | None:
+def predicted(site: Site, plan: Plan, cluster, profile, *, steady: bool = False) -> float | None:
+    """The cost model's price of ``plan``, in the timing mode of the run (``steady``: ``--reps > 1``)."""
     try:
-        return predict(site, plan, cluster, profile).total_ms
+        return predict(site, plan, cluster, profile, steady_state=steady).total_ms
     except ValueError:
         return None
 
@@ -521,6 +523,7 @@ def main(argv=None) -> int:
         del first
     planner = LivePlanner(cluster=cluster, profile=profile,
                           config=LiveConfig(autotune=True, use_disk_cache=False,
+                                            search=SearchConfig(steady_state=args.reps > 1),
                                             tuning=AutotuneConfig(top_k=4, warmup=2, iters=16, rounds=2,
                                                                   reps=args.reps)))
     started = time.monotonic()

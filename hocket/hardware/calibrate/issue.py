@@ -5,7 +5,9 @@ What the executors issue per piece (``hocket.cost.issue``): a kernel launch (``l
 its stream wait (``collective``: ``all_reduce`` of a small tensor through the transport,
 then ``wait()``), a P2P ring exchange (``p2p``: send to the next rank, receive from the
 previous, ``wait()``), a peer copy with its event (``copy_engine``) and a pinned-host copy
-on a side stream with its event (``host_copy``). Each item is issued
+on a side stream with its event (``host_copy``), and the operator's own ``entry``: one
+sequential ``hocket.ops.all_gather_matmul`` call on tiny operands (its dispatch, plan lookup,
+argument handling and output allocation) less the collective and the launch it issues. Each item is issued
 ``iters`` times back to back and the host time (``perf_counter``) is divided by the count;
 the device is never synchronised inside the loop, so only the host side is measured. The
 result is the maximum over ranks (the slowest host gates the pipeline).
@@ -95,7 +97,27 @@ def measure_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: 
     measured = {}
     for name in sorted(items):  # same order on every rank
         measured[name] = _host_us(items[name], iters)
+    call = operator_call(group=group, device=device, dtype=dtype)
+    if call is not None and "collective" in measured:
+        whole = _host_us(call, iters)
+        measured["entry"] = max(0.0, whole - measured["collective"] - measured["launch"])
     torch.cuda.synchronize(device)
     names = sorted(measured)
     values = max_across_ranks([measured[n] for n in names], group=group, device=device)
     return dict(zip(names, values))
+
+
+def operator_call(*, group, device: torch.device, dtype: torch.dtype) -> Callable[[], object] | None:
+    """One sequential hocket all-gather + matmul on tiny operands (None without a group of >= 2):
+    its host time less one collective and one launch is the operator's ``entry`` cost."""
+    if not dist.is_initialized() or dist.get_world_size(group) < 2:
+        return None
+    from hocket.ops import all_gather_matmul
+    from hocket.plan.plan import Plan
+
+    side = 64
+    shard = torch.randn(side, side, device=device).to(dtype)
+    B = torch.randn(side, side, device=device).to(dtype)
+    pg = group if group is not None else dist.group.WORLD
+    plan = Plan()
+    return lambda: all_gather_matmul(shard, [B], 0, pg, return_A=False, plan=plan)

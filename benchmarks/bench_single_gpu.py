@@ -14,6 +14,8 @@ reference):
   and the schedule before tuning;
 * the best tile_fused plan's GEMM alone vs cuBLAS (TFLOP/s), and its timeline (when each
   piece was ready, when each copy ended, when the GEMM ended), next to the previous schedule's.
+  GEMM-alone figures are timed in alternation with ``torch.mm`` on the same operands (the
+  H200 drifted by up to 20% over a long run).
 
 Times are CUDA-event medians of >= 50 back-to-back runs with p10/p90; overlap efficiency
 is DESIGN.md section 4's (or the speedup when the possible saving is under 15%). Results
@@ -25,6 +27,7 @@ written as a calibration profile (hocket.hardware.profile) next to the results.
 
     python benchmarks/bench_single_gpu.py --smoke --calibrate
     python benchmarks/bench_single_gpu.py --calibrate
+    python benchmarks/bench_single_gpu.py --shapes 8192x8192x1280 --configs rule --variants dyn/edge1,previous
 """
 
 from __future__ import annotations
@@ -46,8 +49,10 @@ from hocket.bench.record import Baselines, make_record, write_records
 from hocket.bench.stats import summarize
 from hocket.hardware.fingerprint import fingerprint
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint
+from hocket.bench.paired import alternating_ms
 from hocket.kernels import (candidate_configs, consumer_gemm, even_row_offsets, producer_gemm, reset_producer,
                             warmup_consumer, warmup_producer)
+from hocket.kernels.config import config_for
 from hocket.kernels.schedule import trapezoid_row_offsets
 from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host
 from hocket.ops.offload_pieces import piece_offsets
@@ -204,18 +209,24 @@ def fused_plan(variant: Variant, chunks: int, m: int, *, block_m: int, direction
     return base.with_(chunks=len(sizes), split_sizes=sizes)
 
 
-def fused_alone_ms(ctx: OffloadContext, direction: str, plan: Plan, a, b, out, *, iters: int) -> float:
+def fused_alone_ms(ctx: OffloadContext, direction: str, plan: Plan, a, b, out, *, iters: int) -> tuple[float, float]:
     """The tile_fused GEMM alone, with ``plan``'s schedule (consumer: every flag pre-set;
-    producer: signalling, nothing waiting for the flags)."""
+    producer: signalling, nothing waiting for the flags), and ``torch.mm`` on the same
+    operands timed in alternation with it: (kernel ms, cuBLAS ms), medians."""
     m, k = a.shape
     n = b.shape[1]
+
+    def cublas():
+        torch.mm(a, b, out=out)
+
     if direction == "from_host":
         ws = ctx.consumer(m, n, k, a.dtype, plan)
         warmup_consumer(ws, a, b, out)
         ws.flags.fill_(1)
-        ms = median_ms(lambda: consumer_gemm(a, b, workspace=ws, out=out), iters=iters)
+        ms, _, _, cublas_ms = alternating_ms([lambda: consumer_gemm(a, b, workspace=ws, out=out)], [cublas],
+                                             iters=iters)
         ws.flags.zero_()
-        return ms
+        return ms, cublas_ms
     ws = ctx.producer(m, n, k, a.dtype, plan)
     warmup_producer(ws, a, b, out)
 
@@ -223,21 +234,22 @@ def fused_alone_ms(ctx: OffloadContext, direction: str, plan: Plan, a, b, out, *
         reset_producer(ws)
         producer_gemm(a, b, workspace=ws, out=out)
 
-    return median_ms(run, iters=iters)
+    ms, _, _, cublas_ms = alternating_ms([run], [cublas], iters=iters)
+    return ms, cublas_ms
 
 
 def choose_tile_config(direction: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, configs, iters: int):
     """Time the tile-fused GEMM alone per config with the default schedule (an 8-piece ramp,
-    narrow edge tiles); return ({"best": fastest, "small_m": fastest with 64-row blocks or
-    None}, {config: ms})."""
-    results = {}
+    narrow edge tiles, last wave filled with narrow tiles), beside cuBLAS; return ({"best":
+    fastest, "small_m": fastest with 64-row blocks or None}, {config: ms}, {config: cuBLAS ms})."""
+    results, cublas = {}, {}
     for cfg in configs:
         with OffloadContext(a.device, config=cfg) as ctx:
             plan = fused_plan(VARIANTS[0], CONFIG_PLAN_CHUNKS, a.shape[0], block_m=cfg.block_m, direction=direction)
-            results[cfg] = fused_alone_ms(ctx, direction, plan, a, b, out, iters=iters)
+            results[cfg], cublas[cfg] = fused_alone_ms(ctx, direction, plan, a, b, out, iters=iters)
     small = [cfg for cfg in results if cfg.block_m == 64]
     chosen = {"best": min(results, key=results.get), "small_m": min(small, key=results.get) if small else None}
-    return chosen, results
+    return chosen, results, cublas
 
 
 # -- one shape and direction -------------------------------------------------------
@@ -291,12 +303,16 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     side = torch.cuda.Stream(dev)
     two_copies_ms = median_ms(lambda: _two_stream_copy(src, dst, side), iters=iters)
     comm_ms = min(one_copy_ms, two_copies_ms)  # the fastest transport for these bytes
-    chosen, config_ms = choose_tile_config(direction, a_dev, b, c_dev, configs=configs, iters=max(10, iters // 5))
+    if configs == "rule":
+        configs = (config_for(m, n, k, DTYPE),)
+    chosen, config_ms, config_cublas_ms = choose_tile_config(direction, a_dev, b, c_dev, configs=configs,
+                                                             iters=max(30, iters // 2))
     per_config = {cfg.label(): ms for cfg, ms in config_ms.items()}
-    alone_text = ", ".join(f"{label} {compute_ms / ms:.0%}" for label, ms in per_config.items())
+    config_pct = {cfg: config_cublas_ms[cfg] / ms for cfg, ms in config_ms.items()}
+    alone_text = ", ".join(f"{cfg.label()} {pct:.0%}" for cfg, pct in config_pct.items())
     log(f"  {direction} {m}x{k}x{n}: mm {compute_ms:.3f} ms ({flops / compute_ms / 1e9:.0f} TFLOP/s), "
         f"copy {comm_ms:.3f} ms ({comm_bytes / comm_ms / 1e6:.1f} GB/s; one copy {one_copy_ms:.3f}, two streams "
-        f"{two_copies_ms:.3f}); tile-fused GEMM alone vs cuBLAS with an "
+        f"{two_copies_ms:.3f}); tile-fused GEMM alone vs cuBLAS (timed in alternation) with an "
         f"{CONFIG_PLAN_CHUNKS}-piece ramp: {alone_text}")
 
     runs = [("-", dict(), None, Plan(strategy="sequential", transport="host_staged"))]
@@ -323,7 +339,8 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
                 f"p90 {summary.p90_ms:.3f}), max error {err:.2g}, pieces {list(plan.split_sizes or ())}")
         fused = [t for t in timed if t[1].strategy == "tile_fused"]
         best_name, best_plan = min(fused, key=lambda t: t[2].median_ms)[:2]
-        alone_ms = fused_alone_ms(contexts[best_name], direction, best_plan, a_dev, b, c_dev, iters=max(10, iters // 2))
+        alone_ms, alone_cublas_ms = fused_alone_ms(contexts[best_name], direction, best_plan, a_dev, b, c_dev,
+                                                   iters=max(30, iters // 2))
         timelines = {}  # (variant, plan) -> OffloadTimeline: the best plan, and the best of the old schedule
         for name in (best_name, "previous"):
             options = [t for t in fused if t[0] == name]
@@ -340,7 +357,8 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     baselines = Baselines(sequential_ms=sequential_ms, compute_alone_ms=compute_ms, comm_alone_ms=comm_ms)
     site = Site(kind="mm_d2h" if direction == "to_host" else "h2d_mm", m=m, k=k, n=n, dtype="bfloat16", world=1)
     best_cfg = contexts_config[best_name]
-    common = dict(provenance.extra, tile_configs_alone_ms=per_config, one_copy_ms=one_copy_ms,
+    common = dict(provenance.extra, tile_configs_alone_ms=per_config,
+                  tile_configs_cublas_ms={cfg.label(): ms for cfg, ms in config_cublas_ms.items()}, one_copy_ms=one_copy_ms,
                   two_stream_copy_ms=two_copies_ms,
                   cublas_tflops=flops / compute_ms / 1e9, comm_bytes=comm_bytes)
     records = []
@@ -350,7 +368,8 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
             extra.update(next(v for v in variants if v.name == name).context_kwargs(),
                          copy_wait_used=contexts[name].copy_wait)
         if (name, plan) == (best_name, best_plan):
-            extra.update(tile_alone_ms=alone_ms, tile_alone_tflops=flops / alone_ms / 1e9)
+            extra.update(tile_alone_ms=alone_ms, tile_alone_tflops=flops / alone_ms / 1e9,
+                         tile_alone_cublas_ms=alone_cublas_ms)
         if (name, plan) in timelines:
             extra.update(timeline=asdict(timelines[(name, plan)]))
         records.append(make_record(site=site, plan=plan, timing=summary, baselines=baselines,
@@ -361,7 +380,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
         return min(options, key=lambda o: o[0]) if options else (float("nan"), None)
 
     row = dict(direction=direction, shape=shape, compute_ms=compute_ms, comm_ms=comm_ms, sequential_ms=sequential_ms,
-               fused_alone_pct=compute_ms / alone_ms, best_config_pct=compute_ms / min(config_ms.values()),
+               fused_alone_pct=alone_cublas_ms / alone_ms, best_config_pct=config_pct[chosen["best"]],
                tile_config=best_cfg.label(), best_variant=best_name)
     columns = {"chunked": lambda name, p: p.strategy == "chunked",
                "tile_fused": lambda name, p: p.strategy == "tile_fused",
@@ -391,8 +410,8 @@ def print_table(rows: list[dict]) -> None:
               f"{r['best_config_pct']:14.0%}  {r['best_variant']} ({r['tile_config']})")
     print("eff: overlap efficiency (T_seq - T) / (T_seq - max(mm, copy)); 'x' marks a speedup where the "
           "possible saving is under 15% of T_seq. fused: best tile_fused plan; fusedGEMM/cuBLAS: that plan's "
-          "GEMM alone (flags pre-set / nothing waiting) vs torch.mm; bestCfg/cuBLAS: the fastest tile config's GEMM "
-          "alone (8-piece ramp); previous: the last run's tuned schedule "
+          "GEMM alone (flags pre-set / nothing waiting) vs torch.mm timed in alternation with it; bestCfg/cuBLAS: the "
+          "fastest tile config's GEMM alone (8-piece ramp), likewise; previous: the last run's tuned schedule "
           "(fixed-stride tiles, spin-kernel flag waits, chunk flags behind each copy), re-measured")
 
 
@@ -496,6 +515,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="results JSON lines (default: $OUT/bench_single_gpu.jsonl, else benchmarks/results/)")
     parser.add_argument("--iters", type=int, default=None, help="timed runs per measurement (default 50; smoke 10)")
+    parser.add_argument("--shapes", default=None,
+                        help="comma-separated MxKxN shapes (default: the four of issue 5; smoke: the first)")
+    parser.add_argument("--configs", choices=("all", "rule"), default="all",
+                        help="tile configs timed alone before choosing one: all candidate_configs (default), or "
+                             "only hocket.kernels.config.config_for's choice for the shape (what the operators use)")
     parser.add_argument("--variants", default=None,
                         help="comma-separated tile_fused variants to run (default: all of "
                              + ", ".join(v.name for v in VARIANTS) + ")")
@@ -520,9 +544,18 @@ def main(argv: list[str] | None = None) -> int:
     provenance = collect(command=command_line(argv), hardware=fingerprint(),
                          extra={"device": device_name, "mode": "smoke" if args.smoke else "full", "iters": iters})
     shapes = SMOKE_SHAPES if args.smoke else SHAPES
+    if args.shapes:
+        shapes = []
+        for text in args.shapes.split(","):
+            parts = text.split("x")
+            if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+                parser.error(f"--shapes: {text!r} is not MxKxN with positive ints (e.g. 8192x8192x1280)")
+            shapes.append(tuple(int(p) for p in parts))
     configs = candidate_configs(DTYPE)
     if args.smoke:  # the first config and the first with 64-row blocks
         configs = configs[:1] + tuple(c for c in configs if c.block_m == 64)[:1]
+    if args.configs == "rule":
+        configs = "rule"
     chunk_counts = (8,) if args.smoke else CHUNKS
     variants = SMOKE_VARIANTS if args.smoke else VARIANTS
     if args.variants:

@@ -35,7 +35,6 @@ import json
 import math
 import multiprocessing
 import os
-import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -44,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from hocket.bench.paired import alternating_ms
 from hocket.kernels.config import (BF16_CONFIGS, SHARED_MEMORY_BYTES, TileConfig, persistent_programs,
                                    shared_memory_bytes)
 
@@ -234,29 +234,6 @@ def check(out: torch.Tensor, ref_fp32: torch.Tensor) -> float:
     return rel
 
 
-def paired_ms(fns, ref_fns, *, iters: int, warmup: int = 5) -> tuple[float, float, float, float]:
-    """(median, p10, p90) ms of ``fns`` and the median ms of ``ref_fns`` (cuBLAS), timed in
-    alternation, back to back, cycling through the input sets: a clock or power drift during
-    a long sweep moves both alike."""
-    for i in range(warmup):
-        fns[i % len(fns)]()
-        ref_fns[i % len(ref_fns)]()
-    torch.cuda.synchronize()
-    events = []
-    for i in range(iters):
-        marks = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-        marks[0].record()
-        fns[i % len(fns)]()
-        marks[1].record()
-        ref_fns[i % len(ref_fns)]()
-        marks[2].record()
-        events.append(marks)
-    torch.cuda.synchronize()
-    times = sorted(a.elapsed_time(b) for a, b, _ in events)
-    ref = statistics.median(b.elapsed_time(c) for _, b, c in events)
-    return statistics.median(times), times[len(times) // 10], times[(9 * len(times)) // 10], ref
-
-
 @dataclass(frozen=True, kw_only=True)
 class Row:
     shape: tuple[int, int, int]
@@ -299,7 +276,7 @@ def time_one(direction, shape, cfg, ws, sets, ref, *, variant: str, grid: str, i
     torch.cuda.synchronize()
     rel = check(out, ref)
     cublas = [lambda s=s: torch.mm(s[0], s[1], out=s[2]) for s in sets]
-    med, p10, p90, cublas_ms = paired_ms(runs, cublas, iters=iters)
+    med, p10, p90, cublas_ms = alternating_ms(runs, cublas, iters=iters)
     return Row(shape=shape, direction=direction, variant=variant, config=cfg.label(), group_m=cfg.group_m, grid=grid,
                programs=ws.num_programs, tiles=ws.num_tiles, median_ms=med, p10_ms=p10, p90_ms=p90,
                tflops=2 * m * k * n / med / 1e9, cublas_ms=cublas_ms, pct_of_cublas=cublas_ms / med,

@@ -47,7 +47,8 @@ class TileConfig:
         return self.narrow_block_n if self.narrow_block_n is not None else max(16, min(64, self.block_n // 2))
 
     def label(self) -> str:
-        return f"{self.block_m}x{self.block_n}x{self.block_k}/g{self.group_m}/w{self.num_warps}/s{self.num_stages}"
+        narrow = "" if self.narrow_block_n is None else f"/n{self.narrow_block_n}"
+        return f"{self.block_m}x{self.block_n}x{self.block_k}/g{self.group_m}/w{self.num_warps}/s{self.num_stages}{narrow}"
 
 
 SHARED_MEMORY_BYTES = 227 * 1024
@@ -74,6 +75,13 @@ BF16_CONFIGS = (
 )
 """The last one has 64-row blocks: pieces and flag groups can be 64 rows, so the exposed
 first group (to host) or last chunk (from host) costs half a 128-row block's latency."""
+WIDE_BF16 = TileConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, narrow_block_n=128)
+"""``config_for``'s choice for 16-bit outputs at least 256 wide: 128x256 tiles, four stages
+(three: 8-10% slower on an H200), half-width narrow tiles (a last wave filled with 128x128
+tiles; 64-wide ones cost nearly as much as 128-wide ones there)."""
+NARROW_BF16 = TileConfig(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=4)
+"""``config_for``'s choice for 16-bit outputs under 256 wide."""
+BF16_CONFIGS = BF16_CONFIGS + (WIDE_BF16,)
 FP32_CONFIGS = (
     TileConfig(block_m=128, block_n=128, block_k=32, num_warps=8, num_stages=3),
     TileConfig(block_m=64, block_n=128, block_k=32, num_warps=4, num_stages=3),
@@ -85,6 +93,28 @@ def default_config(dtype: object) -> TileConfig:
     name = str(dtype).replace("torch.", "")
     if name in ("bfloat16", "float16"):
         return BF16_CONFIGS[0]
+    if name == "float32":
+        return FP32_CONFIGS[0]
+    raise ValueError(f"dtype={dtype!r} has no tile config; the tile-fused GEMMs take bfloat16, float16 or float32")
+
+
+def config_for(m: int, n: int, k: int, dtype: object) -> TileConfig:
+    """The tile config the operators use for ``C[m, n] = A[m, k] @ B[k, n]`` in ``dtype``.
+
+    Rule (measured on an H200, benchmarks/results/h200/README.md, "Tile-config sweep"):
+    16-bit: ``WIDE_BF16`` (128x256 tiles, 4 stages, 128-wide narrow tiles) when ``n >= 256``,
+    else ``NARROW_BF16`` (a 256-wide tile would be mostly padding); float32:
+    ``FP32_CONFIGS[0]``. Row blocks stay 128 rows (the cost model's flag groups assume it);
+    ``m`` and ``k`` are checked but do not change the choice: an unbalanced last wave is
+    filled by narrow tiles (``hocket.kernels.schedule.tail_narrow_rows``), not by another
+    config. ``default_config`` is kept for callers that do not know the shape.
+    """
+    for name, value in (("m", m), ("n", n), ("k", k)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive int (a GEMM dimension)")
+    name = str(dtype).replace("torch.", "")
+    if name in ("bfloat16", "float16"):
+        return WIDE_BF16 if n >= WIDE_BF16.block_n else NARROW_BF16
     if name == "float32":
         return FP32_CONFIGS[0]
     raise ValueError(f"dtype={dtype!r} has no tile config; the tile-fused GEMMs take bfloat16, float16 or float32")

@@ -221,8 +221,9 @@ def consumer_schedule(*, m: int, n: int, block_m: int, block_n: int, chunk_offse
 
     ``chunk_offsets``: row offsets of the chunks of A (``(0, ..., m)``); ``arrival``: the
     chunk indices in the order they land (default: index order; e.g. ``(r, r+1, ...)``
-    for local shard first then ring order). Row blocks whose last chunk lies within the
-    last ``narrow_rows`` rows to arrive get tiles ``narrow_block_n`` wide (a shorter drain).
+    for local shard first then ring order). Row blocks that start within the last
+    ``narrow_rows`` rows to arrive get tiles ``narrow_block_n`` wide (a shorter drain; a
+    block straddling chunks counts from its last chunk's start).
     """
     narrow_block_n = _check_narrow(narrow_block_n, narrow_rows, block_n)
     for name, value in (("m", m), ("n", n), ("block_m", block_m), ("block_n", block_n), ("group_m", group_m)):
@@ -256,12 +257,18 @@ def consumer_schedule(*, m: int, n: int, block_m: int, block_n: int, chunk_offse
         later += offsets[chunk + 1] - offsets[chunk]
         rows_after[step] = later
 
+    def rows_from(step: int, pid_m: int) -> int:
+        """Rows of A that land from this row block's first row on (its step's chunk and later)."""
+        return rows_after[step] - max(0, pid_m * block_m - offsets[arrival[step]])
+
     tiles = []
     for step in sorted(by_step):
-        narrow = narrow_block_n is not None and rows_after[step] <= narrow_rows
-        width = narrow_block_n if narrow else block_n
-        for pid_m, pid_n, flag in _row_block_tiles(by_step[step], n, width, group_m, narrow):
-            tiles.append((pid_m, pid_n, flag, *span[pid_m]))
+        runs = _edge_split(by_step[step], lambda pid_m, step=step: narrow_block_n is not None
+                           and rows_from(step, pid_m) <= narrow_rows)
+        for run, narrow in runs:
+            width = narrow_block_n if narrow else block_n
+            for pid_m, pid_n, flag in _row_block_tiles(run, n, width, group_m, narrow):
+                tiles.append((pid_m, pid_n, flag, *span[pid_m]))
     return ConsumerSchedule(m=m, n=n, block_m=block_m, block_n=block_n, chunk_offsets=offsets,
                             arrival=arrival, tiles=tuple(tiles), narrow_block_n=narrow_block_n)
 
@@ -335,9 +342,26 @@ def producer_schedule(*, m: int, n: int, block_m: int, block_n: int, groups: int
 
 
 # -- balancing the last wave with narrow tiles --------------------------------------------
-NARROW_TILE_OVERHEAD = 0.05
-"""A tile's fixed cost (its pipeline's fill and its epilogue) as a fraction of a full-width
-tile's time: a narrow tile costs ``narrow_block_n / block_n + NARROW_TILE_OVERHEAD``."""
+TILE_OVERHEAD_COLUMNS = 112
+"""A tile's time grows like ``width + TILE_OVERHEAD_COLUMNS`` (the A block loaded per K step
+and the pipeline's fill and epilogue cost the same at any width): a narrow tile costs
+``(narrow_block_n + 112) / (block_n + 112)`` of a full one. Fitted on an H200 (bf16, 128-row
+tiles, K=8192, benchmarks/results/h200/README.md): 64 of 256 columns took 0.48 of a full
+tile, 128 of 256 took 0.61 (0.50 and 0.66 by this rule)."""
+
+
+TAIL_MIN_GAIN = 0.03
+"""Narrow rows beyond the fewest candidate are taken only for a busiest program this much
+shorter (a model's gain this small is within what it leaves out)."""
+
+
+def narrow_tile_cost(*, block_n: int, narrow_block_n: int) -> float:
+    """Time of a ``narrow_block_n``-wide tile over a ``block_n``-wide one (``TILE_OVERHEAD_COLUMNS``)."""
+    _positive_int("block_n", block_n)
+    _positive_int("narrow_block_n", narrow_block_n)
+    if narrow_block_n > block_n:
+        raise ValueError(f"narrow_block_n={narrow_block_n} must be <= block_n={block_n}")
+    return (narrow_block_n + TILE_OVERHEAD_COLUMNS) / (block_n + TILE_OVERHEAD_COLUMNS)
 
 
 def fixed_stride_makespan(*, wide: int, narrow: int, programs: int, narrow_cost: float, narrow_first: bool) -> float:
@@ -363,25 +387,23 @@ def tail_narrow_rows(*, m: int, n: int, block_m: int, block_n: int, narrow_block
                      candidates: Sequence[int], narrow_first: bool) -> int:
     """Of ``candidates`` (row counts at the table's narrow end that the schedule can make
     narrow, e.g. whole pieces), the one whose fixed-stride table has the least-loaded busiest
-    program (``fixed_stride_makespan``); ties go to the fewest narrow rows.
+    program (``fixed_stride_makespan``); ties, and gains under ``TAIL_MIN_GAIN`` over the
+    fewest candidate rows, go to the fewest narrow rows.
 
     Narrow tiles at the edge shorten the pipeline's fill or drain; more of them can also
     fill the last wave of a persistent launch: 320 tiles of 128x256 on 130 programs take 3
     full-tile times, while 52 row blocks of full tiles and 12 of 128x128 tiles take 2.55.
     """
-    for name, value in (("m", m), ("n", n), ("block_m", block_m), ("block_n", block_n),
-                        ("narrow_block_n", narrow_block_n)):
+    for name, value in (("m", m), ("n", n), ("block_m", block_m)):
         _positive_int(name, value)
-    if narrow_block_n > block_n:
-        raise ValueError(f"narrow_block_n={narrow_block_n} must be <= block_n={block_n}")
+    cost = narrow_tile_cost(block_n=block_n, narrow_block_n=narrow_block_n)
     if not candidates:
         raise ValueError("candidates is empty; give at least one narrow row count (e.g. the edge piece's rows)")
     bad = [rows for rows in candidates if not isinstance(rows, int) or isinstance(rows, bool) or not 0 <= rows <= m]
     if bad:
         raise ValueError(f"candidates {bad} must be ints in [0, m={m}]")
     num_m = cdiv(m, block_m)
-    cost = min(1.0, narrow_block_n / block_n + NARROW_TILE_OVERHEAD)
-    best_rows, best_span = None, None
+    best_rows, best_span, first_span = None, None, None
     for rows in sorted(set(candidates)):
         narrow_blocks = min(num_m, cdiv(rows, block_m))
         span = fixed_stride_makespan(wide=(num_m - narrow_blocks) * cdiv(n, block_n),
@@ -389,4 +411,7 @@ def tail_narrow_rows(*, m: int, n: int, block_m: int, block_n: int, narrow_block
                                      narrow_cost=cost, narrow_first=narrow_first)
         if best_span is None or span < best_span - 1e-9:
             best_rows, best_span = rows, span
+        first_span = span if first_span is None else first_span
+    if best_span > (1 - TAIL_MIN_GAIN) * first_span:
+        return min(candidates)
     return best_rows

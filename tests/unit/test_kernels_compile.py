@@ -118,3 +118,24 @@ def test_sm_copy_compiles():
 
     kernel = _compile(sm_copy_kernel, {"src_ptr": "*bf16", "dst_ptr": "*bf16"}, {"BLOCK": COPY_BLOCK}, num_warps=8)
     assert "ld.global" in kernel.asm["ptx"] and "st.global" in kernel.asm["ptx"]
+
+
+@pytest.mark.parametrize("kind", ["consumer", "producer"])
+def test_operators_wide_config_fits_with_half_width_narrow_tiles(kind):
+    """config_for's 128x256x64/s4 config with 128-wide narrow tiles compiles for sm_90 within
+    shared memory (the narrow tiles share the wide loop's buffers)."""
+    from hocket.kernels.config import WIDE_BF16, config_for
+
+    cfg = config_for(8192, 1280, 8192, "bfloat16")
+    assert cfg == WIDE_BF16
+    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32", "ticket_ptr": "*i32"}
+    if kind == "consumer":
+        kernel_fn, extra = consumer_gemm_kernel, dict(WAIT=True)
+        pointers["err_ptr"] = "*i32"
+    else:
+        kernel_fn, extra = producer_gemm_kernel, dict(SIGNAL=True)
+        pointers["counters_ptr"] = "*i32"
+    kernel = _compile(kernel_fn, pointers, _gemm_constants(cfg, narrow_n=cfg.narrow_n, **extra),
+                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    assert "cp.async" in kernel.asm["ptx"]
+    assert kernel.metadata.shared <= 227 * 1024

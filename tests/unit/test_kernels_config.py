@@ -28,3 +28,45 @@ def test_explicit_narrow_width_checked():
     with pytest.raises(ValueError, match="narrow_block_n=48 must be a power of two"):
         TileConfig(block_n=256, narrow_block_n=48)
     assert all(cfg.narrow_n < cfg.block_n for cfg in BF16_CONFIGS)
+
+
+def test_config_for_rule():
+    import random
+
+    from hocket.kernels.config import (FP32_CONFIGS, NARROW_BF16, SHARED_MEMORY_BYTES, WIDE_BF16, config_for,
+                                       shared_memory_bytes)
+
+    rng = random.Random()
+    for _ in range(50):
+        m, k = rng.randint(1, 1 << 16), rng.randint(1, 1 << 16)
+        n = rng.randint(1, 1 << 15)
+        for dtype in (torch.bfloat16, torch.float16, "bfloat16"):
+            cfg = config_for(m, n, k, dtype)
+            assert cfg == (WIDE_BF16 if n >= 256 else NARROW_BF16), (m, n, k)
+            assert cfg.block_m == 128 and shared_memory_bytes(cfg, 2) <= SHARED_MEMORY_BYTES
+        assert config_for(m, n, k, torch.float32) == FP32_CONFIGS[0]
+    assert (WIDE_BF16.block_n, WIDE_BF16.num_stages, WIDE_BF16.narrow_n) == (256, 4, 128)
+    assert WIDE_BF16 in BF16_CONFIGS, "benchmarks choosing among candidate_configs see the operators' config"
+
+
+def test_config_for_checks_arguments():
+    from hocket.kernels.config import config_for
+
+    with pytest.raises(ValueError, match="n=0 must be a positive int"):
+        config_for(128, 0, 64, torch.bfloat16)
+    with pytest.raises(ValueError, match="k=2.5 must be a positive int"):
+        config_for(128, 64, 2.5, torch.bfloat16)
+    with pytest.raises(ValueError, match="dtype=torch.int8 has no tile config"):
+        config_for(128, 64, 64, torch.int8)
+
+
+def test_shared_memory_and_label():
+    from hocket.kernels.config import shared_memory_bytes
+
+    cfg = TileConfig(block_m=128, block_n=256, block_k=64, num_stages=4)
+    assert shared_memory_bytes(cfg, 2) == 4 * (128 * 64 + 64 * 256) * 2
+    assert shared_memory_bytes(cfg, 4) == 2 * shared_memory_bytes(cfg, 2)
+    with pytest.raises(ValueError, match="itemsize=0"):
+        shared_memory_bytes(cfg, 0)
+    assert cfg.label() == "128x256x64/g8/w8/s4"
+    assert TileConfig(block_n=256, narrow_block_n=128).label().endswith("/n128")

@@ -194,9 +194,15 @@ def test_consumer_narrow_tail_in_arrival_order(trial):
     assert _covered(s.tiles, m, n, bm, bn, 16)
     steps = [s.ready_step(i) for i in range(len(s.tiles))]
     assert steps == sorted(steps)
-    for i, (_, _, narrow, _, hi) in enumerate(s.tiles):
+    for i, (pid_m, _, narrow, _, hi) in enumerate(s.tiles):
+        chunk = arrival[steps[i]]
         landing_after = sum(offsets[c + 1] - offsets[c] for c in arrival[steps[i]:])
-        assert narrow == int(landing_after <= narrow_rows), "narrow exactly where the chunk lands in the tail"
+        from_block = landing_after - max(0, pid_m * bm - offsets[chunk])  # from the block's first row on
+        assert narrow == int(from_block <= narrow_rows), "narrow exactly where the rows land in the tail"
+    if narrow_rows in [sum(offsets[c + 1] - offsets[c] for c in arrival[i:]) for i in range(len(arrival))]:
+        for i, (_, _, narrow, _, _) in enumerate(s.tiles):  # a whole number of last pieces: whole pieces narrow
+            tail = sum(offsets[c + 1] - offsets[c] for c in arrival[steps[i]:])
+            assert narrow == int(tail <= narrow_rows)
 
 
 @pytest.mark.parametrize("trial", range(30))

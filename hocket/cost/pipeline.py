@@ -772,6 +772,7 @@ def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.G
                        stages=[], issue=issue_table(view) if device.sm_count is not None else None)
     if builder.issue is not None:  # the operator's entry: the GPU idles until the first piece is issued
         builder.stages.append(Stage(name=ENTRY_STAGE, resource="issue", kind="issue", op="issue",
-                                    duration_ms=issue_ms((("entry", 1),), builder.issue)))
+                                    duration_ms=issue_ms((("entry", 1), ("group_entry", int(site.world > 1))),
+                                                         builder.issue)))
     _BUILDERS[site.kind](builder)
     return builder.finish()

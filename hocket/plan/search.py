@@ -33,7 +33,20 @@ from hocket.site import Site
 DEFAULT_MARGIN = 0.03
 
 CostFn = Callable[[Site, Plan], float]
-"""Predicted milliseconds of ``plan`` on ``site`` (lower is better)."""
+"""Predicted milliseconds of ``plan`` on ``site`` (lower is better); a :class:`PricedMs` also
+carries the call's host issue time, which the saving rule's host allowance reads."""
+
+
+class PricedMs(float):
+    """Predicted milliseconds that also carry ``host_ms``, the host's issue time for the call
+    (the issue stages of ``hocket.cost.issue``; 0 where there is no issue chain)."""
+
+    host_ms: float
+
+    def __new__(cls, ms: float, *, host_ms: float = 0.0) -> "PricedMs":
+        value = super().__new__(cls, ms)
+        value.host_ms = float(host_ms)
+        return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +141,9 @@ def select(priced: Sequence[tuple[Plan, float]], *, baseline: Plan, margin: floa
     _check_margin(margin)
     uncertainty = uncertainty or NO_UNCERTAINTY
     times: dict[Plan, float] = {}
+    host: dict[Plan, float] = {}
     for plan, ms in priced:
+        host[plan] = float(getattr(ms, "host_ms", 0.0))
         if not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms <= 0:
             raise ValueError(f"predicted time {ms!r} ms for plan {plan.describe()} is not a positive finite number; "
                              f"the cost function must return milliseconds > 0")
@@ -139,7 +154,7 @@ def select(priced: Sequence[tuple[Plan, float]], *, baseline: Plan, margin: floa
     order = sorted(times, key=lambda p: (times[p], simplicity(p)))
     seq_ms = times[baseline]
     limit_ms = seq_ms * (1.0 - margin)
-    pessimistic = {p: (ms if p == baseline else uncertainty.pessimistic_ms(p, ms)) for p, ms in times.items()}
+    pessimistic = {p: (ms if p == baseline else uncertainty.pessimistic_ms(p, ms, host[p])) for p, ms in times.items()}
     eligible = [p for p in order if p != baseline and pessimistic[p] < limit_ms]
     chosen = min(eligible, key=lambda p: (pessimistic[p], simplicity(p))) if eligible else baseline
     chosen_ms = times[chosen]
@@ -157,6 +172,9 @@ def select(priced: Sequence[tuple[Plan, float]], *, baseline: Plan, margin: floa
         elif ms >= limit_ms:
             reason = (f"predicted {1 - ms / seq_ms:.1%} faster than sequential, within the {margin:.0%} margin "
                       f"(not worth the risk)")
+        elif pessimistic[plan] >= limit_ms and pessimistic[plan] > ms * (1.0 + error):
+            reason = (f"predicted {1 - ms / seq_ms:.1%} faster than sequential, but on a host "
+                      f"{uncertainty.host_spread:g}x slower it would be host-bound ({pessimistic[plan]:.4g} ms to issue)")
         elif pessimistic[plan] >= limit_ms:
             reason = (f"predicted {1 - ms / seq_ms:.1%} faster than sequential, but its class's model error "
                       f"({error:.1%}) leaves less than the {margin:.0%} margin")
@@ -303,9 +321,10 @@ def predict_cost_fn(cluster: object, profile: object = None, *, steady_state: bo
         if topology is None:
             topology = topologies[ranks] = group_topology(cluster, ranks)
         stages = pipeline_stages(site, plan, cluster, view, topology=topology)
+        host_ms = sum(s.duration_ms for s in stages if s.is_issue)
         if steady_state:
-            return float(steady_state_total(stages)[0])
-        return float(prediction_from(stages, schedule(stages)).total_ms)
+            return PricedMs(steady_state_total(stages)[0], host_ms=host_ms)
+        return PricedMs(prediction_from(stages, schedule(stages)).total_ms, host_ms=host_ms)
 
     return cost
 

@@ -85,7 +85,7 @@ def test_long_pieces_hide_the_issue_chain():
     site = Site(kind="ag_mm", m=8192, k=8192, n=7168, world=2)
     plan = Plan(strategy="chunked", chunks=4)
     with_host, free_host = predict(site, plan, H200X2).total_ms, predict(site, plan, H200X2, _profile(0.0)).total_ms
-    entry_ms = DEFAULT_ISSUE_US["entry"] / 1e3
+    entry_ms = (DEFAULT_ISSUE_US["entry"] + DEFAULT_ISSUE_US["group_entry"]) / 1e3
     assert with_host - free_host <= entry_ms + 0.02 * free_host  # the entry, and little else
 
 
@@ -120,3 +120,18 @@ def test_bulk_is_priced_for_mm_rs_and_mm_ar_and_overlaps_nothing(kind):
     assert start >= max(gemm_ends) - 1e-12
     if kind == "mm_rs":  # the executor's per-destination-block GEMMs: one per rank
         assert len(gemm_ends) == 1 and stages[[s.op for s in stages].index("gemm")].flops == pytest.approx(site.flops)
+
+
+def test_an_operator_on_a_group_pays_its_entry_once_before_the_gpu_starts():
+    # group_entry (the schema dispatch, lookups and agreement check of a multi-rank operator) delays the
+    # first device stage of every multi-rank plan by the same amount; a single-device site does not pay it
+    from hocket.cost import pipeline_stages, schedule
+    from hocket.cost.issue import DEFAULT_ISSUE_US
+    h200x2, h200 = load_preset("h200x2"), load_preset("h200x1")
+    for site, cluster, extra_us in ((Site(kind="ag_mm", m=4096, k=4096, n=4096, world=2), h200x2,
+                                     DEFAULT_ISSUE_US["group_entry"]),
+                                    (Site(kind="h2d_mm", m=4096, k=4096, n=4096, world=1), h200, 0.0)):
+        plan = Plan(transport="host_staged") if site.world == 1 else Plan()
+        stages = pipeline_stages(site, plan, cluster)
+        first = min(t for s, t in zip(stages, schedule(stages).start_ms) if not s.is_issue)
+        assert first == pytest.approx((DEFAULT_ISSUE_US["entry"] + extra_us) / 1e3)

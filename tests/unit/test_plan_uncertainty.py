@@ -6,7 +6,7 @@ import pytest
 
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint
 from hocket.plan.plan import Plan
-from hocket.plan.search import SearchConfig, select
+from hocket.plan.search import PricedMs, SearchConfig, select
 from hocket.plan.uncertainty import (NO_UNCERTAINTY, PLAN_CLASSES, Uncertainty, calibrated_classes, plan_class,
                                      uncertainty_from_profile)
 
@@ -66,9 +66,41 @@ def test_profile_decides_which_classes_are_measured():
     (dict(rel_error={**{c: 0.1 for c in PLAN_CLASSES}, "ring": 1.5}), r"rel_error\['ring'\]"),
     (dict(uncalibrated_factor=0.5), "uncalibrated_factor"),
     (dict(calibrated={"warp"}), "calibrated"),
+    (dict(host_spread=0.5), "host_spread"),
 ])
 def test_bad_uncertainty_is_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Uncertainty(**kwargs)
     with pytest.raises(ValueError, match="uncertainty"):
         SearchConfig(uncertainty="often")
+
+
+def test_a_plan_host_bound_on_a_slower_host_keeps_sequential():
+    # 20% faster on the device, but its host issue time (5 ms) on a host twice as slow (10 ms) leaves less
+    # than the margin: sequential; the same plan with a short host chain is chosen; host_staged plans take
+    # no host stretch (their issue costs are the measured relay's), and NO_UNCERTAINTY trusts the host
+    toy = Uncertainty(rel_error=TOY.rel_error, per_piece_error=0.0, host_spread=2.0)
+    ce = Plan(strategy="chunked", chunks=1, transport="copy_engine")
+    chosen, _, ranked = select([(SEQ, 10.0), (ce, PricedMs(8.0, host_ms=5.0))], baseline=SEQ, uncertainty=toy)
+    assert chosen == SEQ and "host-bound" in {s.plan: s.reason for s in ranked}[ce]
+    assert select([(SEQ, 10.0), (ce, PricedMs(8.0, host_ms=1.0))], baseline=SEQ, uncertainty=toy)[0] == ce
+    assert toy.pessimistic_ms(ce, 8.0, 4.5) == pytest.approx(9.0)
+    relay = CH4.with_(transport="host_staged")
+    assert toy.pessimistic_ms(relay, 8.0, 4.5) == pytest.approx(8.0 * (1 + toy.error_of(relay)))
+    assert NO_UNCERTAINTY.pessimistic_ms(ce, 8.0, 7.9) == pytest.approx(8.0)
+    assert float(PricedMs(3.0, host_ms=1.0)) == 3.0 and PricedMs(3.0).host_ms == 0.0
+
+
+def test_predicted_prices_carry_the_host_issue_time():
+    from hocket.cost import pipeline_stages
+    from hocket.hardware import load_preset
+    from hocket.plan.search import predict_cost_fn
+    from hocket.site import Site
+
+    cluster = load_preset("h200x2")
+    site = Site(kind="mm_rs", m=8192, k=2048, n=4096, world=2)
+    cost = predict_cost_fn(cluster)
+    for plan in (SEQ, Plan(strategy="chunked", chunks=1, transport="copy_engine")):
+        priced = cost(site, plan)
+        host = sum(s.duration_ms for s in pipeline_stages(site, plan, cluster) if s.is_issue)
+        assert priced.host_ms == pytest.approx(host) and 0 < priced.host_ms <= float(priced)

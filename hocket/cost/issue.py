@@ -64,12 +64,18 @@ DEFAULT_ISSUE_US: Mapping[str, float] = {
 
 def issue_table(calibration=None) -> dict[str, float]:
     """The per-item host issue costs in us: the profile's measured ``issue_us`` where present
-    (finite, >= 0), the defaults elsewhere."""
+    (finite, >= 0), the defaults elsewhere. A measured ``entry`` is what ``hocket calibrate`` times:
+    a multi-rank operator's whole entry (a sequential all_gather_matmul less its collective and
+    launch), i.e. ``entry + group_entry`` here: it replaces their sum, the single-device ``entry``
+    keeping its default (unless the profile also gives ``group_entry``)."""
     table = dict(DEFAULT_ISSUE_US)
     measured = getattr(getattr(calibration, "profile", calibration), "issue_us", None) or {}
-    for op, value in measured.items():
-        if op in table and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
-            table[op] = float(value)
+    valid = {op: float(value) for op, value in measured.items()
+             if op in table and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0}
+    table.update(valid)
+    if "entry" in valid and "group_entry" not in valid:
+        table["entry"] = min(valid["entry"], DEFAULT_ISSUE_US["entry"])
+        table["group_entry"] = valid["entry"] - table["entry"]
     return table
 
 

@@ -40,6 +40,19 @@ def test_issue_table_takes_measured_values_and_ignores_bad_ones():
     assert issue_table(view) == dict(DEFAULT_ISSUE_US)
 
 
+def test_a_measured_entry_is_a_group_operators_whole_entry():
+    # hocket calibrate's 'entry' times a multi-rank operator: it stands for entry + group_entry, and a
+    # single-device operator keeps the (smaller) default entry
+    measured = random.uniform(50.0, 500.0)
+    table = issue_table(CalibrationProfile(fingerprint="t", issue_us={"entry": measured}))
+    assert table["entry"] + table["group_entry"] == pytest.approx(measured)
+    assert table["entry"] == DEFAULT_ISSUE_US["entry"]
+    tiny = issue_table(CalibrationProfile(fingerprint="t", issue_us={"entry": 5.0}))
+    assert tiny["entry"] == 5.0 and tiny["group_entry"] == 0.0
+    both = issue_table(CalibrationProfile(fingerprint="t", issue_us={"entry": 300.0, "group_entry": 7.0}))
+    assert (both["entry"], both["group_entry"]) == (300.0, 7.0)
+
+
 def test_issue_ms_counts_items_and_rejects_unknown_ops():
     table = dict(DEFAULT_ISSUE_US)
     assert issue_ms((("launch", 3), ("collective", 2)), table) == pytest.approx(

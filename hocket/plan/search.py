@@ -98,9 +98,12 @@ def tuning_shortlist(ranked: Sequence[Plan], *, baseline: Plan, k: int) -> tuple
     The plain top-k of a prediction tends to be one family at neighbouring chunk counts,
     all wrong the same way (the model under-prices per-piece costs: on 2xH200 host-staged
     ag_mm 4096x12288x24576 it ranked chunked(8) first, 4.20 vs 4.65 ms predicted for
-    chunked(2), which measured 5.01 vs 3.75 ms). So: the best plan; the same plan with half
-    and a quarter of its pieces, when priced; then the best plan of each other family in
-    predicted order; then the rest of ``ranked``.
+    chunked(2), which measured 5.01 vs 3.75 ms), or one plan with a few ``comm_sms`` or
+    order variants. So: the best plan; the same plan with half and a quarter of its pieces,
+    when priced; then the best plan of each *class* (strategy and transport) not yet listed,
+    in predicted order (a class the model misprices as a whole still gets one measurement:
+    2xH200 run9's fastest plan of mm_rs 8192x14336x8192, chunked(1)/copy_engine, was ranked
+    19th); then the best plan of each other family; then the rest of ``ranked``.
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise ValueError(f"k={k!r} must be an int >= 0 (plans to time besides sequential)")
@@ -114,9 +117,14 @@ def tuning_shortlist(ranked: Sequence[Plan], *, baseline: Plan, k: int) -> tuple
             twin = best.with_(chunks=fewer) if fewer >= 1 else None
             if twin is not None and twin in others and twin not in picked:
                 picked.append(twin)
+    classes = {(p.strategy, p.transport) for p in picked}
+    for plan in others:
+        if (plan.strategy, plan.transport) not in classes:
+            classes.add((plan.strategy, plan.transport))
+            picked.append(plan)
     seen = {family_key(p) for p in picked}
     for plan in others:
-        if family_key(plan) not in seen:
+        if family_key(plan) not in seen and plan not in picked:
             seen.add(family_key(plan))
             picked.append(plan)
     picked += [p for p in others if p not in picked]

@@ -390,6 +390,12 @@ def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budg
             for order in orders:
                 if chunks == 1 and one_piece and not runs_single_piece_pipeline(site, plan_t.with_(order=order)):
                     continue
+                if order != "natural" and strategy == "chunked" and transport == "copy_engine" and site.world > 1:
+                    if chunks == valid_chunks[0]:
+                        pruned.append(Pruned(plan=plan_t.with_(order=order), reason=(
+                            "the copy-engine peer pipe (hocket.ops.lowering.peer_chunked) runs one order whatever "
+                            "plan.order says: its other orders are the natural plan again")))
+                    continue
                 for hierarchy in hierarchies:
                     for sms in sms_list:
                         plan = plan_t.with_(chunks=chunks, order=order, hierarchy=hierarchy, comm_sms=sms)

@@ -222,10 +222,23 @@ def test_tuning_shortlist_spreads_over_piece_counts_and_families():
         tuning_shortlist(ranked, baseline=SEQ, k=-1)
 
 
+def test_tuning_shortlist_gives_every_class_a_measurement_before_variants():
+    # comm_sms and order variants of the best plan are families of their own; they come after the best
+    # plan of each strategy x transport class, so a class predicted well down the list is still timed
+    from hocket.plan.search import tuning_shortlist
+    best = Plan(strategy="chunked", chunks=2, order="local_first")
+    variants = [best.with_(comm_sms=c) for c in (8, 16, 32)] + [best.with_(order="reverse")]
+    pipe = Plan(strategy="chunked", chunks=1, transport="copy_engine")
+    relay = Plan(strategy="chunked", chunks=2, transport="host_staged")
+    ranked = [best, *variants, relay, RING, pipe, SEQ]
+    assert tuning_shortlist(ranked, baseline=SEQ, k=4) == (best, relay, RING, pipe)
+    assert tuning_shortlist(ranked, baseline=SEQ, k=5)[4] == variants[0]
+
+
 def test_steady_state_config_prices_the_loop_and_can_change_the_choice():
     # the search prices what SearchConfig asks for: with steady_state the host's issue waits leave the
-    # device's critical path (a loop runs the host ahead), so a pipeline whose saving was eaten by its host orchestration (the copy-engine peer pipe's begin, flag
-    # waits and end) can win only there
+    # device's critical path (a loop runs the host ahead), so a pipeline whose saving was eaten by its host
+    # orchestration (the copy-engine peer pipe's begin, flag waits and end) can win only there
     from hocket.cost import predict
     from hocket.hardware import load_preset
     from hocket.hardware.profile import CalibrationProfile, ContentionPoint

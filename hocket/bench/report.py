@@ -23,6 +23,15 @@ def hardware_fingerprint() -> dict:
     return fingerprint()
 
 
+def hidden_text(hidden_fraction: float, transport: str) -> str:
+    """How much of the shorter of compute-alone and comm-alone the plan hid; a negative share means
+    it ran slower than the two back to back, so its gain over sequential came from the transport."""
+    if hidden_fraction >= 0:
+        return f"hides {hidden_fraction:.2f} of the shorter of compute-alone and comm-alone ({transport})"
+    return (f"hides nothing: slower than compute-alone + comm-alone ({transport}) back to back; its gain over "
+            f"sequential is the faster transport")
+
+
 def summary_lines(result: RunResult) -> list[str]:
     """One line per site: its fastest plan and that plan's score."""
     lines = []
@@ -36,9 +45,8 @@ def summary_lines(result: RunResult) -> list[str]:
                          f"({best.timing.median_ms:.2f} ms)")
             continue
         score = outcome.score(best)
-        metric = "—" if score is None else (f"{score.metric.replace('_', ' ')} {score.label()}; hides "
-                                            f"{score.hidden_fraction:.2f} of the shorter of compute-alone and "
-                                            f"comm-alone ({outcome.comm_transport})")
+        metric = "—" if score is None else f"{score.metric.replace('_', ' ')} {score.label()}; " + hidden_text(
+            score.hidden_fraction, outcome.comm_transport)
         lines.append(f"{site.kind} {site.m}×{site.k}×{site.n} {site.dtype}: best {best.plan.describe()} "
                      f"{best.timing.median_ms:.2f} ms ({metric})")
     return lines

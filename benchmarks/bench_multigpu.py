@@ -59,7 +59,6 @@ from hocket.plan.autotune import AutotuneConfig
 from hocket.plan.bucket import fit_plan
 from hocket.plan.live import LiveConfig, LivePlanner, operator_runners
 from hocket.plan.plan import Plan
-from hocket.plan.search import SearchConfig
 from hocket.site import Site
 from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
@@ -523,7 +522,7 @@ def main(argv=None) -> int:
         del first
     planner = LivePlanner(cluster=cluster, profile=profile,
                           config=LiveConfig(autotune=True, use_disk_cache=False,
-                                            search=SearchConfig(steady_state=args.reps > 1),
+                                            steady_state=args.reps > 1,
                                             tuning=AutotuneConfig(top_k=4, warmup=2, iters=16, rounds=2,
                                                                   reps=args.reps)))
     started = time.monotonic()

@@ -51,6 +51,11 @@ class LiveConfig:
     use_disk_cache: bool = True
     supported: Mapping[str, tuple[str, ...]] | None = None
     """kind -> strategies with an executor; None = ``hocket.ops.planning.SUPPORTED``."""
+    steady_state: bool | None = None
+    """price candidates as one call of a training loop (``SearchConfig.steady_state``): None =
+    when the calibration profile carries measured host issue costs (``issue_us``, written by
+    ``hocket calibrate`` on this machine), since the steady state is host-bound wherever those
+    costs matter and the defaults can be 2x off; True = always; False = as ``search`` says."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +134,16 @@ class LivePlanner:
             transports = tuple(t for t in transports if t in available_transports())
         return replace(self.config.space, strategies=strategies or ("sequential",), transports=transports)
 
+    def search_config(self) -> SearchConfig:
+        """``config.search``, in the steady state when ``config.steady_state`` asks for it (or, left
+        None, when the profile has measured host issue costs)."""
+        steady = self.config.steady_state
+        if steady is None:
+            steady = bool(getattr(self.profile, "issue_us", None))
+        search_config = self.config.search
+        return replace(search_config, steady_state=True) if steady and not search_config.steady_state \
+            else search_config
+
     # -- deciding -----------------------------------------------------------------------
     def decide(self, site: Site, *, group: object = None, runners: RunnersFor | None = None,
                device: object = "cpu", autotune_switch: bool | None = None) -> Decision:
@@ -152,7 +167,7 @@ class LivePlanner:
         # memory may set the budget; prediction alone must stay identical on every rank.
         free = live_free_memory_bytes() if measure else None
         try:
-            result = search(bucket, self.cluster, profile=self.profile, config=self.config.search,
+            result = search(bucket, self.cluster, profile=self.profile, config=self.search_config(),
                             space_config=self._space_config(bucket), free_memory_bytes=free)
         except ValueError as exc:
             warnings.warn(f"hocket could not plan {site.key} on cluster {getattr(self.cluster, 'name', '?')!r} "

@@ -92,3 +92,29 @@ def test_decision_reports_measured_sequential_and_chosen_times():
     timings = {SEQUENTIAL.to_json(): 9.0, seq_p2p.to_json(): 7.5, ring.to_json(): 6.0}
     assert Decision(plan=ring, source="autotune", bucket_key="k", timings_ms=timings).measured_ms() == (7.5, 6.0)
     assert Decision(plan=ring, source="predicted", bucket_key="k").measured_ms() == (None, None)
+
+
+def test_the_steady_state_is_priced_when_the_profile_measured_host_issue_costs(tmp_path, monkeypatch):
+    from hocket.hardware.profile import CalibrationProfile
+    from hocket.plan import live
+    from hocket.plan.search import SearchConfig
+
+    cluster = hardware.load_preset("h200x2")
+    measured = CalibrationProfile(fingerprint="t", issue_us={"launch": random.uniform(5, 40), "entry": 150.0})
+    unmeasured = CalibrationProfile(fingerprint="t")
+    cases = [(measured, None, True), (unmeasured, None, False), (None, None, False),
+             (measured, False, False), (unmeasured, True, True)]
+    for profile, switch, steady in cases:
+        planner = LivePlanner(cluster=cluster, profile=profile,
+                              config=LiveConfig(autotune=False, use_disk_cache=False, steady_state=switch))
+        assert planner.search_config().steady_state is steady, (profile, switch)
+    explicit = LivePlanner(cluster=cluster, profile=unmeasured,
+                           config=LiveConfig(use_disk_cache=False, search=SearchConfig(steady_state=True)))
+    assert explicit.search_config().steady_state is True  # an explicit SearchConfig is kept
+
+    seen = []
+    real = live.search
+    monkeypatch.setattr(live, "search", lambda *a, **kw: seen.append(kw["config"]) or real(*a, **kw))
+    planner = LivePlanner(cluster=cluster, profile=measured, config=LiveConfig(autotune=False, use_disk_cache=False))
+    planner.decide(Site(kind="ag_mm", m=8192, k=8192, n=7168, dtype="bfloat16", world=2))
+    assert seen and seen[0].steady_state is True

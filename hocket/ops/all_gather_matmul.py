@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch.profiler import record_function
 
-from hocket.ops.dispatch import prepare
+from hocket.ops.dispatch import prepare, run_prepared
+from hocket.ops.eager import direct_call_ok
 from hocket.ops.planning import plan_text
 from hocket.ops.sites import site_for_call
 from hocket.ops.validation import check_all_gather_matmul, check_backend_device
@@ -40,6 +40,10 @@ def all_gather_matmul(A_shard: torch.Tensor, Bs: Sequence[torch.Tensor], gather_
     if not isinstance(return_A, bool) or not isinstance(save_gathered, bool):
         raise TypeError(f"return_A and save_gathered must be bools, got {return_A!r} and {save_gathered!r}")
     Bs = list(Bs)
+    if direct_call_ok([A_shard, *Bs]):  # plain eager, nothing records: skip the custom-op dispatch
+        A, outs = run_all_gather_matmul(A_shard, Bs, gather_dim, group_name_of(group), return_A, save_gathered,
+                                        plan_text(plan), "forward")
+        return (A if return_A else None), list(outs)
     keep_A = save_gathered and torch.is_grad_enabled() and any(
         isinstance(B, torch.Tensor) and B.requires_grad for B in Bs)
     A, outs = torch.ops.hocket.all_gather_matmul(A_shard, Bs, gather_dim, group_name_of(group),
@@ -65,5 +69,4 @@ def run_all_gather_matmul(A_shard, Bs, gather_dim, group_name, return_A, save_ga
     """The real implementation behind ``torch.ops.hocket.all_gather_matmul``."""
     prep = prepare_all_gather_matmul(A_shard, Bs, gather_dim, group_name, return_A, save_gathered, plan,
                                      direction)
-    with record_function(prep.label):
-        return prep.run(A_shard, list(Bs), prep.dim, return_A, prep.runtime, prep.plan)
+    return run_prepared(prep, A_shard, list(Bs), prep.dim, return_A, prep.runtime, prep.plan)

@@ -10,9 +10,9 @@ the replicated output), so the backward of the all-reduce is the identity and
 from __future__ import annotations
 
 import torch
-from torch.profiler import record_function
 
-from hocket.ops.dispatch import prepare
+from hocket.ops.dispatch import prepare, run_prepared
+from hocket.ops.eager import direct_call_ok
 from hocket.ops.planning import plan_text
 from hocket.ops.sites import site_for_call
 from hocket.ops.validation import check_backend_device, check_matmul_all_reduce
@@ -25,6 +25,8 @@ def matmul_all_reduce(A: torch.Tensor, B: torch.Tensor, reduce_op: str, group: o
 
     ``plan``: a :class:`hocket.Plan`, dict, JSON string, strategy name, or None (choose).
     """
+    if direct_call_ok([A, B]):  # plain eager, nothing records: skip the custom-op dispatch
+        return run_matmul_all_reduce(A, B, reduce_op, group_name_of(group), plan_text(plan), "forward")
     return torch.ops.hocket.matmul_all_reduce(A, B, reduce_op, group_name_of(group), plan_text(plan), "forward")
 
 
@@ -41,5 +43,4 @@ def run_matmul_all_reduce(A, B, reduce_op, group_name, plan, direction):
 
     prep = prepare("mm_ar", group_name=group_name, tensors=[A, B], dim_arg=0, plan_text=plan,
                    flags={"reduce_op": reduce_op}, direction=direction, check=check, site_of=site_of)
-    with record_function(prep.label):
-        return prep.run(A, B, reduce_op, prep.runtime, prep.plan)
+    return run_prepared(prep, A, B, reduce_op, prep.runtime, prep.plan)

@@ -12,7 +12,8 @@ import torch
 from torch.profiler import record_function
 
 from hocket.ops._layout import merge_rank_axis
-from hocket.ops.dispatch import prepare
+from hocket.ops.dispatch import prepare, run_prepared
+from hocket.ops.eager import direct_call_ok
 from hocket.ops.planning import plan_text
 from hocket.ops.sites import site_for_call
 from hocket.ops.validation import check_backend_device, check_dim, check_matmul_reduce_scatter
@@ -27,6 +28,9 @@ def matmul_reduce_scatter(A: torch.Tensor, B: torch.Tensor, reduce_op: str, scat
     ``reduce_op`` is ``"sum"`` or ``"avg"``; rank ``r`` gets block ``r`` of ``scatter_dim``.
     ``plan``: a :class:`hocket.Plan`, dict, JSON string, strategy name, or None (choose).
     """
+    if direct_call_ok([A, B]):  # plain eager, nothing records: skip the custom-op dispatch
+        return run_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name_of(group), plan_text(plan),
+                                         "forward")
     return torch.ops.hocket.matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name_of(group),
                                                   plan_text(plan), "forward")
 
@@ -47,8 +51,7 @@ def prepare_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name, plan
 def run_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name, plan, direction):
     """The real implementation behind ``torch.ops.hocket.matmul_reduce_scatter``."""
     prep = prepare_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name, plan, direction)
-    with record_function(prep.label):
-        return prep.run(A, B, reduce_op, prep.dim, prep.runtime, prep.plan)
+    return run_prepared(prep, A, B, reduce_op, prep.dim, prep.runtime, prep.plan)
 
 
 def run_matmul_reduce_scatter_and_gather(A, B, reduce_op, scatter_dim, gather_input, gather_dim, group_name, plan,

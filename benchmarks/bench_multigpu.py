@@ -63,12 +63,14 @@ from hocket.site import Site
 from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
+from hocket.transport.peer_protocol import peer_protocol_for
 from hocket.transport.registry import get_transport
 from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
 
 NVLINK_PROFILE = Path(__file__).parent / "results" / "calibration" / "h200x2-nccl-full.json"
 NATIVE_ENV = "TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP"
 CHECKED_ERRORS = (RuntimeError, ValueError, AssertionError)
+PEER_KINDS = ("ag_mm", "mm_rs", "mm_ar")
 """what a method may raise on a GPU (CUDA, Triton, shape and tolerance errors): recorded, not fatal."""
 
 
@@ -252,6 +254,8 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
                  "n": summary.n, "max_error": err}
         if plan is not None:
             entry["plan"] = plan.to_dict()
+            if plan.strategy == "chunked" and plan.transport == "copy_engine" and site.kind in PEER_KINDS:
+                entry["peer_protocol"] = peer_protocol_for(site.kind, plan.chunks)  # under the variant's env
             entry["predicted_ms"] = predicted(site, plan, cluster, profile, steady=args.reps > 1)
         row["methods"][name] = entry
         pred = entry.get("predicted_ms")
@@ -335,11 +339,18 @@ def sm_caps(args) -> tuple[int, ...]:
 
 
 def transport_variants(args) -> list[tuple[str, dict[str, str]]]:
-    """(name suffix, environment) of each host-staged variant of ``--host-variants``: the first is
-    the run's own environment (no suffix), the others set ``HOCKET_HOST_STAGE_PIECE_MB`` and
-    ``HOCKET_HOST_STAGE_THREAD`` for their measurements only."""
+    """(name suffix, environment) of each transport variant: the first is the run's own environment
+    (no suffix); in host_staged mode the others (``--host-variants``) set ``HOCKET_HOST_STAGE_PIECE_MB``
+    and ``HOCKET_HOST_STAGE_THREAD``, in nvlink mode (``--peer-protocols``) ``HOCKET_PEER_PROTOCOL``, for
+    their measurements only."""
     variants = [("", {})]
-    if args.link != "host_staged" or not args.host_variants:
+    if args.link == "nvlink":
+        for protocol in filter(None, (p.strip() for p in args.peer_protocols.split(","))):
+            if protocol not in ("push", "pull"):
+                raise ValueError(f"--peer-protocols entry {protocol!r}: use push or pull")
+            variants.append((f" ~{protocol}", {"HOCKET_PEER_PROTOCOL": protocol}))
+        return variants
+    if not args.host_variants:
         return variants
     for spec in args.host_variants.split(","):
         piece_mb, _, thread = spec.strip().partition(":")
@@ -401,6 +412,7 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
         timing = Summary(median_ms=entry["median_ms"], p10_ms=entry["p10_ms"], p90_ms=entry["p90_ms"], n=entry["n"])
         prov = replace(provenance, extra={**provenance.extra, **extra_common, "method": name,
                                           "predicted_ms": entry.get("predicted_ms"),
+                                          "peer_protocol": entry.get("peer_protocol"),
                                           "planner_source": row["planner"]["source"] if name == "planner" else None,
                                           "paired": row.get("paired") if name == "planner" else None})
         records.append(make_record(site=site, plan=Plan.from_dict(entry["plan"]), timing=timing,
@@ -471,6 +483,8 @@ def parse_args(argv=None):
     p.add_argument("--host-variants", default="", help="host_staged mode: extra PIECE_MB:THREAD variants of the "
                    "host-staged transport measured beside the default, e.g. 1024:0,8:0 (1024:0 = the old single-message, "
                    "calling-thread path)")
+    p.add_argument("--peer-protocols", default="", help="nvlink mode: copy-engine plans measured again with "
+                   "these HOCKET_PEER_PROTOCOL values (push, pull), named '<plan> ~<protocol>', e.g. push")
     p.add_argument("--sm-budgets", default="", help="NCCL SM caps (max CTAs) of communicators made up front, "
                    "e.g. 8,32: calibrated beside the GEMM and tried as Plan.comm_sms (nccl only)")
     p.add_argument("--shrink", type=int, default=1, help="divide every case's m, k, n by this (dry runs)")

@@ -10,7 +10,7 @@ TRANSPORT_ENV_VARS = (
     "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_SOCKET_IFNAME",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST", "TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP", "NVSHMEM_DISABLE_NVLS",
     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "HOCKET_HOST_STAGE_PIECE_MB",
-    "HOCKET_HOST_STAGE_THREAD",
+    "HOCKET_HOST_STAGE_THREAD", "HOCKET_PEER_PROTOCOL",
 )
 
 
@@ -121,3 +121,18 @@ def host_stage_dir() -> Path:
     pinned host buffers (default ``/dev/shm``: pages that every process of the node can register)."""
     raw = os.environ.get("HOCKET_HOST_STAGE_DIR", "").strip()
     return Path(raw).expanduser() if raw else Path("/dev/shm")
+
+
+PEER_PROTOCOLS = ("auto", "pull", "push")
+
+
+def peer_protocol() -> str:
+    """``HOCKET_PEER_PROTOCOL``: how ``chunked`` over ``copy_engine`` moves data between the GPUs of a
+    group: ``pull`` (each rank copies the peers' data out of their symmetric memory after one
+    device-side barrier, events order the GEMMs), ``push`` (each rank copies into the peers' memory
+    and raises a flag per piece), or ``auto`` (default: pull wherever the operator has it, see
+    :mod:`hocket.transport.peer_protocol`)."""
+    raw = os.environ.get("HOCKET_PEER_PROTOCOL", "auto").strip().lower() or "auto"
+    if raw not in PEER_PROTOCOLS:
+        raise ValueError(f"HOCKET_PEER_PROTOCOL={raw!r} must be one of {PEER_PROTOCOLS}")
+    return raw

@@ -44,6 +44,7 @@ from hocket.cost.issue import issue_ms, issue_table
 from hocket.cost.stages import Stage
 from hocket.env import host_stage_piece_bytes
 from hocket.plan.pieces import fused_offload_sizes, piece_sizes
+from hocket.transport.peer_protocol import peer_protocol_for
 
 ENTRY_STAGE = "issue:entry"
 FLAG_WAIT_US = 2.0
@@ -293,7 +294,10 @@ def _ag_mm(b: _Builder) -> None:
         # source block at a time (p GEMMs of the piece's rows) and, with several pieces,
         # copied into the gathered A; bulk is the one-piece pipeline.
         if strategy == "chunked" and runs_peer_pipe(b):
-            _ag_peer_pipe(b, shard_rows)
+            if peer_protocol_for("ag_mm", plan.chunks) == "pull":
+                _ag_peer_pull(b, shard_rows)
+            else:
+                _ag_peer_pipe(b, shard_rows)
             return
         pieces = [shard_rows] if strategy == "bulk" else list(piece_sizes(shard_rows, plan))
         if strategy == "chunked" and runs_local_first(b):
@@ -400,6 +404,55 @@ def _pipe_begin(b: _Builder) -> None:
     b.add(Stage(name="pipe.begin", resource="compute", duration_ms=launch_ms(b.device), op="launch", depends_on=deps))
 
 
+PULL_BEGIN_ISSUE = (("copy_engine", 1), ("launch", 1))
+"""``peer_pull``'s start on the host: the copy stream's wait on the caller's stream (and, for the
+all-gather, this rank's shard copied into its slot), then the group's device-side barrier."""
+
+
+def _pull_barrier(b: _Builder, deps: tuple[int, ...] = ()) -> int:
+    """The pull protocol's host start, then its barrier on the copy stream (behind ``deps``)."""
+    b.add_host("pull.begin", PULL_BEGIN_ISSUE)
+    if b.issue is not None:
+        deps = (*deps, len(b.stages) - 1)
+    return b.add(Stage(name="pull.barrier", resource="copy_engine", kind="copy_engine", duration_ms=launch_ms(b.device),
+                       depends_on=deps, op="barrier"))
+
+
+def _ag_peer_pull(b: _Builder, shard_rows: int) -> None:
+    """``peer_pull``: the own shard's GEMM launched first; on the copy stream this rank's shard
+    copied into its slot, the barrier, then every peer's pieces pulled (DMA) beside that GEMM;
+    each peer piece's GEMM after its pull."""
+    site = b.site
+    p = site.world
+    pieces = split_even(shard_rows, min(b.plan.chunks, shard_rows))
+    row_bytes = site.comm_bytes / site.m
+    b.add_gemm("gemm_own", shard_rows)  # launched first, before the host issues the pulls
+    b.add_host("pull.stage", (("launch", 1),))
+    stage = b.add(Stage(name="pull.stage", resource="copy_engine", kind="copy_engine", op="copy",
+                        duration_ms=memory_ms(b.device, 2.0 * shard_rows * row_bytes),
+                        depends_on=(len(b.stages) - 1,) if b.issue is not None else ()))
+    barrier = _pull_barrier(b, (stage,))
+    pulls = [[b.add_transfer(f"pull[{j}.{i}]", b.ring_step(rows * row_bytes), deps=(barrier,), piece=i, op="pull",
+                             nbytes=rows * row_bytes) for i, rows in enumerate(pieces)] for j in range(p - 1)]
+    for j in range(p - 1):
+        for i, rows in enumerate(pieces):
+            b.add_gemm(f"gemm[{j}.{i}]", rows, deps=(pulls[j][i],), piece=i)
+
+
+def _rs_peer_pull(b: _Builder, block_rows: int) -> None:
+    """``peer_pull`` in one piece: the peers' partial blocks, the barrier, every peer's partial of
+    this rank's block pulled while this rank's own block computes, then the sum."""
+    site = b.site
+    p = site.world
+    row_bytes = site.n * site.num_b * site.itemsize
+    peers = b.add_gemm("gemm_peers", block_rows, count=p - 1)
+    barrier = _pull_barrier(b, (peers,))
+    pulls = [b.add_transfer(f"pull[{j}]", b.ring_step(block_rows * row_bytes), deps=(barrier,), op="pull",
+                            nbytes=block_rows * row_bytes) for j in range(p - 1)]
+    own = b.add_gemm("gemm_own", block_rows)
+    b.add_memory("reduce[final]", 3.0 * (p - 1) * block_rows * row_bytes, deps=(own, *pulls))
+
+
 def _rs_peer_pipe(b: _Builder, block_rows: int) -> None:
     """Per peer (send order) and piece: the peer's partial GEMM, then its push; this rank's own
     block's partial last; then the received partials are added up."""
@@ -504,7 +557,10 @@ def _mm_rs(b: _Builder) -> None:
         # pieces cut every destination block's rows: p partial GEMMs into a staging buffer,
         # then the piece's reduce-scatter; bulk is the one-piece pipeline
         if plan.strategy == "chunked" and runs_peer_pipe(b):
-            _rs_peer_pipe(b, block_rows)
+            if peer_protocol_for("mm_rs", plan.chunks) == "pull":
+                _rs_peer_pull(b, block_rows)
+            else:
+                _rs_peer_pipe(b, block_rows)
             return
         pieces = [block_rows] if plan.strategy == "bulk" else list(piece_sizes(block_rows, plan))
         if plan.strategy == "chunked" and runs_local_first(b):

@@ -4,6 +4,8 @@ against the one-process reference (twice per plan: the second call reuses the pl
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -49,7 +51,20 @@ def _operand(seed: int, rank: int, shape, dtype: str, device, *, salt: int = 0) 
 
 def run_plans(case: dict) -> list[tuple[str, float]]:
     """``case``: kind, shape, dim, ns, dtype, seed (+ reduce_op / return_A); every plan of ``plans_for``
-    (or only ``case["plans"]`` when given)."""
+    (or only ``case["plans"]`` when given); ``case["protocol"]`` sets ``HOCKET_PEER_PROTOCOL`` meanwhile."""
+    previous = os.environ.get("HOCKET_PEER_PROTOCOL")
+    if case.get("protocol"):
+        os.environ["HOCKET_PEER_PROTOCOL"] = case["protocol"]
+    try:
+        return _run_plans(case)
+    finally:
+        if previous is None:
+            os.environ.pop("HOCKET_PEER_PROTOCOL", None)
+        else:
+            os.environ["HOCKET_PEER_PROTOCOL"] = previous
+
+
+def _run_plans(case: dict) -> list[tuple[str, float]]:
     w, rank = dist.get_world_size(), dist.get_rank()
     device = torch.device("cuda", torch.cuda.current_device())
     kind, seed, dtype = case["kind"], case["seed"], case["dtype"]
@@ -97,3 +112,31 @@ def run_unsupported_transport(kind: str) -> None:
     a = torch.randn(256, 64, device=device)
     b = torch.randn(64, 32, device=device)
     H.matmul_all_reduce(a, b, "sum", dist.group.WORLD, plan={"strategy": "tile_fused", "chunks": 2})
+
+
+def run_back_to_back(case: dict) -> int:
+    """``case["calls"]`` calls of one plan with fresh operands each, two shape classes interleaved and
+    no synchronisation between calls (the copy-engine protocols reuse their buffers across calls:
+    a missing ordering shows up as a wrong result here); every result is checked at the end."""
+    w, rank = dist.get_world_size(), dist.get_rank()
+    device = torch.device("cuda", torch.cuda.current_device())
+    kind, dtype, plan = case["kind"], case["dtype"], case["plan"]
+    results = []
+    for call in range(case["calls"]):
+        rows = case["rows"][call % len(case["rows"])]
+        seed = case["seed"] + 101 * call
+        if kind == "ag_mm":
+            shards = [_operand(seed, r, (rows, case["k"]), dtype, device) for r in range(w)]
+            B = _operand(seed, rank, (case["k"], case["n"]), dtype, device, salt=1)
+            A, (out,) = H.all_gather_matmul(shards[rank], [B], 0, dist.group.WORLD, return_A=True, plan=plan)
+            eA, (eout,) = all_gather_matmul_global(shards, [B], 0)
+            results += [(out, eout, f"out call {call}"), (A, eA, f"A call {call}")]
+        else:
+            As = [_operand(seed, r, (rows * w, case["k"]), dtype, device) for r in range(w)]
+            Bs = [_operand(seed, r, (case["k"], case["n"]), dtype, device, salt=1) for r in range(w)]
+            out = H.matmul_reduce_scatter(As[rank], Bs[rank], "sum", 0, dist.group.WORLD, plan=plan)
+            results.append((out, matmul_reduce_scatter_global(As, Bs, "sum", 0)[rank], f"out call {call}"))
+    torch.cuda.synchronize()
+    for got, expected, what in results:
+        H.assert_close(got, expected, world=w, what=f"{what} {plan} {kind} back to back")
+    return len(results)

@@ -16,7 +16,7 @@ if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
 if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
     pytest.skip("TRITON_INTERPRET is set: run GPU tests in their own process", allow_module_level=True)
 
-from _nccl_cases import run_plans, run_unsupported_transport  # noqa: E402
+from _nccl_cases import run_back_to_back, run_plans, run_unsupported_transport  # noqa: E402
 from hocket.launch import RankPool  # noqa: E402
 
 pytestmark = pytest.mark.timeout(900)
@@ -56,3 +56,28 @@ def test_every_plan_on_nccl(pool2, kind, shape, dim, ns, extra, dtype):
 def test_tile_fused_names_its_transport_on_every_rank(pool2):
     pool2.run_expect_error(run_unsupported_transport, "mm_ar", exc_type=ValueError,
                            match="transport='copy_engine'")
+
+
+COPY_ENGINE_PLANS = [{"strategy": "chunked", "transport": "copy_engine", "chunks": c} for c in (1, 3)]
+
+
+@pytest.mark.parametrize("protocol", ["push", "pull"])
+@pytest.mark.parametrize("kind,shape,dim,ns,extra", CASES[:6], ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}-d{c[2]}"
+                                                                    for c in CASES[:6]])
+def test_copy_engine_protocols(pool2, kind, shape, dim, ns, extra, protocol):
+    """Both peer protocols of chunked/copy_engine (HOCKET_PEER_PROTOCOL), against the reference."""
+    case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype="bfloat16", seed=SEED, plans=COPY_ENGINE_PLANS,
+                protocol=protocol, **extra)
+    results = pool2.run(run_plans, case)
+    assert len(results[0]) == len(results[1]) > 0
+
+
+@pytest.mark.parametrize("kind", ["ag_mm", "mm_rs"])
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_copy_engine_back_to_back(pool2, kind, chunks):
+    """Eight calls with fresh inputs, two shape classes interleaved, no sync between calls."""
+    case = dict(kind=kind, dtype="bfloat16", plan={"strategy": "chunked", "transport": "copy_engine",
+                                                   "chunks": chunks},
+                rows=(256, 96), k=192, n=320, calls=8, seed=SEED)
+    counts = pool2.run(run_back_to_back, case)
+    assert counts[0] == counts[1] == (16 if kind == "ag_mm" else 8)

@@ -85,5 +85,5 @@ def test_collective_transport_issues_the_transfers_before_the_own_gemm():
     names = [s.name for s in pipeline_stages(site, plan, cluster)]
     assert names.index("all_gather[1]") < names.index("gemm_own") < names.index("gemm[0]")
     copy = Plan(strategy="chunked", chunks=2, order="local_first", transport="copy_engine")
-    names = [s.name for s in pipeline_stages(site, copy, cluster)]  # the peer pipe runs there: pushes, no collective
-    assert "push[0.0]" in names and not any(name.startswith("all_gather") for name in names)
+    names = [s.name for s in pipeline_stages(site, copy, cluster)]  # the peer pipe runs there: pulls, no collective
+    assert "pull[0.0]" in names and not any(name.startswith("all_gather") for name in names)

@@ -1,7 +1,8 @@
-"""chunked over copy_engine is priced as hocket.ops.lowering.peer_chunked runs it: one DMA push
-per piece straight into each peer's symmetric region (no mailbox collective), the own rows
-multiplied beside the pushes (ag_mm) or last (mm_rs), and the protocol's host work
-(begin, a flag wait per peer piece, end) on the issue chain."""
+"""chunked over copy_engine with the push protocol (HOCKET_PEER_PROTOCOL=push) is priced as
+hocket.ops.lowering.peer_chunked runs it: one DMA push per piece straight into each peer's
+symmetric region (no mailbox collective), the own rows multiplied beside the pushes (ag_mm) or
+last (mm_rs), and the protocol's host work (begin, a flag wait per peer piece, end) on the issue
+chain. The pull protocol: tests/unit/test_cost_peer_pull.py."""
 
 import random
 
@@ -13,6 +14,11 @@ from hocket.plan.plan import Plan
 from hocket.site import Site
 
 H200X2 = load_preset("h200x2")
+
+
+@pytest.fixture(autouse=True)
+def _push_protocol(monkeypatch):
+    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "push")
 H200X8 = load_preset("h200x8")
 
 

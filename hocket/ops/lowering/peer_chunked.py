@@ -1,5 +1,7 @@
-"""``chunked`` over ``transport="copy_engine"``: vendor GEMMs per piece, data pushed into the peers'
-symmetric memory by copy engines, one flag per landed piece (:mod:`hocket.ops.lowering.peer_pipe`).
+"""``chunked`` over ``transport="copy_engine"``: vendor GEMMs per piece, data moved by copy engines
+through symmetric memory. Where :mod:`hocket.transport.peer_protocol` says ``pull`` (by default the
+all-gather, and the one-piece reduce-scatter) :mod:`hocket.ops.lowering.peer_pull` runs; otherwise the
+data is pushed into the peers' memory, one flag per landed piece (:mod:`hocket.ops.lowering.peer_pipe`):
 
 * all-gather + matmul: every rank pushes its shard to every peer in ``plan.chunks`` pieces
   while it multiplies its own shard (no wait at all), then multiplies each peer's pieces as
@@ -25,10 +27,11 @@ from __future__ import annotations
 import torch
 
 from hocket.ops._pipeline import piece_bounds
-from hocket.ops.lowering import chunked
+from hocket.ops.lowering import chunked, peer_pull
 from hocket.ops.lowering.peer_pipe import FLAGS_PER_SOURCE, PIPES, PeerPipe
 from hocket.ops.lowering.problems import AllReduceMatmul, GatherMatmul, ScatterMatmul
 from hocket.ops.lowering.runtime import bind_executors
+from hocket.transport.peer_protocol import peer_protocol_for
 
 
 def takes_ready_event(rt) -> bool:
@@ -48,13 +51,13 @@ def _pieces(rows: int, chunks: int) -> list[tuple[int, int]]:
 def gather_pipe(rt, g: GatherMatmul) -> PeerPipe:
     """Pipe of a row all-gather: region ``A`` is the gathered ``[world * R, K]`` operand."""
     w, dtype, device = rt.world, g.local.dtype, g.local.device
-    return PIPES.get(rt.group, device, ("ag", g.R, g.Kc, dtype), [("A", (w * g.R, g.Kc), dtype)],
+    return PIPES.get(rt.group, device, ("ag", g.R, g.Kc, dtype), regions=[("A", (w * g.R, g.Kc), dtype)],
                      label=f"all_gather_matmul [{w}x{g.R}, {g.Kc}] {dtype}")
 
 
 def partials_pipe(rt, rows: int, cols: int, dtype: torch.dtype, device: torch.device, *, what: str) -> PeerPipe:
     """Pipe whose region ``partials`` holds one ``[rows, cols]`` slot per source rank."""
-    return PIPES.get(rt.group, device, (what, rows, cols, dtype), [("partials", (rt.world, rows, cols), dtype)],
+    return PIPES.get(rt.group, device, (what, rows, cols, dtype), regions=[("partials", (rt.world, rows, cols), dtype)],
                      label=f"{what} [{rows}, {cols}] {dtype}")
 
 
@@ -144,6 +147,8 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
     g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
     if g.k_gather:
         return chunked.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
+    if peer_protocol_for("ag_mm", plan.chunks) == "pull":
+        return peer_pull.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
     pipe = gather_pipe(rt, g)
     pieces = _pieces(g.R, plan.chunks)
     gathered = pipe.local("A")
@@ -168,6 +173,8 @@ def matmul_scatter(A, B, reduce_op, dim, rt, plan):
         return chunked.matmul_scatter(A, B, reduce_op, dim, rt, plan)
     from hocket.kernels.peer_schedule import receive_order, send_order
 
+    if peer_protocol_for("mm_rs", plan.chunks) == "pull":
+        return peer_pull.matmul_scatter(A, B, reduce_op, dim, rt, plan)
     w, rank = rt.world, rt.rank
     s = ScatterMatmul(A, B, dim, w)
     pipe = partials_pipe(rt, s.rows, s.cols, s.out_c.dtype, s.out_c.device, what="matmul_reduce_scatter")

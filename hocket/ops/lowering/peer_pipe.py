@@ -224,17 +224,18 @@ class PeerPipe:
 
 
 class PipeRegistry:
-    """The live pipes, one per (group, device, shape class)."""
+    """The live pipes, one per (group, device, shape class), built by ``factory(group=, device=,
+    label=, **build)`` on first use (``build``: the pipe's own arguments, e.g. its regions)."""
 
-    def __init__(self) -> None:
-        self._pipes: dict[tuple, PeerPipe] = {}
+    def __init__(self, factory) -> None:
+        self._factory = factory
+        self._pipes: dict[tuple, object] = {}
 
-    def get(self, group: GroupHandle, device: torch.device, key: tuple, regions, *, label: str) -> PeerPipe:
+    def get(self, group: GroupHandle, device: torch.device, key: tuple, *, label: str, **build):
         full = (group.name, str(device), *key)
         pipe = self._pipes.get(full)
         if pipe is None:
-            pipe = PeerPipe(group=group, device=device, regions=regions, label=label)
-            self._pipes[full] = pipe
+            pipe = self._pipes[full] = self._factory(group=group, device=device, label=label, **build)
         return pipe
 
     def close(self, group_name: str | None = None) -> int:
@@ -244,10 +245,12 @@ class PipeRegistry:
         return len(keys)
 
 
-PIPES = PipeRegistry()
+PIPES = PipeRegistry(PeerPipe)
 
 
 def close_peer_pipes(group_name: str | None = None) -> int:
     """Wait for and free the symmetric buffers of every pipe (or those of one group); call it
-    on every rank before destroying the group. Returns how many were closed."""
-    return PIPES.close(group_name)
+    on every rank before destroying the group. Returns how many were closed (push and pull pipes)."""
+    from hocket.ops.lowering.peer_pull import PULLS
+
+    return PIPES.close(group_name) + PULLS.close(group_name)

@@ -33,7 +33,7 @@ KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 def shard_pipe(rt, g: GatherMatmul) -> PeerPipe:
     """Pipe whose symmetric region ``shard`` holds this rank's ``[R, K]`` rows for the peers to read."""
     dtype, device = g.local.dtype, g.local.device
-    return PIPES.get(rt.group, device, ("ag_peer_read", g.R, g.Kc, dtype), [("shard", (g.R, g.Kc), dtype)],
+    return PIPES.get(rt.group, device, ("ag_peer_read", g.R, g.Kc, dtype), regions=[("shard", (g.R, g.Kc), dtype)],
                      label=f"all_gather_matmul peer_read [{rt.world}x{g.R}, {g.Kc}] {dtype}")
 
 

@@ -1,0 +1,162 @@
+"""``chunked`` over ``transport="copy_engine"`` with the pull protocol (see
+:mod:`hocket.transport.peer_protocol` for when it runs instead of the push pipe).
+
+A :class:`PullPipe` owns, per operator shape class and group, a symmetric buffer of two
+*slots* (call parity ``i % 2``), a copy stream and recycled CUDA events. One call:
+
+1. this rank writes what its peers need into its slot of this call's parity (all-gather: its
+   shard, by a copy on the copy stream; reduce-scatter: the peers' partial blocks, computed
+   straight into the slot by the GEMMs on the caller's stream);
+2. the copy stream joins one device-side barrier of the group (bounded by ``HOCKET_TIMEOUT_S``):
+   after it every peer's slot holds this call's data;
+3. the copy stream copies the peers' data out of their slots (DMA over NVLink, no SMs), an
+   event after each piece; the caller's stream waits on a piece's event before its GEMM (or
+   the final sum) and computes this rank's own part meanwhile.
+
+Why two slots are enough: a rank writes slot ``p`` in call ``i`` only after its barrier of call
+``i - 1`` completed (stream order), and that barrier completes only once every peer reached it,
+i.e. after every peer's copies out of slot ``p`` in call ``i - 2``. The host never blocks: no
+flags, no spin kernels, no error mirrors, so a call issues about half the host work of the
+push pipe (2xH200 run10: host time was what bounded the small copy-engine cases).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hocket.kernels.peer_schedule import receive_order, send_order
+from hocket.ops._pipeline import piece_bounds
+from hocket.ops.lowering.peer_pipe import PipeRegistry
+from hocket.ops.lowering.problems import GatherMatmul, ScatterMatmul
+from hocket.transport.group import GroupHandle
+from hocket.transport.symm_mem import SymmBuffer
+
+MAX_PIECES = 256
+"""pieces one rank pulls from one peer in one call (each has its own event)."""
+
+
+class PullPipe:
+    """Slots, copy stream and events of one shape class on one group (module docstring)."""
+
+    def __init__(self, *, group: GroupHandle, device: torch.device, slot_shape: tuple[int, ...],
+                 dtype: torch.dtype, label: str = "") -> None:
+        self.group = group
+        self.rank, self.world = group.rank, group.world
+        self.device = torch.device(device)
+        self.label = label
+        self.buf = SymmBuffer(group=group, device=self.device, regions=[("slots", (2, *slot_shape), dtype)])
+        self.stream = torch.cuda.Stream(self.device)
+        self.ready = torch.cuda.Event()
+        self._events: list[torch.cuda.Event] = []
+        self._slots: dict[tuple[int, int], torch.Tensor] = {}
+        self.calls = 0
+        self._closed = False
+        self.buf.barrier(channel=0)  # every rank has its buffer before the first call's copies
+        torch.cuda.synchronize(self.device)
+
+    def next_parity(self) -> int:
+        if self._closed:
+            raise RuntimeError(f"pull pipe {self.label!r} was closed; close_peer_pipes() frees it, the next call "
+                               f"builds a new one")
+        parity = self.calls & 1
+        self.calls += 1
+        return parity
+
+    def slot(self, rank: int, parity: int) -> torch.Tensor:
+        """Slot ``parity`` of rank ``rank`` (this rank's own when ``rank`` is ours)."""
+        key = (rank, parity)
+        view = self._slots.get(key)
+        if view is None:
+            view = self._slots[key] = self.buf.peer(rank, "slots")[parity]
+        return view
+
+    def events(self, count: int) -> list[torch.cuda.Event]:
+        """``count`` events, reused every call (a wait refers to the record made before it)."""
+        while len(self._events) < count:
+            self._events.append(torch.cuda.Event())
+        return self._events[:count]
+
+    def barrier(self) -> None:
+        self.buf.barrier(channel=0)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        torch.cuda.synchronize(self.device)
+        self._slots.clear()
+        self.buf.close()
+        self._closed = True
+
+
+PULLS = PipeRegistry(PullPipe)
+
+
+def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
+    """All-gather (rows) + matmul: this rank's shard is multiplied while the peers' shards are
+    pulled piece by piece; each piece's GEMM waits for its copy's event."""
+    w, rank = rt.world, rt.rank
+    g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
+    R = g.R
+    dtype = g.local.dtype
+    pipe = PULLS.get(rt.group, g.local.device, ("ag", R, g.Kc, dtype), slot_shape=(R, g.Kc), dtype=dtype,
+                     label=f"all_gather_matmul pull [{w}x{R}, {g.Kc}] {dtype}")
+    pieces = piece_bounds(R, min(plan.chunks, MAX_PIECES, R))
+    gathered = g.A_c if g.A_c is not None else rt.ctx.buffer("peer_pull.ag", (w * R, g.Kc))
+    sources = receive_order(rank, w)
+    events = pipe.events(len(sources) * len(pieces))
+    parity = pipe.next_parity()
+    cur = torch.cuda.current_stream(g.local.device)
+    pipe.ready.record(cur)
+    g.compute_rows(rank, 0, R, g.local)  # launched first: the device starts it while the host issues the pulls
+    with torch.cuda.stream(pipe.stream):
+        pipe.stream.wait_event(pipe.ready)
+        pipe.slot(rank, parity).copy_(g.local, non_blocking=True)
+        pipe.barrier()
+        k = 0
+        for src in sources:
+            remote = pipe.slot(src, parity)
+            for lo, hi in pieces:
+                gathered[src * R + lo:src * R + hi].copy_(remote[lo:hi], non_blocking=True)
+                events[k].record(pipe.stream)
+                k += 1
+    k = 0
+    for src in sources:
+        for lo, hi in pieces:
+            cur.wait_event(events[k])
+            k += 1
+            g.compute_rows(src, lo, hi, gathered[src * R + lo:src * R + hi])
+    if g.A_c is not None:
+        g.gathered_rows(rank).copy_(g.local)
+    return g.finish()
+
+
+def matmul_scatter(A, B, reduce_op, dim, rt, plan):
+    """Matmul + reduce-scatter in one piece: the peers' partial blocks are computed straight into
+    this rank's slot, then pulled by their owners after the barrier while this rank computes its
+    own block; the pulled partials are added to it."""
+    w, rank = rt.world, rt.rank
+    s = ScatterMatmul(A, B, dim, w)
+    dtype = s.out_c.dtype
+    device = s.out_c.device
+    pipe = PULLS.get(rt.group, device, ("rs", s.rows, s.cols, dtype), slot_shape=(w, s.rows, s.cols), dtype=dtype,
+                     label=f"matmul_reduce_scatter pull [{w}x{s.rows}, {s.cols}] {dtype}")
+    parity = pipe.next_parity()
+    mine = pipe.slot(rank, parity)
+    for peer in send_order(rank, w):
+        s.partial(peer, 0, s.rows, mine[peer])
+    received = rt.ctx.buffer("peer_pull.rs", (w, s.rows, s.cols))
+    sources = receive_order(rank, w)
+    (done,) = pipe.events(1)
+    cur = torch.cuda.current_stream(device)
+    pipe.ready.record(cur)
+    with torch.cuda.stream(pipe.stream):
+        pipe.stream.wait_event(pipe.ready)
+        pipe.barrier()
+        for src in sources:
+            received[src].copy_(pipe.slot(src, parity)[rank], non_blocking=True)
+        done.record(pipe.stream)
+    s.partial(rank, 0, s.rows, s.out_c)
+    cur.wait_event(done)
+    for src in sources:
+        s.out_c.add_(received[src])
+    return s.finish(reduce_op)

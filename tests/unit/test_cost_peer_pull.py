@@ -1,0 +1,80 @@
+"""chunked over copy_engine with the pull protocol (the default where it exists) is priced as
+hocket.ops.lowering.peer_pull runs it: the own shard staged into this rank's slot, one barrier,
+then one DMA pull per peer piece, each peer piece's GEMM after its pull; mm_rs in one piece:
+the peers' partials, the barrier, the pulls beside the own block's GEMM, the sum."""
+
+import random
+
+import pytest
+
+from hocket.cost import pipeline_stages, schedule
+from hocket.hardware import load_preset
+from hocket.plan.plan import Plan
+from hocket.site import Site
+from hocket.transport.peer_protocol import peer_protocol_for, pull_available
+
+H200X2 = load_preset("h200x2")
+H200X8 = load_preset("h200x8")
+
+
+def _timeline(site, plan, cluster):
+    stages = pipeline_stages(site, plan, cluster)
+    timeline = schedule(stages)
+    return stages, {s.name: (a, e) for s, a, e in zip(stages, timeline.start_ms, timeline.end_ms)}
+
+
+@pytest.mark.parametrize("world", [2, 8])
+def test_gather_pulls_every_peer_piece_after_one_barrier(world, monkeypatch):
+    monkeypatch.delenv("HOCKET_PEER_PROTOCOL", raising=False)
+    rng = random.Random()
+    site = Site(kind="ag_mm", m=world * rng.randint(8, 32) * 128, k=rng.choice([2048, 8192]),
+                n=rng.choice([2048, 8192]), world=world)
+    chunks = rng.randint(1, 4)
+    stages, at = _timeline(site, Plan(strategy="chunked", chunks=chunks, transport="copy_engine"),
+                           H200X2 if world == 2 else H200X8)
+    pulls = [s for s in stages if s.op == "pull"]
+    assert len(pulls) == (world - 1) * chunks and all(s.resource == "copy_engine" for s in pulls)
+    assert sum(s.nbytes for s in pulls) == pytest.approx((world - 1) * site.comm_bytes / world)
+    assert not any(s.op in ("push", "all_gather") for s in stages)
+    barrier = at["pull.barrier"]
+    assert barrier[0] >= at["pull.stage"][1] - 1e-12, "the shard is in the slot before the barrier"
+    assert all(at[s.name][0] >= barrier[1] - 1e-12 for s in pulls)
+    assert at["gemm_own"][0] < min(at[s.name][1] for s in pulls), "the own shard is multiplied beside the pulls"
+    for j in range(world - 1):
+        for i in range(chunks):
+            assert at[f"gemm[{j}.{i}]"][0] >= at[f"pull[{j}.{i}]"][1] - 1e-12
+
+
+def test_one_piece_scatter_pulls_beside_the_own_block(monkeypatch):
+    monkeypatch.delenv("HOCKET_PEER_PROTOCOL", raising=False)
+    site = Site(kind="mm_rs", m=8192, k=random.choice([2048, 14336]), n=8192, world=2)
+    stages, at = _timeline(site, Plan(strategy="chunked", chunks=1, transport="copy_engine"), H200X2)
+    assert at["pull.barrier"][0] >= at["gemm_peers"][1] - 1e-12, "partials are ready before the barrier"
+    assert at["pull[0]"][0] >= at["pull.barrier"][1] - 1e-12
+    assert at["gemm_own"][0] < at["pull[0]"][1], "the own block is multiplied beside the pull"
+    assert at["reduce[final]"][0] >= max(at["gemm_own"][1], at["pull[0]"][1]) - 1e-12
+    assert not any(s.op == "push" for s in stages)
+
+
+def test_the_pull_protocol_issues_less_host_work_than_the_push_pipe(monkeypatch):
+    site = Site(kind="ag_mm", m=8192, k=4096, n=1536, world=2)
+    plan = Plan(strategy="chunked", chunks=1, transport="copy_engine")
+    host = {}
+    for protocol in ("push", "pull"):
+        monkeypatch.setenv("HOCKET_PEER_PROTOCOL", protocol)
+        host[protocol] = sum(s.duration_ms for s in pipeline_stages(site, plan, H200X2) if s.is_issue)
+    assert host["pull"] < host["push"]
+
+
+def test_protocol_choice(monkeypatch):
+    monkeypatch.delenv("HOCKET_PEER_PROTOCOL", raising=False)
+    assert peer_protocol_for("ag_mm", 4) == "pull" and peer_protocol_for("mm_rs", 1) == "pull"
+    assert peer_protocol_for("mm_rs", 2) == "push" and peer_protocol_for("mm_ar", 1) == "push"
+    assert not pull_available("mm_ar", 1)
+    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "push")
+    assert peer_protocol_for("ag_mm", 1) == "push"
+    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "sideways")
+    with pytest.raises(ValueError, match="HOCKET_PEER_PROTOCOL='sideways'"):
+        peer_protocol_for("ag_mm", 1)
+    with pytest.raises(ValueError, match="kind='h2d_mm'"):
+        peer_protocol_for("h2d_mm", 1)

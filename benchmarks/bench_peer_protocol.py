@@ -1,5 +1,5 @@
-"""Copy-engine protocols head to head: sequential, chunked/copy_engine with the push and the pull
-protocol (``HOCKET_PEER_PROTOCOL``), and PyTorch's async-TP op, on the multi-GPU cases.
+"""Copy-engine protocols head to head: sequential, chunked/copy_engine with each peer protocol
+(push, pull, put: ``HOCKET_PEER_PROTOCOL``), and PyTorch's async-TP op, on the multi-GPU cases.
 
 Every method is checked against the reference once, then all are timed in interleaved rounds
 (``--rounds`` of ``--iters / --rounds`` samples each; a sample is the mean of ``--reps`` calls back
@@ -31,6 +31,7 @@ from hocket.launch import init_torchrun
 from hocket.ops import close_contexts
 from hocket.ops.lowering.peer_pipe import close_peer_pipes
 from hocket.plan.plan import Plan
+from hocket.transport.peer_protocol import available
 
 
 def methods_for(case: Case, chunk_counts: tuple[int, ...]) -> dict[str, tuple[dict[str, str], object]]:
@@ -39,9 +40,9 @@ def methods_for(case: Case, chunk_counts: tuple[int, ...]) -> dict[str, tuple[di
     kind = case.site.kind
     for chunks in chunk_counts:
         plan = Plan(strategy="chunked", chunks=chunks, transport="copy_engine")
-        for protocol in ("push", "pull"):
-            if protocol == "pull" and kind == "mm_rs" and chunks > 1:
-                continue  # no pull protocol there (hocket.transport.peer_protocol)
+        for protocol in ("push", "pull", "put"):
+            if not available(protocol, kind, chunks):
+                continue  # no form of it there (hocket.transport.peer_protocol)
             out[f"{plan.describe()} {protocol}"] = ({"HOCKET_PEER_PROTOCOL": protocol},
                                                     lambda plan=plan: case.run(plan))
     if kind in ("ag_mm", "mm_rs"):
@@ -73,11 +74,15 @@ def measure(case: Case, args) -> dict:
     return {"site": case.site.to_dict(), "methods": summaries, "max_error": errors, "failed": failed}
 
 
+def short(name: str) -> str:
+    return name.replace("chunked(", "c(").replace("/copy_engine", "/ce").replace("pytorch_async_tp", "pytorch")[:22]
+
+
 def table(rows: list[dict]) -> str:
     names = []
     for row in rows:
         names += [n for n in row["methods"] if n not in names]
-    lines = [f"{'case (m k n)':24s} " + " ".join(f"{n[:22]:>22s}" for n in names)]
+    lines = [f"{'case (m k n)':24s} " + " ".join(f"{short(n):>22s}" for n in names)]
     for row in rows:
         s = row["site"]
         seq = row["methods"].get("sequential", {}).get("median_ms")

@@ -123,15 +123,16 @@ def host_stage_dir() -> Path:
     return Path(raw).expanduser() if raw else Path("/dev/shm")
 
 
-PEER_PROTOCOLS = ("auto", "pull", "push")
+PEER_PROTOCOLS = ("auto", "pull", "put", "push")
 
 
 def peer_protocol() -> str:
     """``HOCKET_PEER_PROTOCOL``: how ``chunked`` over ``copy_engine`` moves data between the GPUs of a
     group: ``pull`` (each rank copies the peers' data out of their symmetric memory after one
-    device-side barrier, events order the GEMMs), ``push`` (each rank copies into the peers' memory
-    and raises a flag per piece), or ``auto`` (default: pull wherever the operator has it, see
-    :mod:`hocket.transport.peer_protocol`)."""
+    device-side barrier, events order the GEMMs), ``put`` (each rank copies into the peers' memory,
+    then the barrier), ``push`` (each rank copies into the peers' memory and raises a flag per
+    piece), or ``auto`` (default; see :mod:`hocket.transport.peer_protocol`). A protocol the call
+    has no form of falls back to ``auto``'s choice."""
     raw = os.environ.get("HOCKET_PEER_PROTOCOL", "auto").strip().lower() or "auto"
     if raw not in PEER_PROTOCOLS:
         raise ValueError(f"HOCKET_PEER_PROTOCOL={raw!r} must be one of {PEER_PROTOCOLS}")

@@ -294,8 +294,11 @@ def _ag_mm(b: _Builder) -> None:
         # source block at a time (p GEMMs of the piece's rows) and, with several pieces,
         # copied into the gathered A; bulk is the one-piece pipeline.
         if strategy == "chunked" and runs_peer_pipe(b):
-            if peer_protocol_for("ag_mm", plan.chunks) == "pull":
+            protocol = peer_protocol_for("ag_mm", plan.chunks)
+            if protocol == "pull":
                 _ag_peer_pull(b, shard_rows)
+            elif protocol == "put":
+                _ag_peer_put(b, shard_rows)
             else:
                 _ag_peer_pipe(b, shard_rows)
             return
@@ -437,6 +440,19 @@ def _ag_peer_pull(b: _Builder, shard_rows: int) -> None:
     for j in range(p - 1):
         for i, rows in enumerate(pieces):
             b.add_gemm(f"gemm[{j}.{i}]", rows, deps=(pulls[j][i],), piece=i)
+
+
+def _ag_peer_put(b: _Builder, shard_rows: int) -> None:
+    """``peer_pull.gather_matmul_put``: the own shard's GEMM launched first; on the copy stream the
+    shard copied into every peer's slot, then the barrier; the peers' shards' GEMMs after it."""
+    site = b.site
+    p = site.world
+    shard_bytes = site.comm_bytes / site.m * shard_rows
+    b.add_gemm("gemm_own", shard_rows)
+    puts = [b.add_transfer(f"put[{j}]", b.ring_step(shard_bytes), op="push", nbytes=shard_bytes)
+            for j in range(p - 1)]
+    barrier = _pull_barrier(b, tuple(puts))
+    b.add_gemm("gemm_peers", shard_rows, deps=(barrier,), count=p - 1)
 
 
 def _rs_peer_pull(b: _Builder, block_rows: int) -> None:

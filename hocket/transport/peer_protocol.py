@@ -11,6 +11,10 @@ executors in :mod:`hocket.ops.lowering` and the cost model both ask here).
   kernel). It needs no barrier between producing and sending, so pieces of a reduce-scatter
   travel while later pieces compute.
 
+* ``put`` (all-gather in one piece; :func:`hocket.ops.lowering.peer_pull.gather_matmul_put`): each
+  rank copies its shard straight into the peers' slots, then the group meets at the barrier; no
+  staging copy, and the copy starts before the barrier instead of after it.
+
 A pull reduce-scatter can only start after every rank has produced its partials (one barrier
 per piece would cost more than the overlap gains), so ``mm_rs`` pulls one piece (``chunks=1``)
 and pushes several; ``mm_ar`` always pushes (its one-piece form overlaps nothing).
@@ -24,20 +28,33 @@ from hocket import env
 PULL_KINDS = ("ag_mm", "mm_rs")
 
 
+def available(protocol: str, kind: str, chunks: int) -> bool:
+    """Whether ``protocol`` exists for this operator kind and piece count (``push`` always does)."""
+    if protocol == "pull":
+        return kind == "ag_mm" or (kind == "mm_rs" and chunks == 1)
+    if protocol == "put":
+        return kind == "ag_mm" and chunks == 1
+    return protocol == "push"
+
+
 def pull_available(kind: str, chunks: int) -> bool:
-    """Whether the pull protocol exists for this operator kind and piece count."""
-    if kind == "ag_mm":
-        return True
-    if kind == "mm_rs":
-        return chunks == 1
-    return False
+    return available("pull", kind, chunks)
+
+
+AUTO_ORDER = ("put", "pull", "push")
+"""What ``auto`` runs: the first protocol of this list that exists for the call. Measured on 2xH200
+(``benchmarks/results/h200x2/run14``, steady state): on ag_mm 8192x8192x7168 put 1.481 ms, push 1.492,
+pull 1.599 (its staging copy and the copy after the barrier cost more than they save); on mm_rs pull
+beat push on every case (2.948 vs 3.002 ms on 8192x14336x8192, 0.336 vs 0.717 on 8192x2048x4096, where
+the push pipe's host work bounds the call)."""
 
 
 def peer_protocol_for(kind: str, chunks: int) -> str:
-    """``"pull"`` or ``"push"`` for a ``chunked``/``copy_engine`` call of ``kind`` with ``chunks`` pieces."""
+    """``"pull"``, ``"put"`` or ``"push"`` for a ``chunked``/``copy_engine`` call of ``kind`` with ``chunks``
+    pieces: ``HOCKET_PEER_PROTOCOL`` where that protocol exists for the call, else ``auto``'s choice."""
     if kind not in ("ag_mm", "mm_rs", "mm_ar"):
         raise ValueError(f"kind={kind!r} has no copy-engine peer protocol; use ag_mm, mm_rs or mm_ar")
     setting = env.peer_protocol()
-    if setting == "push" or not pull_available(kind, chunks):
-        return "push"
-    return "pull"
+    if setting != "auto" and available(setting, kind, chunks):
+        return setting
+    return next(p for p in AUTO_ORDER if available(p, kind, chunks))

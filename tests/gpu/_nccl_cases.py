@@ -117,7 +117,20 @@ def run_unsupported_transport(kind: str) -> None:
 def run_back_to_back(case: dict) -> int:
     """``case["calls"]`` calls of one plan with fresh operands each, two shape classes interleaved and
     no synchronisation between calls (the copy-engine protocols reuse their buffers across calls:
-    a missing ordering shows up as a wrong result here); every result is checked at the end."""
+    a missing ordering shows up as a wrong result here); every result is checked at the end.
+    ``case["protocol"]``: ``HOCKET_PEER_PROTOCOL`` meanwhile."""
+    previous = os.environ.get("HOCKET_PEER_PROTOCOL")
+    os.environ["HOCKET_PEER_PROTOCOL"] = case.get("protocol") or "auto"
+    try:
+        return _run_back_to_back(case)
+    finally:
+        if previous is None:
+            os.environ.pop("HOCKET_PEER_PROTOCOL", None)
+        else:
+            os.environ["HOCKET_PEER_PROTOCOL"] = previous
+
+
+def _run_back_to_back(case: dict) -> int:
     w, rank = dist.get_world_size(), dist.get_rank()
     device = torch.device("cuda", torch.cuda.current_device())
     kind, dtype, plan = case["kind"], case["dtype"], case["plan"]

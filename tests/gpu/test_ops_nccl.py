@@ -61,23 +61,24 @@ def test_tile_fused_names_its_transport_on_every_rank(pool2):
 COPY_ENGINE_PLANS = [{"strategy": "chunked", "transport": "copy_engine", "chunks": c} for c in (1, 3)]
 
 
-@pytest.mark.parametrize("protocol", ["push", "pull"])
+@pytest.mark.parametrize("protocol", ["push", "pull", "put"])
 @pytest.mark.parametrize("kind,shape,dim,ns,extra", CASES[:6], ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}-d{c[2]}"
                                                                     for c in CASES[:6]])
 def test_copy_engine_protocols(pool2, kind, shape, dim, ns, extra, protocol):
-    """Both peer protocols of chunked/copy_engine (HOCKET_PEER_PROTOCOL), against the reference."""
+    """Every peer protocol of chunked/copy_engine (HOCKET_PEER_PROTOCOL; where a call has no form of
+    it, the auto choice runs), against the reference."""
     case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype="bfloat16", seed=SEED, plans=COPY_ENGINE_PLANS,
                 protocol=protocol, **extra)
     results = pool2.run(run_plans, case)
     assert len(results[0]) == len(results[1]) > 0
 
 
-@pytest.mark.parametrize("kind", ["ag_mm", "mm_rs"])
-@pytest.mark.parametrize("chunks", [1, 2])
-def test_copy_engine_back_to_back(pool2, kind, chunks):
+@pytest.mark.parametrize("kind,chunks,protocol", [("ag_mm", 1, "pull"), ("ag_mm", 2, "pull"), ("ag_mm", 1, "put"),
+                                                  ("ag_mm", 2, "push"), ("mm_rs", 1, "pull"), ("mm_rs", 2, "push")])
+def test_copy_engine_back_to_back(pool2, kind, chunks, protocol):
     """Eight calls with fresh inputs, two shape classes interleaved, no sync between calls."""
     case = dict(kind=kind, dtype="bfloat16", plan={"strategy": "chunked", "transport": "copy_engine",
                                                    "chunks": chunks},
-                rows=(256, 96), k=192, n=320, calls=8, seed=SEED)
+                rows=(256, 96), k=192, n=320, calls=8, seed=SEED, protocol=protocol)
     counts = pool2.run(run_back_to_back, case)
     assert counts[0] == counts[1] == (16 if kind == "ag_mm" else 8)

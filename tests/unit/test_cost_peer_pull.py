@@ -25,7 +25,7 @@ def _timeline(site, plan, cluster):
 
 @pytest.mark.parametrize("world", [2, 8])
 def test_gather_pulls_every_peer_piece_after_one_barrier(world, monkeypatch):
-    monkeypatch.delenv("HOCKET_PEER_PROTOCOL", raising=False)
+    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "pull")
     rng = random.Random()
     site = Site(kind="ag_mm", m=world * rng.randint(8, 32) * 128, k=rng.choice([2048, 8192]),
                 n=rng.choice([2048, 8192]), world=world)
@@ -68,13 +68,27 @@ def test_the_pull_protocol_issues_less_host_work_than_the_push_pipe(monkeypatch)
 
 def test_protocol_choice(monkeypatch):
     monkeypatch.delenv("HOCKET_PEER_PROTOCOL", raising=False)
-    assert peer_protocol_for("ag_mm", 4) == "pull" and peer_protocol_for("mm_rs", 1) == "pull"
+    assert peer_protocol_for("ag_mm", 1) == "put" and peer_protocol_for("ag_mm", 4) == "pull"
+    assert peer_protocol_for("mm_rs", 1) == "pull"
     assert peer_protocol_for("mm_rs", 2) == "push" and peer_protocol_for("mm_ar", 1) == "push"
     assert not pull_available("mm_ar", 1)
     monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "push")
     assert peer_protocol_for("ag_mm", 1) == "push"
+    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "put")
+    assert peer_protocol_for("ag_mm", 1) == "put"
+    assert peer_protocol_for("ag_mm", 2) == "pull" and peer_protocol_for("mm_rs", 1) == "pull", "no put form: auto"
     monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "sideways")
     with pytest.raises(ValueError, match="HOCKET_PEER_PROTOCOL='sideways'"):
         peer_protocol_for("ag_mm", 1)
     with pytest.raises(ValueError, match="kind='h2d_mm'"):
         peer_protocol_for("h2d_mm", 1)
+
+
+def test_put_copies_before_the_barrier_and_multiplies_the_peers_after_it(monkeypatch):
+    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "put")
+    site = Site(kind="ag_mm", m=8192, k=random.choice([4096, 8192]), n=7168, world=2)
+    stages, at = _timeline(site, Plan(strategy="chunked", chunks=1, transport="copy_engine"), H200X2)
+    assert not any(s.op == "pull" for s in stages) and "pull.stage" not in at, "no staging copy"
+    assert at["pull.barrier"][0] >= at["put[0]"][1] - 1e-12
+    assert at["gemm_peers"][0] >= at["pull.barrier"][1] - 1e-12
+    assert at["gemm_own"][0] < at["put[0]"][1], "the own shard is multiplied beside the put"

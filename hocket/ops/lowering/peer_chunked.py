@@ -147,8 +147,11 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
     g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
     if g.k_gather:
         return chunked.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
-    if peer_protocol_for("ag_mm", plan.chunks) == "pull":
+    protocol = peer_protocol_for("ag_mm", plan.chunks)
+    if protocol == "pull":
         return peer_pull.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
+    if protocol == "put":
+        return peer_pull.gather_matmul_put(A_shard, Bs, dim, need_A, rt, plan)
     pipe = gather_pipe(rt, g)
     pieces = _pieces(g.R, plan.chunks)
     gathered = pipe.local("A")

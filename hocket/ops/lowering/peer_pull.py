@@ -1,5 +1,7 @@
-"""``chunked`` over ``transport="copy_engine"`` with the pull protocol (see
-:mod:`hocket.transport.peer_protocol` for when it runs instead of the push pipe).
+"""``chunked`` over ``transport="copy_engine"`` with the barrier protocols ``pull`` and ``put`` (see
+:mod:`hocket.transport.peer_protocol` for when each runs instead of the flag-driven push pipe).
+The pull protocol is described here; ``put`` (:func:`gather_matmul_put`) swaps steps 1 and 3:
+each rank copies its data straight into the peers' slots, then joins the barrier.
 
 A :class:`PullPipe` owns, per operator shape class and group, a symmetric buffer of two
 *slots* (call parity ``i % 2``), a copy stream and recycled CUDA events. One call:
@@ -160,3 +162,38 @@ def matmul_scatter(A, B, reduce_op, dim, rt, plan):
     for src in sources:
         s.out_c.add_(received[src])
     return s.finish(reduce_op)
+
+
+def gather_matmul_put(A_shard, Bs, dim, need_A, rt, plan):
+    """All-gather (rows) + matmul in one piece, the ``put`` protocol: this rank's shard is copied
+    straight into every peer's slot (no staging copy), then the group's barrier tells every rank
+    that its slot is full; the own shard is multiplied meanwhile, the peers' shards after it.
+    (Safe with two slots for the same reason as the pull: a rank writes a peer's slot ``p`` in
+    call ``i`` after its barrier of call ``i - 1``, which that peer reached only after its GEMMs of
+    call ``i - 2`` had read slot ``p``.)"""
+    w, rank = rt.world, rt.rank
+    g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
+    R = g.R
+    dtype = g.local.dtype
+    pipe = PULLS.get(rt.group, g.local.device, ("ag_put", R, g.Kc, dtype), slot_shape=(w, R, g.Kc), dtype=dtype,
+                     label=f"all_gather_matmul put [{w}x{R}, {g.Kc}] {dtype}")
+    parity = pipe.next_parity()
+    (done,) = pipe.events(1)
+    cur = torch.cuda.current_stream(g.local.device)
+    pipe.ready.record(cur)
+    g.compute_rows(rank, 0, R, g.local)
+    with torch.cuda.stream(pipe.stream):
+        pipe.stream.wait_event(pipe.ready)
+        for peer in send_order(rank, w):
+            pipe.slot(peer, parity)[rank].copy_(g.local, non_blocking=True)
+        pipe.barrier()
+        done.record(pipe.stream)
+    cur.wait_event(done)
+    mine = pipe.slot(rank, parity)
+    for src in receive_order(rank, w):
+        g.compute_rows(src, 0, R, mine[src])
+        if g.A_c is not None:
+            g.gathered_rows(src).copy_(mine[src])
+    if g.A_c is not None:
+        g.gathered_rows(rank).copy_(g.local)
+    return g.finish()

@@ -16,6 +16,7 @@ a calibration point keep the constant in the module (said so in the output).
 
   python benchmarks/derive_uncertainty.py --profile benchmarks/results/calibration/h200x2-nccl-full.json
 
+A copy-engine ``chunked`` line is priced with the peer protocol it ran (validate_cost.line_protocol).
 Predictions use the profile alone (as the planner does on that machine), never the
 calibration sites' own baselines, so the error is the one the planner meets.
 """
@@ -32,7 +33,8 @@ from hocket.hardware import load_cluster
 from hocket.hardware.profile import load_profile
 from hocket.plan.uncertainty import (DEFAULT_MAX_ERROR, DEFAULT_PER_PIECE_ERROR, DEFAULT_REL_ERROR, PLAN_CLASSES,
                                      plan_class, plan_pieces)
-from validate_cost import RESULTS, group_sites, machine_of, profile_for, read_current, split_holdout
+from validate_cost import (RESULTS, group_sites, line_label, line_protocol, machine_of, priced_with_protocol,
+                           profile_for, read_current, split_holdout)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -84,9 +86,10 @@ def class_errors(groups, profiles, *, per_piece_error: float) -> tuple[dict[str,
             if cls == "sequential":
                 continue
             try:
-                predicted = predict(g.site, plan, g.cluster, view, steady_state=g.steady).total_ms
+                with priced_with_protocol(line_protocol(r)):  # the copy-engine protocol the line ran
+                    predicted = predict(g.site, plan, g.cluster, view, steady_state=g.steady).total_ms
             except ValueError as exc:
-                notes.append(f"{g.site.key} {plan.describe()}: not priced: {str(exc)[:120]}")
+                notes.append(f"{g.site.key} {line_label(r)}: not priced: {str(exc)[:120]}")
                 continue
             ratio = (r.median_ms / measured_seq) / (predicted / predicted_seq)
             errors[cls].append(ratio - 1.0 - per_piece_error * (plan_pieces(plan) - 1))

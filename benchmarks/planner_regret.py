@@ -12,6 +12,12 @@ noise in either mode.
 The cluster each line was measured on is found by matching its hardware fingerprint
 (devices, topology, nodes, network) against this machine's probe and the presets;
 ``--cluster`` names it instead.
+
+A ``chunked`` plan over ``copy_engine`` runs one of several peer protocols
+(``hocket.transport.peer_protocol``); a site is scored under the protocol its copy-engine lines ran
+(validate_cost.line_protocol: push for lines older than ``run.peer_protocol``): the candidates are
+priced with it and only its lines are looked up. A site with lines of several protocols is scored
+with the protocol of the line read last (the newest, by the order of the files given), with a note.
 """
 
 from __future__ import annotations
@@ -78,14 +84,59 @@ def through_host(cluster, cost):
     return priced
 
 
-class ClusterFinder:
-    """Hardware fingerprint of a results line -> a CostFn on the matching ClusterSpec."""
+def site_machine(record) -> tuple[str, str]:
+    """(site key, hardware hash): the group a line is scored in (``hocket.plan.regret.group_records``'s key)."""
+    hardware = record.hardware if isinstance(record.hardware, dict) else {}
+    return record.site.key, str(hardware.get("hash", "unknown"))
 
-    def __init__(self, forced: str | None, profile: object = None) -> None:
+
+def one_protocol_per_site(records) -> tuple[list, dict[tuple[str, str], str], list[str]]:
+    """The lines to score, the peer protocol of each site (``site_machine`` key) that has copy-engine
+    lines, and notes. Where a site's copy-engine lines ran several protocols, the one of the line read
+    last is kept and the copy-engine lines of the others are left out (noted), so that the plan chosen
+    on prices of that protocol is looked up among lines of that protocol."""
+    from validate_cost import line_protocol  # sibling module, as in held_out_keys
+
+    seen: dict[tuple[str, str], list[str]] = {}
+    for r in records:
+        protocol = line_protocol(r)
+        if protocol is not None:
+            seen.setdefault(site_machine(r), []).append(protocol)
+    chosen = {key: ran[-1] for key, ran in seen.items()}
+    kept = [r for r in records if line_protocol(r) in (None, chosen.get(site_machine(r)))]
+    notes = []
+    for key, ran in seen.items():
+        if len(set(ran)) > 1:
+            left = sum(p != chosen[key] for p in ran)
+            notes.append(f"{key[0]} on hardware {key[1]}: copy-engine lines of protocols {sorted(set(ran))}; "
+                         f"scored with {chosen[key]} (the newest line's), {left} lines of the others left out")
+    return kept, chosen, notes
+
+
+def with_protocol(protocol: str | None, cost):
+    """``cost`` pricing every plan under ``HOCKET_PEER_PROTOCOL=protocol`` (restored after each call);
+    ``cost`` itself for None."""
+    if protocol is None:
+        return cost
+    from validate_cost import priced_with_protocol  # sibling module, as in held_out_keys
+
+    def priced(site, plan):
+        with priced_with_protocol(protocol):
+            return cost(site, plan)
+
+    return priced
+
+
+class ClusterFinder:
+    """Hardware fingerprint of a results line -> a CostFn on the matching ClusterSpec (pricing copy-engine
+    plans with the peer protocol of the line's site: ``protocols``, keyed by ``site_machine``)."""
+
+    def __init__(self, forced: str | None, profile: object = None, protocols: dict | None = None) -> None:
         self.forced = load_cluster(forced) if forced else None
         self.profile = profile
+        self.protocols = dict(protocols or {})
         self._by_shape: dict[str, object] = {}
-        self._costs: dict[int, object] = {}
+        self._costs: dict[tuple, object] = {}
 
     def _candidates(self, world: int):
         yield probe(cpu_ranks=world)
@@ -122,13 +173,24 @@ class ClusterFinder:
 
         profile = self.profile_for(record)
         steady = steady_line(record)
-        key = (id(cluster), id(profile), steady)
+        protocol = self.protocols.get(site_machine(record))
+        key = (id(cluster), id(profile), steady, protocol)
         if key not in self._costs:
-            self._costs[key] = through_host(cluster, predict_cost_fn(cluster, profile, steady_state=steady))
+            cost = through_host(cluster, predict_cost_fn(cluster, profile, steady_state=steady))
+            self._costs[key] = with_protocol(protocol, cost)
         return self._costs[key]
 
     def uncertainty_for(self, record):
         return uncertainty_from_profile(self.profile_for(record))
+
+
+def protocol_label(plan, protocol: str | None) -> str:
+    """``plan_label(plan)``, plus `` ~pull``/`` ~put`` for a copy-engine chunked plan of a site scored
+    with another protocol than push (unmarked copy-engine plans ran push, as every line before run14)."""
+    label = plan_label(plan)
+    if plan.strategy == "chunked" and plan.transport == "copy_engine" and protocol not in (None, "push"):
+        return f"{label} ~{protocol}"
+    return label
 
 
 def held_out_keys(records) -> set[str]:
@@ -180,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     from validate_cost import read_current  # sibling module, as in held_out_keys
 
     records, skipped = read_current(paths, all_relays=args.all_relays, strict=bool(args.paths))
+    records, protocols, protocol_notes = one_protocol_per_site(records)
+    skipped += protocol_notes
     if not records:
         print(f"no results lines found in {', '.join(map(str, paths)) or RESULTS}; run `hocket bench ... --out` first")
         return 0
@@ -188,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         from hocket.hardware.profile import load_profile
 
         profile = load_profile(args.profile, expected=None)
-    finder = ClusterFinder(args.cluster, profile)
+    finder = ClusterFinder(args.cluster, profile, protocols)
     rows, notes = planner_regret(records, finder.cost_for, top_k=args.top_k, margin=args.margin,
                                  uncertainty_for=None if args.no_uncertainty else finder.uncertainty_for)
     if args.holdout != "all":
@@ -206,9 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         s = row.site
         short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(s.dtype, s.dtype)
         label = f"{s.kind} {s.m}x{s.k}x{s.n} {short} w{s.world}"
-        print(f"{label:<34} {row.measured:>3} {plan_label(row.best_plan):<22} {row.best_ms:>9.3f} "
-              f"{plan_label(row.predicted_plan):<22} {row.predicted_regret:>6.3f} {row.predicted_vs_sequential:>6.3f} "
-              f"{plan_label(row.tuned_plan):<22} {row.tuned_regret:>6.3f} {row.tuned_vs_sequential:>6.3f} "
+        protocol = protocols.get((s.key, row.hardware_hash))
+        best, chosen, tuned = (protocol_label(p, protocol) for p in (row.best_plan, row.predicted_plan, row.tuned_plan))
+        print(f"{label:<34} {row.measured:>3} {best:<22} {row.best_ms:>9.3f} "
+              f"{chosen:<22} {row.predicted_regret:>6.3f} {row.predicted_vs_sequential:>6.3f} "
+              f"{tuned:<22} {row.tuned_regret:>6.3f} {row.tuned_vs_sequential:>6.3f} "
               f"{row.noise:>6.1%}")
     if rows:
         s = summarize(rows)
@@ -222,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         for why in row.unpriced:
             print(f"note: {row.site.key}: not priced: {why}")
     if args.json:
-        Path(args.json).write_text(json.dumps([r.to_dict() for r in rows], indent=1) + "\n")
+        dicts = [{**r.to_dict(), "peer_protocol": protocols.get((r.site.key, r.hardware_hash))} for r in rows]
+        Path(args.json).write_text(json.dumps(dicts, indent=1) + "\n")
     return 0
 
 

@@ -16,6 +16,10 @@ apart), and how often the predicted best plan of a site is the measured best (wi
 regret of following the prediction). Targets (issue 3): median <= 10%, max <= 25%,
 sign right >= 90%.
 
+A ``chunked`` plan over ``copy_engine`` is priced with the peer protocol its line ran
+(``run.peer_protocol``; push for lines written before that field existed), not with today's
+default, and is labelled `` ~pull``/`` ~put`` where it ran no push.
+
   python benchmarks/validate_cost.py                            # every *.jsonl under results/
   python benchmarks/validate_cost.py results/h200/bench_single_gpu.jsonl --cluster h200x1 --json out.json
   python benchmarks/validate_cost.py --no-calibration           # datasheet + mechanisms only
@@ -26,12 +30,16 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hocket.bench.record import read_records
 from hocket.cost import predict
+from hocket.env import PEER_PROTOCOLS
 from hocket.cost.calibration import CalibrationView, calibration_view
 from hocket.hardware import list_presets, load_cluster, load_preset, probe
 from hocket.hardware.profile import CalibrationProfile, CurvePoint, GemmPoint, load_profile
@@ -58,6 +66,58 @@ def steady_line(record) -> bool:
     run = record.run if isinstance(record.run, dict) else {}
     reps = run.get("reps", 1)
     return isinstance(reps, int) and reps > 1
+
+
+PEER_PROTOCOL_KINDS = ("ag_mm", "mm_rs", "mm_ar")
+PROTOCOL_BEFORE_RUN14 = "push"
+"""What every ``chunked``/``copy_engine`` line without ``run.peer_protocol`` ran: the flag-raising push
+pipe was the only peer protocol until commit 5945583 (h200x2 runs 1-13, bench_h200x2.jsonl, bench_peer_read)."""
+
+
+def line_protocol(record) -> str | None:
+    """The copy-engine peer protocol a results line ran (``hocket.transport.peer_protocol``):
+    ``run.peer_protocol`` where the benchmark wrote one, ``"push"`` for a ``chunked`` plan over
+    ``copy_engine`` without it (``PROTOCOL_BEFORE_RUN14``), None for every other line."""
+    run = record.run if isinstance(record.run, dict) else {}
+    named = run.get("peer_protocol")
+    if named is not None:
+        if named not in PEER_PROTOCOLS or named == "auto":
+            raise ValueError(f"run.peer_protocol={named!r} of a {record.site.kind} {record.plan.describe()} line "
+                             f"is not a protocol; a line names what ran: one of {PEER_PROTOCOLS[1:]}")
+        return named
+    plan = record.plan
+    if plan.strategy == "chunked" and plan.transport == "copy_engine" and record.site.kind in PEER_PROTOCOL_KINDS:
+        return PROTOCOL_BEFORE_RUN14
+    return None
+
+
+@contextmanager
+def priced_with_protocol(protocol: str | None) -> Iterator[None]:
+    """Price under ``HOCKET_PEER_PROTOCOL=protocol`` (the cost model reads it through
+    ``peer_protocol_for`` at pricing time) and restore the variable afterwards, also on an
+    exception; ``None`` leaves the environment as it is (a line with no peer protocol)."""
+    if protocol is None:
+        yield
+        return
+    if protocol not in PEER_PROTOCOLS:
+        raise ValueError(f"protocol={protocol!r} must be one of {PEER_PROTOCOLS} (or None for no peer protocol)")
+    before = os.environ.get("HOCKET_PEER_PROTOCOL")
+    os.environ["HOCKET_PEER_PROTOCOL"] = protocol
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HOCKET_PEER_PROTOCOL", None)
+        else:
+            os.environ["HOCKET_PEER_PROTOCOL"] = before
+
+
+def line_label(record) -> str:
+    """The plan of a line as the tables print it: ``Plan.describe()``, plus `` ~pull``/`` ~put`` for a
+    copy-engine line of another protocol than push (unmarked copy-engine lines ran push)."""
+    protocol = line_protocol(record)
+    suffix = f" ~{protocol}" if protocol not in (None, PROTOCOL_BEFORE_RUN14) else ""
+    return record.plan.describe() + suffix
 
 
 NOISE_FLOOR = 0.02
@@ -254,30 +314,33 @@ def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
         measured_seq = g.sequential_ms
         per_plan = []
         for r in g.records:
+            label = line_label(r)
             try:
-                pred = predict(g.site, g.priced(r.plan), g.cluster, view, steady_state=g.steady).total_ms
+                with priced_with_protocol(line_protocol(r)):  # the protocol the line ran
+                    pred = predict(g.site, g.priced(r.plan), g.cluster, view, steady_state=g.steady).total_ms
             except ValueError as exc:  # a plan the model does not price (named in the message)
-                unpriced.append(f"{g.site.key} {r.plan.describe()}: {exc}")
+                unpriced.append(f"{g.site.key} {label}: {exc}")
                 continue
             error = pred / r.median_ms - 1.0
-            points.append({"site": g.site.key, "plan": r.plan.describe(), "measured_ms": r.median_ms,
-                           "predicted_ms": pred, "error": error})
+            points.append({"site": g.site.key, "plan": label, "peer_protocol": line_protocol(r),
+                           "measured_ms": r.median_ms, "predicted_ms": pred, "error": error})
             per_plan.append((r, pred))
             if r.plan.strategy == "sequential" or predicted_seq is None:
                 continue
             noise = max(NOISE_FLOOR, (r.timing.p90_ms - r.timing.p10_ms) / r.median_ms)
             measured_saving = (measured_seq - r.median_ms) / measured_seq
             predicted_saving = (predicted_seq - pred) / predicted_seq
-            signs.append({"site": g.site.key, "plan": r.plan.describe(), "measured": measured_saving,
+            signs.append({"site": g.site.key, "plan": label, "measured": measured_saving,
                           "predicted": predicted_saving, "within_noise": abs(measured_saving) < noise,
                           "right": (measured_saving > 0) == (predicted_saving > 0)})
         if not per_plan:
             continue
         measured_best = min(per_plan, key=lambda x: x[0].median_ms)[0]
         predicted_best = min(per_plan, key=lambda x: x[1])[0]
-        bests.append({"site": g.site.key, "measured_best": measured_best.plan.describe(),
-                      "predicted_best": predicted_best.plan.describe(),
-                      "right": measured_best.plan == predicted_best.plan,
+        bests.append({"site": g.site.key, "measured_best": line_label(measured_best),
+                      "predicted_best": line_label(predicted_best),
+                      "right": (measured_best.plan, line_protocol(measured_best))
+                      == (predicted_best.plan, line_protocol(predicted_best)),
                       "regret": predicted_best.median_ms / measured_best.median_ms})
     return {"points": points, "signs": signs, "bests": bests, "unpriced": unpriced}
 
@@ -302,9 +365,16 @@ def summary(result: dict) -> dict:
 
 
 IMPLEMENTATION_KEYS = ("method", "variant", "tile_config", "chunk_flags", "copy_streams", "copy_wait", "dynamic",
-                       "edge_pieces", "side_waits", "link", "backend", "threads_per_rank")
+                       "edge_pieces", "side_waits", "link", "backend", "threads_per_rank", "peer_protocol")
 """Fields of a results line's ``run`` that name how a plan was implemented (benchmarks add them
-when they compare kernel variants of one plan); lines that differ in them are different things."""
+when they compare kernel variants of one plan); lines that differ in them are different things.
+``peer_protocol`` is read through :func:`line_protocol` (a copy-engine line without it ran push)."""
+
+
+def implementation(record) -> tuple[str, ...]:
+    """The ``IMPLEMENTATION_KEYS`` values of a line (as strings; ``peer_protocol`` by :func:`line_protocol`)."""
+    run = record.run if isinstance(record.run, dict) else {}
+    return tuple(str(line_protocol(record) if key == "peer_protocol" else run.get(key)) for key in IMPLEMENTATION_KEYS)
 
 
 def run_to_run(groups: list[SiteGroup], *, same_commit: bool = False) -> dict:
@@ -318,8 +388,7 @@ def run_to_run(groups: list[SiteGroup], *, same_commit: bool = False) -> dict:
     runs: dict[tuple, list[float]] = {}
     for g in groups:
         for r in g.records:
-            run = r.run if isinstance(r.run, dict) else {}
-            variant = tuple(str(run.get(key)) for key in IMPLEMENTATION_KEYS)
+            variant = implementation(r)
             if same_commit:
                 variant += (str(r.git_hash),)
             runs.setdefault((g.site.key, r.plan.describe(), variant), []).append(r.median_ms)

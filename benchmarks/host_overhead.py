@@ -116,16 +116,17 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kinds", default="ag_mm,mm_rs,mm_ar")
     p.add_argument("--plans", default="sequential,chunked")
-    p.add_argument("--m", type=int, default=8, help="rows per rank (m/w of the gathered / scattered side)")
-    p.add_argument("--k", type=int, default=16)
-    p.add_argument("--n", type=int, default=8)
+    # not --m/--k/--n: torchrun's own parser would read them as abbreviations of its options
+    p.add_argument("--rows", type=int, default=8, help="m per rank (m/w of the gathered / scattered side)")
+    p.add_argument("--inner", type=int, default=16, help="k")
+    p.add_argument("--cols", type=int, default=8, help="n")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--out", default=None, help="append JSON lines here (rank 0)")
     args = p.parse_args(argv)
-    for name in ("m", "k", "n", "calls", "repeats"):
+    for name in ("rows", "inner", "cols", "calls", "repeats"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
     _init()
@@ -137,13 +138,13 @@ def main(argv: list[str] | None = None) -> None:
     with torch.no_grad():
         for kind in args.kinds.split(","):
             for plan in args.plans.split(","):
-                fns = methods(kind, plan, m=args.m, k=args.k, n=args.n, dtype=dtype, device=device)
+                fns = methods(kind, plan, m=args.rows, k=args.inner, n=args.cols, dtype=dtype, device=device)
                 timed = host_us_per_call(fns, device, calls=args.calls, repeats=args.repeats, warmup=args.warmup)
                 rows += [dict(kind=kind, plan=plan, method=method, host_us_per_call=round(us, 2))
                          for method, us in timed.items()]
     if rank == 0:
         print(f"host time per call (median of {args.repeats} x {args.calls} calls), world {world}, "
-              f"{dist.get_backend()} on {device}, m/k/n {args.m}/{args.k}/{args.n} {args.dtype}")
+              f"{dist.get_backend()} on {device}, m/w, k, n = {args.rows}, {args.inner}, {args.cols} {args.dtype}")
         print(f"{'kind':6s} {'plan':11s} {'raw_us':>9s} {'public_us':>10s} {'custom_op_us':>13s} {'direct_us':>10s}")
         for kind in args.kinds.split(","):
             for plan in args.plans.split(","):
@@ -151,8 +152,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{kind:6s} {plan:11s} {by['raw']:9.1f} {by['public']:10.1f} {by['custom_op']:13.1f} "
                       f"{by['direct']:10.1f}")
         if args.out:
-            common = dict(world=world, backend=dist.get_backend(), device=str(device), m=args.m, k=args.k,
-                          n=args.n, dtype=args.dtype, calls=args.calls, repeats=args.repeats,
+            common = dict(world=world, backend=dist.get_backend(), device=str(device), m=args.rows * world,
+                          k=args.inner, n=args.cols, dtype=args.dtype, calls=args.calls, repeats=args.repeats,
                           versions=versions(), git=git_hash(), command=command_line())
             with open(args.out, "a") as fh:
                 for row in rows:

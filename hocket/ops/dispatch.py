@@ -55,13 +55,19 @@ def clear_prepared_cache() -> None:
 
 
 _ENV_NAMES = ("HOCKET_DISABLE", "HOCKET_AGREEMENT")
-_ENV_RAW = getattr(os.environ, "_data", None)
-_ENV_RAW_KEYS = tuple(os.environ.encodekey(name) for name in _ENV_NAMES) \
-    if isinstance(_ENV_RAW, dict) and hasattr(os.environ, "encodekey") else None
-"""``os.environ`` keeps its contents in a plain dict (``_data``, encoded keys); reading that dict
-costs ~0.1 us where ``os.environ.get`` costs ~1-2 us. Where it is not there, the public
-mapping is read instead."""
+_ENV_ENCODED = tuple(os.environ.encodekey(name) for name in _ENV_NAMES) if hasattr(os.environ, "encodekey") else None
 _ENV_PARSED: dict[tuple, tuple[bool, bool]] = {}
+
+
+def _raw_env() -> tuple:
+    """The raw values of ``_ENV_NAMES`` now. ``os.environ`` keeps its contents in a plain dict
+    (``_data``, encoded keys) whose lookup costs ~0.1 us where ``os.environ.get`` costs ~1-2 us;
+    where that dict is not there (another mapping put in place of ``os.environ``), the mapping is read."""
+    env = os.environ
+    data = getattr(env, "_data", None)
+    if _ENV_ENCODED is not None and type(data) is dict:
+        return data.get(_ENV_ENCODED[0]), data.get(_ENV_ENCODED[1])
+    return env.get(_ENV_NAMES[0]), env.get(_ENV_NAMES[1])
 
 
 def _env_flags() -> tuple[bool, bool]:
@@ -70,10 +76,7 @@ def _env_flags() -> tuple[bool, bool]:
     The raw values are the memo key and :mod:`hocket.env` parses them, so its meaning of
     each flag is the only one and a runtime change of either variable takes effect at once.
     """
-    if _ENV_RAW_KEYS is not None:
-        raw = (_ENV_RAW.get(_ENV_RAW_KEYS[0]), _ENV_RAW.get(_ENV_RAW_KEYS[1]))
-    else:
-        raw = tuple(os.environ.get(name) for name in _ENV_NAMES)
+    raw = _raw_env()
     parsed = _ENV_PARSED.get(raw)
     if parsed is None:
         parsed = _ENV_PARSED[raw] = (disabled(), agreement_every_call())

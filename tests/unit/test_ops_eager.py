@@ -5,6 +5,7 @@ does, and both paths give bit-identical results on a 1-rank gloo group (2 ranks:
 from __future__ import annotations
 
 import importlib
+import os
 
 import pytest
 import torch
@@ -226,6 +227,13 @@ def test_env_flags_follow_runtime_changes(monkeypatch):
     assert dispatch._env_flags() == (True, True)
     monkeypatch.setenv("HOCKET_DISABLE", "0")
     assert dispatch._env_flags() == (False, True)
+
+
+def test_env_flags_read_a_mapping_put_in_place_of_os_environ(monkeypatch):
+    monkeypatch.setattr(os, "environ", {"HOCKET_DISABLE": "yes"})
+    assert dispatch._env_flags() == (True, False)
+    os.environ["HOCKET_AGREEMENT"] = "always"
+    assert dispatch._env_flags() == (True, True)
 
 
 def test_hocket_disable_at_runtime_forces_sequential(pg, monkeypatch):

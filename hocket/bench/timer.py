@@ -138,6 +138,13 @@ def time_interleaved(fns: dict[str, Callable[[], object]], *, config: TimingConf
     Each callable is warmed up once, then gets ``config.iters`` iterations in total,
     split as evenly as possible over the rounds.
     """
+    samples = interleaved_samples_ms(fns, config=config, rounds=rounds, group=group, device=device)
+    return {name: summarize(values) for name, values in samples.items()}
+
+
+def interleaved_samples_ms(fns: dict[str, Callable[[], object]], *, config: TimingConfig = TimingConfig(),
+                           rounds: int = 1, group=None, device: torch.device | str = "cpu") -> dict[str, list[float]]:
+    """:func:`time_interleaved`'s samples (ms, max across ranks) per callable, not summarised."""
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds={rounds!r} must be an int >= 1")
     if not fns:
@@ -152,4 +159,4 @@ def time_interleaved(fns: dict[str, Callable[[], object]], *, config: TimingConf
         per_round = config.iters // rounds + (1 if r < config.iters % rounds else 0)
         for name, fn in fns.items():
             samples[name] += sample_ms(fn, iters=per_round, group=group, device=device, reps=config.reps)
-    return {name: summarize(values) for name, values in samples.items()}
+    return samples

@@ -52,9 +52,8 @@ from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePo
 from hocket.bench.paired import alternating_ms
 from hocket.kernels import (candidate_configs, consumer_gemm, even_row_offsets, producer_gemm, reset_producer,
                             warmup_consumer, warmup_producer)
-from hocket.kernels.config import config_for
 from hocket.kernels.schedule import trapezoid_row_offsets
-from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host
+from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host, offload_tile_config
 from hocket.ops.offload_pieces import piece_offsets
 from hocket.ops.offload_timeline import offload_timeline
 from hocket.ops.tolerance import max_error, tolerance
@@ -304,7 +303,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     two_copies_ms = median_ms(lambda: _two_stream_copy(src, dst, side), iters=iters)
     comm_ms = min(one_copy_ms, two_copies_ms)  # the fastest transport for these bytes
     if configs == "rule":
-        configs = (config_for(m, n, k, DTYPE),)
+        configs = (offload_tile_config(m, n, k, DTYPE),)  # what the operators run by default
     chosen, config_ms, config_cublas_ms = choose_tile_config(direction, a_dev, b, c_dev, configs=configs,
                                                              iters=max(30, iters // 2))
     per_config = {cfg.label(): ms for cfg, ms in config_ms.items()}
@@ -519,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated MxKxN shapes (default: the four of issue 5; smoke: the first)")
     parser.add_argument("--configs", choices=("all", "rule"), default="all",
                         help="tile configs timed alone before choosing one: all candidate_configs (default), or "
-                             "only hocket.kernels.config.config_for's choice for the shape (what the operators use)")
+                             "only the operators' default for the shape (hocket.ops.offload.offload_tile_config)")
     parser.add_argument("--variants", default=None,
                         help="comma-separated tile_fused variants to run (default: all of "
                              + ", ".join(v.name for v in VARIANTS) + ")")

@@ -111,6 +111,12 @@ def _resolve_copy_wait(copy_wait: str, side_waits: bool, device: torch.device) -
     return "side_kernel"
 
 
+def offload_tile_config(m: int, n: int, k: int, dtype: torch.dtype) -> TileConfig:
+    """The offload operators' default tile config: ``config_for`` the shape with the default (64-wide)
+    narrow edge tiles (see :meth:`OffloadContext.tile_config`)."""
+    return replace(config_for(m, n, k, dtype), narrow_block_n=None)
+
+
 def fused_narrow_rows(offsets: tuple[int, ...], *, direction: str, n: int, config: TileConfig, programs: int,
                       edge_pieces: int = EDGE_PIECES, balance_tail: bool = True) -> int:
     """Rows of a tile_fused offload whose tiles are narrow (``config.narrow_n`` wide).
@@ -223,7 +229,7 @@ class OffloadContext:
         2.744 ms against 2.491 with 64-wide ones, h200x2 run13 / h200 run 2)."""
         if self.config is not None:
             return self.config
-        return replace(config_for(m, n, k, dtype), narrow_block_n=None)
+        return offload_tile_config(m, n, k, dtype)
 
     def programs(self) -> int:
         """Persistent grid size of the tile-fused GEMMs on this device."""

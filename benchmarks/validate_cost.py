@@ -166,9 +166,23 @@ class SiteGroup:
         return plan
 
 
+def devices_used(record) -> tuple[dict, int]:
+    """(device counts, ranks) a line ran on: its ``hardware.devices`` and ``world_size``, narrowed to
+    ``site.world`` devices where a site of fewer ranks ran on one node of one device model (the
+    single-GPU offload benchmark on one GPU of a 2xH200 lease, h200 runs 5-6: an h200x1 line)."""
+    hardware = record.hardware if isinstance(record.hardware, dict) else {}
+    devices = dict(hardware.get("devices") or {})
+    world = int(hardware.get("world_size") or record.site.world)
+    ranks = record.site.world
+    if len(devices) == 1 and (hardware.get("nodes") or 1) == 1 and ranks < next(iter(devices.values())):
+        return {next(iter(devices)): ranks}, ranks
+    return devices, world
+
+
 def find_cluster(record, forced, cache: dict):
     """The ClusterSpec a line was measured on: ``--cluster``, else the preset (or this
-    machine's probe, for CPU ranks) with the same device counts and node count."""
+    machine's probe, for CPU ranks) with the same device counts (those the site used:
+    ``devices_used``) and node count."""
     if forced is not None:
         return forced
     named = record.run.get("cluster") if isinstance(record.run, dict) else None
@@ -177,10 +191,9 @@ def find_cluster(record, forced, cache: dict):
             cache[named] = load_preset(named)
         return cache[named]
     hardware = record.hardware if isinstance(record.hardware, dict) else {}
-    devices = hardware.get("devices") or {}
+    devices, world = devices_used(record)
     key = json.dumps([devices, hardware.get("nodes")], sort_keys=True)
     if key not in cache:
-        world = int(hardware.get("world_size") or record.site.world)
         candidates = [probe(cpu_ranks=world)] + [load_preset(name) for name in list_presets()]
         cache[key] = next((c for c in candidates if c.device_counts() == devices
                            and c.num_nodes == (hardware.get("nodes") or 1)), None)

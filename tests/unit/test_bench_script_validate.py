@@ -3,6 +3,7 @@ current-executor filter, run-to-run noise, the calibration profile, and main() e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import statistics
@@ -106,6 +107,27 @@ def test_read_current_drops_host_staged_lines_of_old_relays_and_runs(tmp_path):
     assert len(notes) == 1 and notes[0].startswith("3 host_staged lines")
     everything, notes = vc.read_current([new_path, old_path], all_relays=True)
     assert len(everything) == len(current + other_relay + old + old_kept) and not notes
+
+
+def test_a_one_rank_line_on_one_gpu_of_a_two_gpu_host_is_an_h200x1_line():
+    """bench_single_gpu run on a 2xH200 lease (h200 runs 5-6) writes devices {H200 SXM: 2} and no
+    run.cluster: its one-rank sites ran on one GPU, so they are tabled (and priced) as h200x1."""
+    rng = random.Random(20)
+    offload = Site(kind=rng.choice(["h2d_mm", "mm_d2h"]), m=256 * rng.randint(8, 32), k=256 * rng.randint(8, 32),
+                   n=256 * rng.randint(8, 32), dtype="bfloat16", world=1)
+    pair = _new_site(rng)
+    lines = []
+    for site in (offload, pair):
+        line = record(site=site, plan=Plan(transport="host_staged") if site.world == 1 else SEQ,
+                      median_ms=rng.uniform(1.0, 5.0), base=baselines(rng), cluster="h200x2")
+        lines.append(dataclasses.replace(line, run={}, hardware={**line.hardware, "world_size": 2}))
+    assert lines[0].hardware["devices"] == {"H200 SXM": 2}
+    assert vc.devices_used(lines[0]) == ({"H200 SXM": 1}, 1)
+    assert vc.devices_used(lines[1]) == ({"H200 SXM": 2}, 2)
+    cache: dict = {}
+    assert [vc.find_cluster(line, None, cache).name for line in lines] == ["h200x1", "h200x2"]
+    groups, notes = vc.group_sites(lines, None)
+    assert not notes and sorted(g.cluster.name for g in groups) == ["h200x1", "h200x2"]
 
 
 def test_a_malformed_file_is_noted_and_skipped_not_crashed_on(tmp_path, capsys):

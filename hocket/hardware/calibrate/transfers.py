@@ -1,5 +1,9 @@
 """Transfer callables for bandwidth curves: collectives, P2P ring, peer copy, host copy.
 
+The peer copy (``copy_engine``) is, on a NCCL group of one node's GPUs, a copy into the next rank's
+symmetric memory, as the copy-engine transport does it; elsewhere (one process with two GPUs) a
+plain cross-device copy.
+
 Byte conventions follow ``hocket.hardware.profile`` (and ``Site.comm_bytes``).
 """
 
@@ -34,6 +38,10 @@ def make_transfer(name: str, nbytes: int, *, dtype: str, group, device: torch.de
     world = dist.get_world_size(group) if dist.is_initialized() else 1
     numel = max(world, nbytes // itemsize) // world * world
     moved = numel * itemsize
+    if name == "copy_engine" and world > 1 and device.type == "cuda":
+        peer_copy = _symmetric_peer_copy(numel, dt, device, moved, group)
+        if peer_copy is not None:
+            return peer_copy
     if name in ("copy_engine", "host_link"):
         return _device_copy(name, numel, dt, device, moved)
     if world < 2:
@@ -57,6 +65,26 @@ def make_transfer(name: str, nbytes: int, *, dtype: str, group, device: torch.de
     send, recv = _random(numel, dt, device), torch.empty(numel, dtype=dt, device=device)
     to_next, from_prev = (handle.rank + 1) % world, (handle.rank - 1) % world
     return (lambda: transport.exchange([(send, to_next)], [(recv, from_prev)]).wait()), moved
+
+
+def _symmetric_peer_copy(numel: int, dt: torch.dtype, device: torch.device, moved: int, group
+                         ) -> tuple[Callable[[], None], int] | None:
+    """What the ``copy_engine`` transport's copies are: a DMA copy from this rank's memory into the next
+    rank's symmetric buffer (every rank at once, as in a put or pull), no cross-process stream syncs.
+    None where symmetric memory is not available (NCCL group of GPUs of one node)."""
+    from hocket.transport import resolve_group
+    from hocket.transport.symm_mem import SymmBuffer, symm_memory_available
+
+    handle = resolve_group(group if group is not None else dist.group.WORLD)
+    if not symm_memory_available() or "nccl" not in handle.backend:
+        return None
+    buf = SymmBuffer(group=handle, device=device, regions=[("dst", (numel,), dt)])  # collective: every rank
+    src = _random(numel, dt, device)
+    dst = buf.peer((handle.rank + 1) % handle.world, "dst")
+
+    def copy(buf=buf) -> None:  # holds the buffer (and its mapping of the peer's) while the callable lives
+        dst.copy_(src, non_blocking=True)
+    return copy, moved
 
 
 def _device_copy(name: str, numel: int, dt: torch.dtype, device: torch.device, moved: int

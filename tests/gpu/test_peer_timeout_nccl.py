@@ -1,0 +1,67 @@
+"""A peer that never makes its call: the copy-engine protocols' device-side barrier is bounded
+(HOCKET_TIMEOUT_S), so the waiting rank ends in an error within that bound, never a hang.
+
+The barrier's timeout traps the waiting kernel, which leaves that process's CUDA context unusable
+(as NCCL's watchdog abort does): each protocol gets a fresh pool, and a rank process that dies of
+the trap counts as an error too. Run on a machine with >= 2 GPUs."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+    pytest.skip("needs >= 2 CUDA GPUs", allow_module_level=True)
+if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
+    pytest.skip("TRITON_INTERPRET is set: run GPU tests in their own process", allow_module_level=True)
+
+import torch.distributed as dist  # noqa: E402
+
+import hocket.ops as H  # noqa: E402
+from hocket.launch import RankError, RankPool  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+TIMEOUT_S = 3.0
+
+
+def call_without_peer(protocol: str):
+    """Both ranks make one call (the pipe's collective set-up), then only rank 0 calls again."""
+    os.environ["HOCKET_PEER_PROTOCOL"] = protocol
+    device = torch.device("cuda", torch.cuda.current_device())
+    a = torch.randn(256, 64, device=device, dtype=torch.bfloat16)
+    b = torch.randn(64, 128, device=device, dtype=torch.bfloat16)
+    plan = {"strategy": "chunked", "transport": "copy_engine", "chunks": 1}
+    H.all_gather_matmul(a, [b], 0, dist.group.WORLD, plan=plan)
+    torch.cuda.synchronize()
+    dist.barrier()
+    if dist.get_rank() == 1:
+        return "skipped"
+    os.environ["HOCKET_TIMEOUT_S"] = str(TIMEOUT_S)
+    start = time.monotonic()
+    try:
+        H.all_gather_matmul(a, [b], 0, dist.group.WORLD, plan=plan)
+        torch.cuda.synchronize()
+    except RuntimeError as exc:
+        return ("error", time.monotonic() - start, str(exc)[:300])
+    return ("returned", time.monotonic() - start, "")
+
+
+@pytest.mark.parametrize("protocol", ["put", "pull", "push"])
+def test_a_missing_peer_ends_in_an_error_within_the_timeout(protocol):
+    start = time.monotonic()
+    with RankPool(2, backend="nccl", timeout_s=90, start_method="spawn") as pool:
+        try:
+            results = pool.run(call_without_peer, protocol, timeout_s=90)
+        except RankError as err:  # rank 0's process died of the trap: bounded all the same
+            assert set(err.failures) == {0}, f"only the waiting rank may fail: {err}"
+            results = None
+    assert time.monotonic() - start < 150, "the pool did not come back in time"
+    if results is not None:
+        assert results[1] == "skipped"
+        outcome, seconds, message = results[0]
+        assert outcome == "error", f"rank 0 returned from a call whose peer never came ({seconds:.1f} s)"
+        assert seconds < 60, f"the error took {seconds:.1f} s (bound: HOCKET_TIMEOUT_S={TIMEOUT_S})"
+        print(f"\n{protocol}: rank 0 failed after {seconds:.1f} s: {message}")

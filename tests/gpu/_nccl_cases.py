@@ -5,6 +5,7 @@ against the one-process reference (twice per plan: the second call reuses the pl
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -44,6 +45,21 @@ def plans_for(kind: str) -> list[dict]:
     return plans
 
 
+@contextmanager
+def peer_protocol(value: str | None):
+    """``HOCKET_PEER_PROTOCOL=value`` for the block (None: leave it as it is), then restore it."""
+    previous = os.environ.get("HOCKET_PEER_PROTOCOL")
+    if value:
+        os.environ["HOCKET_PEER_PROTOCOL"] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("HOCKET_PEER_PROTOCOL", None)
+        else:
+            os.environ["HOCKET_PEER_PROTOCOL"] = previous
+
+
 def _operand(seed: int, rank: int, shape, dtype: str, device, *, salt: int = 0) -> torch.Tensor:
     gen = rank_generator(seed * 7 + salt, rank=rank)
     return torch.randn(tuple(shape), generator=gen, dtype=torch.float32).to(getattr(torch, dtype)).to(device)
@@ -52,16 +68,8 @@ def _operand(seed: int, rank: int, shape, dtype: str, device, *, salt: int = 0) 
 def run_plans(case: dict) -> list[tuple[str, float]]:
     """``case``: kind, shape, dim, ns, dtype, seed (+ reduce_op / return_A); every plan of ``plans_for``
     (or only ``case["plans"]`` when given); ``case["protocol"]`` sets ``HOCKET_PEER_PROTOCOL`` meanwhile."""
-    previous = os.environ.get("HOCKET_PEER_PROTOCOL")
-    if case.get("protocol"):
-        os.environ["HOCKET_PEER_PROTOCOL"] = case["protocol"]
-    try:
+    with peer_protocol(case.get("protocol")):
         return _run_plans(case)
-    finally:
-        if previous is None:
-            os.environ.pop("HOCKET_PEER_PROTOCOL", None)
-        else:
-            os.environ["HOCKET_PEER_PROTOCOL"] = previous
 
 
 def _run_plans(case: dict) -> list[tuple[str, float]]:
@@ -119,15 +127,8 @@ def run_back_to_back(case: dict) -> int:
     no synchronisation between calls (the copy-engine protocols reuse their buffers across calls:
     a missing ordering shows up as a wrong result here); every result is checked at the end.
     ``case["protocol"]``: ``HOCKET_PEER_PROTOCOL`` meanwhile."""
-    previous = os.environ.get("HOCKET_PEER_PROTOCOL")
-    os.environ["HOCKET_PEER_PROTOCOL"] = case.get("protocol") or "auto"
-    try:
+    with peer_protocol(case.get("protocol") or "auto"):
         return _run_back_to_back(case)
-    finally:
-        if previous is None:
-            os.environ.pop("HOCKET_PEER_PROTOCOL", None)
-        else:
-            os.environ["HOCKET_PEER_PROTOCOL"] = previous
 
 
 def _run_back_to_back(case: dict) -> int:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from hocket.plan.plan import Plan
 from hocket.site import Site
+from hocket.transport.peer_protocol import peer_protocol_for
 
 GIB = 1 << 30
 DEFAULT_BUDGET_FRACTION = 0.25
@@ -100,6 +101,14 @@ def estimate_extra_memory(site: Site, plan: Plan) -> MemoryEstimate:
     symmetric = 0
     if plan.transport == "copy_engine" or plan.strategy == "tile_fused":
         symmetric = full + w * max(c, 1) * SIGNAL_BYTES
+        if plan.strategy == "chunked" and w > 1 and site.kind in ("ag_mm", "mm_rs", "mm_ar"):
+            # the barrier protocols keep two slots (call parity): pull stages this rank's shard (all-gather)
+            # or its partials for every rank (reduce-scatter); put receives every peer's shard
+            protocol = peer_protocol_for(site.kind, max(c, 1))
+            if protocol == "pull":
+                symmetric = 2 * (_ceil_div(full, w) if site.kind == "ag_mm" else full)
+            elif protocol == "put":
+                symmetric = 2 * full
     host = 2 * full if plan.transport == "host_staged" else 0
     if plan.transport == "host_staged" and plan.strategy != "sequential":
         workspace += 2 * _ceil_div(full, max(c, 1))  # device side of the staging copies

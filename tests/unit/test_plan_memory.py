@@ -34,7 +34,8 @@ def test_pipeline_buffers_shrink_with_more_chunks():
     assert bidir.workspace_bytes == 2 * ring.workspace_bytes
 
 
-def test_symmetric_memory_and_pinned_host_are_counted_where_they_belong():
+def test_symmetric_memory_and_pinned_host_are_counted_where_they_belong(monkeypatch):
+    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "push")  # the flag pipe: the whole gathered A is symmetric
     ce = estimate_extra_memory(AG, Plan(strategy="chunked", chunks=4, transport="copy_engine"))
     assert ce.symmetric_bytes >= AG.m * AG.k * 2
     assert ce.device_bytes == ce.workspace_bytes + ce.symmetric_bytes
@@ -67,3 +68,21 @@ def test_budget_check():
         budget_from_memory(1 << 30, fraction=0.0)
     with pytest.raises(ValueError, match="memory_bytes"):
         budget_from_memory(-1)
+
+
+@pytest.mark.parametrize("world", [2, 8])
+def test_the_barrier_protocols_keep_two_slots(world, monkeypatch):
+    ag = Site(kind="ag_mm", m=1024 * world, k=4096, n=1024, world=world, dtype="bf16")
+    rs = Site(kind="mm_rs", m=1024 * world, k=1024, n=4096, world=world, dtype="bf16")
+    gathered, product = ag.m * ag.k * 2, rs.m * rs.n * 2
+    one = Plan(strategy="chunked", chunks=1, transport="copy_engine")
+    symmetric = {}
+    for protocol in ("push", "pull", "put"):
+        monkeypatch.setenv("HOCKET_PEER_PROTOCOL", protocol)
+        symmetric[protocol] = (estimate_extra_memory(ag, one).symmetric_bytes,
+                               estimate_extra_memory(rs, one).symmetric_bytes)
+    assert symmetric["pull"][0] == 2 * gathered // world, "pull stages this rank's shard twice (parity)"
+    assert symmetric["put"][0] == 2 * gathered, "put receives every peer's shard, twice"
+    assert symmetric["pull"][1] == 2 * product, "a pulled reduce-scatter stages every rank's partials, twice"
+    assert symmetric["push"][0] >= gathered and symmetric["push"][1] >= product
+    assert symmetric["put"][1] == symmetric["pull"][1], "put has no reduce-scatter form: auto's pull runs"

@@ -7,9 +7,9 @@ same signature are one dict lookup.
 
 The hot path (a cache hit) is kept to a few microseconds: the key is built from
 ``torch.Size``/dtype/device objects as they are, and the two flags it depends on
-(``HOCKET_DISABLE``, ``HOCKET_AGREEMENT``) are read as one raw snapshot of the
-environment whose parsed meaning is memoised (see :func:`_env_flags`), so a change of
-either variable at runtime still takes effect on the next call.
+(``HOCKET_DISABLE``, ``HOCKET_AGREEMENT``) are read raw on every call with their parsed
+meaning memoised (see :func:`_env_flags`), so a change of either variable at runtime
+still takes effect on the next call.
 """
 
 from __future__ import annotations
@@ -54,20 +54,12 @@ def clear_prepared_cache() -> None:
     _PREPARED.clear()
 
 
-_ENV_NAMES = ("HOCKET_DISABLE", "HOCKET_AGREEMENT")
-_ENV_ENCODED = tuple(os.environ.encodekey(name) for name in _ENV_NAMES) if hasattr(os.environ, "encodekey") else None
 _ENV_PARSED: dict[tuple, tuple[bool, bool]] = {}
 
 
 def _raw_env() -> tuple:
-    """The raw values of ``_ENV_NAMES`` now. ``os.environ`` keeps its contents in a plain dict
-    (``_data``, encoded keys) whose lookup costs ~0.1 us where ``os.environ.get`` costs ~1-2 us;
-    where that dict is not there (another mapping put in place of ``os.environ``), the mapping is read."""
-    env = os.environ
-    data = getattr(env, "_data", None)
-    if _ENV_ENCODED is not None and type(data) is dict:
-        return data.get(_ENV_ENCODED[0]), data.get(_ENV_ENCODED[1])
-    return env.get(_ENV_NAMES[0]), env.get(_ENV_NAMES[1])
+    """The raw values of ``HOCKET_DISABLE`` and ``HOCKET_AGREEMENT`` now."""
+    return os.environ.get("HOCKET_DISABLE"), os.environ.get("HOCKET_AGREEMENT")
 
 
 def _env_flags() -> tuple[bool, bool]:

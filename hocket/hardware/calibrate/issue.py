@@ -4,7 +4,8 @@ What the executors issue per piece (``hocket.cost.issue``): a kernel launch (``l
 ``torch.mm`` into a preallocated output, as the executors call it), a collective call with
 its stream wait (``collective``: ``all_reduce`` of a small tensor through the transport,
 then ``wait()``), a P2P ring exchange (``p2p``: send to the next rank, receive from the
-previous, ``wait()``), a peer copy with its event (``copy_engine``) and a pinned-host copy
+previous, ``wait()``), a peer copy with its event (``copy_engine``: into the next rank's symmetric
+memory, as the transport copies, where the group is NCCL on one node's GPUs) and a pinned-host copy
 on a side stream with its event (``host_copy``), and the operator's own ``entry``: one
 sequential ``hocket.ops.all_gather_matmul`` call on tiny operands (its dispatch, plan lookup,
 argument handling and output allocation) less the collective and the launch it issues. Each item is issued
@@ -25,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from hocket.bench.timer import max_across_ranks
+from hocket.hardware.calibrate.transfers import symmetric_peer_copy
 
 ISSUE_ITERS = 50
 """Items timed per kind (after one warm-up round)."""
@@ -58,13 +60,17 @@ def issue_items(*, group, device: torch.device, dtype: torch.dtype) -> dict[str,
         to_next, from_prev = (handle.rank + 1) % world, (handle.rank - 1) % world
         items["collective"] = lambda: transport.all_reduce(buf).wait()
         items["p2p"] = lambda: transport.exchange([(send, to_next)], [(recv, from_prev)]).wait()
-    if torch.cuda.device_count() > 1:
+    made = symmetric_peer_copy(SMALL_NUMEL, dtype, device, 0, group) if world > 1 else None
+    peer_copy = made[0] if made is not None else None
+    if peer_copy is None and torch.cuda.device_count() > 1:  # one process with two GPUs: a plain peer copy
         peer = torch.device("cuda", ((device.index or 0) + 1) % torch.cuda.device_count())
         src, dst = torch.randn(SMALL_NUMEL, device=device).to(dtype), torch.empty(SMALL_NUMEL, device=peer, dtype=dtype)
+        peer_copy = lambda: dst.copy_(src, non_blocking=True)  # noqa: E731
+    if peer_copy is not None:
         done = torch.cuda.Event()
 
         def copy() -> None:
-            dst.copy_(src, non_blocking=True)
+            peer_copy()
             done.record()
             torch.cuda.current_stream(device).wait_event(done)
 

@@ -39,7 +39,7 @@ def make_transfer(name: str, nbytes: int, *, dtype: str, group, device: torch.de
     numel = max(world, nbytes // itemsize) // world * world
     moved = numel * itemsize
     if name == "copy_engine" and world > 1 and device.type == "cuda":
-        peer_copy = _symmetric_peer_copy(numel, dt, device, moved, group)
+        peer_copy = symmetric_peer_copy(numel, dt, device, moved, group)
         if peer_copy is not None:
             return peer_copy
     if name in ("copy_engine", "host_link"):
@@ -67,7 +67,7 @@ def make_transfer(name: str, nbytes: int, *, dtype: str, group, device: torch.de
     return (lambda: transport.exchange([(send, to_next)], [(recv, from_prev)]).wait()), moved
 
 
-def _symmetric_peer_copy(numel: int, dt: torch.dtype, device: torch.device, moved: int, group
+def symmetric_peer_copy(numel: int, dt: torch.dtype, device: torch.device, moved: int, group
                          ) -> tuple[Callable[[], None], int] | None:
     """What the ``copy_engine`` transport's copies are: a DMA copy from this rank's memory into the next
     rank's symmetric buffer (every rank at once, as in a put or pull), no cross-process stream syncs.

@@ -1,31 +1,28 @@
 """Which protocol a ``chunked`` plan over ``transport="copy_engine"`` runs (plain Python; the
-executors in :mod:`hocket.ops.lowering` and the cost model both ask here).
+executors in :mod:`hocket.ops.lowering`, the cost model and the memory estimate all ask here).
 
+* ``put`` (all-gather in one piece; :func:`hocket.ops.lowering.peer_pull.gather_matmul_put`): each
+  rank copies its shard straight into the peers' double-buffered symmetric slots, then the group
+  meets at one device-side barrier; CUDA events order the peers' GEMMs after it.
 * ``pull`` (:mod:`hocket.ops.lowering.peer_pull`): every rank stages what its peers need in its
-  own symmetric memory (double-buffered by call parity), the group meets at one device-side
-  barrier, then each rank's copy stream copies the peers' data out of their memory; CUDA events
-  order the GEMMs after the copies. Per call the host issues a handful of stream operations and
-  no kernel of its own.
+  own slot (double-buffered by call parity), the group meets at the barrier, then each rank's
+  copy stream copies the peers' data out of their memory, an event per piece for the GEMMs.
 * ``push`` (:mod:`hocket.ops.lowering.peer_pipe`): every rank copies into the peers' memory and
   raises one flag per landed piece; the receiver's GEMMs wait on the flags (a bounded spin
   kernel). It needs no barrier between producing and sending, so pieces of a reduce-scatter
   travel while later pieces compute.
 
-* ``put`` (all-gather in one piece; :func:`hocket.ops.lowering.peer_pull.gather_matmul_put`): each
-  rank copies its shard straight into the peers' slots, then the group meets at the barrier; no
-  staging copy, and the copy starts before the barrier instead of after it.
-
-A pull reduce-scatter can only start after every rank has produced its partials (one barrier
-per piece would cost more than the overlap gains), so ``mm_rs`` pulls one piece (``chunks=1``)
-and pushes several; ``mm_ar`` always pushes (its one-piece form overlaps nothing).
-``HOCKET_PEER_PROTOCOL`` (``hocket.env.peer_protocol``) forces one protocol where both exist.
+The barrier protocols issue a handful of stream operations per call and no kernel of their
+own. A pull reduce-scatter can only start after every rank has produced its partials (one
+barrier per piece would cost more than the overlap gains), so ``mm_rs`` pulls one piece
+(``chunks=1``) and pushes several; ``mm_ar`` always pushes (its one-piece form overlaps
+nothing). ``HOCKET_PEER_PROTOCOL`` (``hocket.env.peer_protocol``) forces a protocol where the
+call has it.
 """
 
 from __future__ import annotations
 
 from hocket import env
-
-PULL_KINDS = ("ag_mm", "mm_rs")
 
 
 def available(protocol: str, kind: str, chunks: int) -> bool:
@@ -35,10 +32,6 @@ def available(protocol: str, kind: str, chunks: int) -> bool:
     if protocol == "put":
         return kind == "ag_mm" and chunks == 1
     return protocol == "push"
-
-
-def pull_available(kind: str, chunks: int) -> bool:
-    return available("pull", kind, chunks)
 
 
 AUTO_ORDER = ("put", "pull", "push")

@@ -11,7 +11,7 @@ from hocket.cost import pipeline_stages, schedule
 from hocket.hardware import load_preset
 from hocket.plan.plan import Plan
 from hocket.site import Site
-from hocket.transport.peer_protocol import peer_protocol_for, pull_available
+from hocket.transport.peer_protocol import available, peer_protocol_for
 
 H200X2 = load_preset("h200x2")
 H200X8 = load_preset("h200x8")
@@ -71,7 +71,7 @@ def test_protocol_choice(monkeypatch):
     assert peer_protocol_for("ag_mm", 1) == "put" and peer_protocol_for("ag_mm", 4) == "pull"
     assert peer_protocol_for("mm_rs", 1) == "pull"
     assert peer_protocol_for("mm_rs", 2) == "push" and peer_protocol_for("mm_ar", 1) == "push"
-    assert not pull_available("mm_ar", 1)
+    assert not available("pull", "mm_ar", 1) and not available("put", "mm_rs", 1) and available("push", "mm_ar", 3)
     monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "push")
     assert peer_protocol_for("ag_mm", 1) == "push"
     monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "put")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -135,7 +136,7 @@ def main(argv=None) -> int:
     for site in sites:
         case = Case(site, group=dist.group.WORLD, device=ctx.device, seed=args.seed)
         row = measure(case, args)
-        row["provenance"] = provenance.to_dict() if hasattr(provenance, "to_dict") else vars(provenance)
+        row["provenance"] = asdict(provenance)
         rows.append(row)
         if rank0:
             print(table([row]).splitlines()[-1], flush=True)

@@ -26,6 +26,8 @@ def hardware_fingerprint() -> dict:
 def hidden_text(hidden_fraction: float, transport: str) -> str:
     """How much of the shorter of compute-alone and comm-alone the plan hid; a negative share means
     it ran slower than the two back to back, so its gain over sequential came from the transport."""
+    if hidden_fraction > 1:  # faster than the longer of the two alone: noise, or a transport faster than the baseline's
+        return f"hides all of the shorter of compute-alone and comm-alone ({transport}) and beats the longer (noise?)"
     if hidden_fraction >= 0:
         return f"hides {hidden_fraction:.2f} of the shorter of compute-alone and comm-alone ({transport})"
     return (f"hides nothing: slower than compute-alone + comm-alone ({transport}) back to back; its gain over "

@@ -145,3 +145,5 @@ def test_summary_text_says_hides_nothing_when_the_plan_is_slower_than_the_parts_
     assert hidden_text(share, "p2p") == f"hides {share:.2f} of the shorter of compute-alone and comm-alone (p2p)"
     slower = hidden_text(-random.uniform(0.05, 2.0), "p2p")
     assert slower.startswith("hides nothing") and not re.search(r"-\d", slower)  # no negative share printed
+    beyond = hidden_text(random.uniform(1.01, 3.0), "p2p")
+    assert beyond.startswith("hides all") and not re.search(r"\d\.\d", beyond)  # no share above 1 printed

@@ -41,10 +41,10 @@ from hocket.cost.calibration import CalibrationView
 from hocket.cost.compute import FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, gemm_ms, launch_ms, memory_ms, peak_tflops
 from hocket.cost.contention import SM_KINDS, SM_STARVED_SLOWDOWN, contention, fills_device
 from hocket.cost.issue import issue_ms, issue_table
+from hocket.cost.peer_pipelines import ag_peer, ar_peer, rs_peer, runs_peer_pipe
 from hocket.cost.stages import Stage
 from hocket.env import host_stage_piece_bytes
 from hocket.plan.pieces import fused_offload_sizes, piece_sizes
-from hocket.transport.peer_protocol import peer_protocol_for
 
 ENTRY_STAGE = "issue:entry"
 FLAG_WAIT_US = 2.0
@@ -294,13 +294,7 @@ def _ag_mm(b: _Builder) -> None:
         # source block at a time (p GEMMs of the piece's rows) and, with several pieces,
         # copied into the gathered A; bulk is the one-piece pipeline.
         if strategy == "chunked" and runs_peer_pipe(b):
-            protocol = peer_protocol_for("ag_mm", plan.chunks)
-            if protocol == "pull":
-                _ag_peer_pull(b, shard_rows)
-            elif protocol == "put":
-                _ag_peer_put(b, shard_rows)
-            else:
-                _ag_peer_pipe(b, shard_rows)
+            ag_peer(b, shard_rows)
             return
         pieces = [shard_rows] if strategy == "bulk" else list(piece_sizes(shard_rows, plan))
         if strategy == "chunked" and runs_local_first(b):
@@ -348,167 +342,6 @@ def _ag_local_first(b: _Builder, shard_rows: int, pieces: list[int]) -> None:
         g = b.add_gemm(f"gemm[{i}]", rows, deps=(t,), piece=i, count=p - 1)
         if len(pieces) > 1:
             b.add_memory(f"copy_gathered[{i}]", 2.0 * total * rows / shard_rows, deps=(g,), piece=i, op="copy")
-
-
-def runs_peer_pipe(b: _Builder) -> bool:
-    """``chunked`` over ``copy_engine`` on several ranks runs :mod:`hocket.ops.lowering.peer_chunked`'s
-    peer pipe (one DMA push per piece straight into each peer's symmetric region, a flag per
-    piece), not the staged mailbox collectives of the plain chunked executor."""
-    return b.plan.transport == "copy_engine" and b.site.world > 1
-
-
-PIPE_BEGIN_ISSUE = (("copy_engine", 1), ("launch", 2))
-"""The peer pipe's ``begin`` on the host (``PeerPipe.begin``): stream and event waits, the flags'
-reset and the group's device-side barrier (two launches), before the first push is issued."""
-PIPE_END_ISSUE = (("host_copy", 1),)
-"""``PeerPipe.end``: the caller's stream waits for the pushes and the error flags are copied
-into a pinned mirror behind an event (a device->host copy with its event)."""
-PIPE_WAIT_ISSUE = (("launch", 1),)
-"""``PeerPipe.wait_flags``: one bounded spin kernel launched before a peer piece's GEMM."""
-
-
-def _pushes(b: _Builder, name: str, pieces: list[int], row_bytes: float, *, peers: int, after=None) -> list[list[int]]:
-    """``peers`` x ``len(pieces)`` pushes on the copy stream, peer-major (``send_order``: the j-th
-    peer this rank pushes to is the one whose j-th push reaches it, so push ``[j][i]`` stands for
-    piece ``i`` arriving from the j-th source too); ``after(j, i)``: the stage a push waits for."""
-    out = []
-    for j in range(peers):
-        row = []
-        for i, rows in enumerate(pieces):
-            nbytes = rows * row_bytes
-            deps = () if after is None else (after(j, i),)
-            row.append(b.add_transfer(f"{name}[{j}.{i}]", b.ring_step(nbytes), deps=deps, piece=i, op="push",
-                                      nbytes=nbytes))
-        out.append(row)
-    return out
-
-
-def _ag_peer_pipe(b: _Builder, shard_rows: int) -> None:
-    """This rank's shard pushed piece by piece into every peer's gathered A, its own rows
-    multiplied beside the pushes, then every source's pieces as their flags rise."""
-    site = b.site
-    p = site.world
-    pieces = split_even(shard_rows, min(b.plan.chunks, shard_rows))
-    row_bytes = site.comm_bytes / site.m
-    _pipe_begin(b)
-    pushed = _pushes(b, "push", pieces, row_bytes, peers=p - 1)
-    b.add_gemm("gemm_own", shard_rows)
-    for j in range(p - 1):
-        for i, rows in enumerate(pieces):
-            b.add_host(f"wait_flags[{j}.{i}]", PIPE_WAIT_ISSUE)
-            b.add_gemm(f"gemm[{j}.{i}]", rows, deps=(pushed[j][i],), piece=i)
-    b.add_host("pipe.end", PIPE_END_ISSUE)
-
-
-def _pipe_begin(b: _Builder) -> None:
-    """The protocol's begin: host bookkeeping, then the flag reset and barrier on the device."""
-    b.add_host("pipe.begin", PIPE_BEGIN_ISSUE)
-    deps = (len(b.stages) - 1,) if b.issue is not None else ()
-    b.add(Stage(name="pipe.begin", resource="compute", duration_ms=launch_ms(b.device), op="launch", depends_on=deps))
-
-
-PULL_BEGIN_ISSUE = (("copy_engine", 1), ("launch", 1))
-"""``peer_pull``'s start on the host: the copy stream's wait on the caller's stream (and, for the
-all-gather, this rank's shard copied into its slot), then the group's device-side barrier."""
-
-
-def _pull_barrier(b: _Builder, deps: tuple[int, ...] = ()) -> int:
-    """The pull protocol's host start, then its barrier on the copy stream (behind ``deps``)."""
-    b.add_host("pull.begin", PULL_BEGIN_ISSUE)
-    if b.issue is not None:
-        deps = (*deps, len(b.stages) - 1)
-    return b.add(Stage(name="pull.barrier", resource="copy_engine", kind="copy_engine", duration_ms=launch_ms(b.device),
-                       depends_on=deps, op="barrier"))
-
-
-def _ag_peer_pull(b: _Builder, shard_rows: int) -> None:
-    """``peer_pull``: the own shard's GEMM launched first; on the copy stream this rank's shard
-    copied into its slot, the barrier, then every peer's pieces pulled (DMA) beside that GEMM;
-    each peer piece's GEMM after its pull."""
-    site = b.site
-    p = site.world
-    pieces = split_even(shard_rows, min(b.plan.chunks, shard_rows))
-    row_bytes = site.comm_bytes / site.m
-    b.add_gemm("gemm_own", shard_rows)  # launched first, before the host issues the pulls
-    b.add_host("pull.stage", (("launch", 1),))
-    stage = b.add(Stage(name="pull.stage", resource="copy_engine", kind="copy_engine", op="copy",
-                        duration_ms=memory_ms(b.device, 2.0 * shard_rows * row_bytes),
-                        depends_on=(len(b.stages) - 1,) if b.issue is not None else ()))
-    barrier = _pull_barrier(b, (stage,))
-    pulls = [[b.add_transfer(f"pull[{j}.{i}]", b.ring_step(rows * row_bytes), deps=(barrier,), piece=i, op="pull",
-                             nbytes=rows * row_bytes) for i, rows in enumerate(pieces)] for j in range(p - 1)]
-    for j in range(p - 1):
-        for i, rows in enumerate(pieces):
-            b.add_gemm(f"gemm[{j}.{i}]", rows, deps=(pulls[j][i],), piece=i)
-
-
-def _ag_peer_put(b: _Builder, shard_rows: int) -> None:
-    """``peer_pull.gather_matmul_put``: the own shard's GEMM launched first; on the copy stream the
-    shard copied into every peer's slot, then the barrier; the peers' shards' GEMMs after it."""
-    site = b.site
-    p = site.world
-    shard_bytes = site.comm_bytes / site.m * shard_rows
-    b.add_gemm("gemm_own", shard_rows)
-    puts = [b.add_transfer(f"put[{j}]", b.ring_step(shard_bytes), op="push", nbytes=shard_bytes)
-            for j in range(p - 1)]
-    barrier = _pull_barrier(b, tuple(puts))
-    b.add_gemm("gemm_peers", shard_rows, deps=(barrier,), count=p - 1)
-
-
-def _rs_peer_pull(b: _Builder, block_rows: int) -> None:
-    """``peer_pull`` in one piece: the peers' partial blocks, the barrier, every peer's partial of
-    this rank's block pulled while this rank's own block computes, then the sum."""
-    site = b.site
-    p = site.world
-    row_bytes = site.n * site.num_b * site.itemsize
-    peers = b.add_gemm("gemm_peers", block_rows, count=p - 1)
-    barrier = _pull_barrier(b, (peers,))
-    pulls = [b.add_transfer(f"pull[{j}]", b.ring_step(block_rows * row_bytes), deps=(barrier,), op="pull",
-                            nbytes=block_rows * row_bytes) for j in range(p - 1)]
-    own = b.add_gemm("gemm_own", block_rows)
-    b.add_memory("reduce[final]", 3.0 * (p - 1) * block_rows * row_bytes, deps=(own, *pulls))
-
-
-def _rs_peer_pipe(b: _Builder, block_rows: int) -> None:
-    """Per peer (send order) and piece: the peer's partial GEMM, then its push; this rank's own
-    block's partial last; then the received partials are added up."""
-    site = b.site
-    p = site.world
-    pieces = split_even(block_rows, min(b.plan.chunks, block_rows))
-    row_bytes = site.n * site.num_b * site.itemsize
-    _pipe_begin(b)
-    last = None
-    for j in range(p - 1):
-        for i, rows in enumerate(pieces):
-            g = b.add_gemm(f"gemm[{j}.{i}]", rows, piece=i)
-            last = b.add_transfer(f"push[{j}.{i}]", b.ring_step(rows * row_bytes), deps=(g,), piece=i, op="push",
-                                  nbytes=rows * row_bytes)
-    own = b.add_gemm("gemm_own", block_rows)
-    block_bytes = block_rows * row_bytes
-    for j in range(p - 1):
-        b.add_host(f"wait_flags[{j}]", PIPE_WAIT_ISSUE)
-    b.add_memory("reduce[final]", 3.0 * (p - 1) * block_bytes, deps=(own, last))
-    b.add_host("pipe.end", PIPE_END_ISSUE)
-
-
-def _ar_peer_pipe(b: _Builder) -> None:
-    """Per piece: its partial GEMM, then a push to every peer; once every peer's pieces landed
-    (and this rank's pushes ended), the ``p`` partials are summed in rank order."""
-    site = b.site
-    p, m = site.world, site.m
-    pieces = split_even(m, min(b.plan.chunks, m))
-    row_bytes = site.n * site.num_b * site.itemsize
-    _pipe_begin(b)
-    last = None
-    for i, rows in enumerate(pieces):
-        g = b.add_gemm(f"gemm[{i}]", rows, piece=i)
-        for j in range(p - 1):
-            last = b.add_transfer(f"push[{j}.{i}]", b.ring_step(rows * row_bytes), deps=(g,), piece=i, op="push",
-                                  nbytes=rows * row_bytes)
-    for j in range(p - 1):
-        b.add_host(f"wait_flags[{j}]", PIPE_WAIT_ISSUE)
-    b.add_host("pipe.end", PIPE_END_ISSUE)
-    b.add_memory("reduce[final]", (p + 1) * m * row_bytes, deps=(last,))
 
 
 def _rs_own_block_last(b: _Builder, block_rows: int, pieces: list[int]) -> None:
@@ -573,10 +406,7 @@ def _mm_rs(b: _Builder) -> None:
         # pieces cut every destination block's rows: p partial GEMMs into a staging buffer,
         # then the piece's reduce-scatter; bulk is the one-piece pipeline
         if plan.strategy == "chunked" and runs_peer_pipe(b):
-            if peer_protocol_for("mm_rs", plan.chunks) == "pull":
-                _rs_peer_pull(b, block_rows)
-            else:
-                _rs_peer_pipe(b, block_rows)
+            rs_peer(b, block_rows)
             return
         pieces = [block_rows] if plan.strategy == "bulk" else list(piece_sizes(block_rows, plan))
         if plan.strategy == "chunked" and runs_local_first(b):
@@ -703,7 +533,7 @@ def _mm_ar(b: _Builder) -> None:
                                       deps=(prev,) if prev is not None else (), piece=s, op="send_recv",
                                       nbytes=rows * row_bytes * lanes, calls=lanes)
     elif plan.strategy == "chunked" and runs_peer_pipe(b):
-        _ar_peer_pipe(b)
+        ar_peer(b)
     elif plan.strategy in ("bulk", "chunked"):
         for i, rows in enumerate([m] if plan.strategy == "bulk" else piece_sizes(m, plan)):
             nbytes = total * rows / m

@@ -34,7 +34,6 @@ import json
 import os
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -64,6 +63,7 @@ from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 from hocket.transport.peer_protocol import peer_protocol_for
+from hocket.env import overridden
 from hocket.transport.registry import get_transport
 from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
 
@@ -276,7 +276,7 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
         measure("pytorch_async_tp_native", case.pytorch(native=True))
     own = "copy_engine" if args.link == "nvlink" else "host_staged"
     for suffix, variant_env in transport_variants(args):
-        with environment(variant_env):
+        with overridden(variant_env):
             if runnable(Plan(strategy="chunked", transport=own), site.kind):
                 measure(f"comm_{own}{suffix}", case.comm(own), check=False)
             for plan in plans:
@@ -359,21 +359,6 @@ def transport_variants(args) -> list[tuple[str, dict[str, str]]]:
         variants.append((f" @{piece_mb}MB,thread={thread}",
                          {"HOCKET_HOST_STAGE_PIECE_MB": piece_mb, "HOCKET_HOST_STAGE_THREAD": thread}))
     return variants
-
-
-@contextmanager
-def environment(values: dict[str, str]):
-    """Set ``values`` in os.environ for the block (every rank sets the same), then restore."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def shrunk(site: Site, factor: int) -> Site:

@@ -23,10 +23,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from bench_multigpu import Case, checked, environment  # sibling script: operands, reference check, env
+from bench_multigpu import Case, checked  # sibling script: operands, reference check
 from hocket.bench.provenance import collect, command_line
 from hocket.bench.stats import summarize
 from hocket.bench.timer import sample_ms
+from hocket.env import overridden
 from hocket.bench.tp_cases import CASE_SETS, case_sites
 from hocket.launch import init_torchrun
 from hocket.ops import close_contexts
@@ -55,7 +56,7 @@ def measure(case: Case, args) -> dict:
     methods = methods_for(case, args.chunks)
     errors, failed = {}, {}
     for name, (env, fn) in list(methods.items()):
-        with environment(env):
+        with overridden(env):
             ok, err, message = checked(case, fn, name)
         if not ok:
             failed[name] = message
@@ -66,7 +67,7 @@ def measure(case: Case, args) -> dict:
     per_round = max(1, args.iters // args.rounds)
     for _ in range(args.rounds):
         for name, (env, fn) in methods.items():
-            with environment(env):  # set for the whole sample, not per call (it would cost host time)
+            with overridden(env):  # set for the whole sample, not per call (it would cost host time)
                 samples[name] += sample_ms(fn, iters=per_round, warmup=1, group=case.group, device=case.device,
                                            reps=args.reps)
     summaries = {name: summarize(values).to_dict() for name, values in samples.items()}

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,7 +38,7 @@ from pathlib import Path
 
 from hocket.bench.record import read_records
 from hocket.cost import predict
-from hocket.env import PEER_PROTOCOLS
+from hocket.env import PEER_PROTOCOLS, overridden
 from hocket.cost.calibration import CalibrationView, calibration_view
 from hocket.hardware import list_presets, load_cluster, load_preset, probe
 from hocket.hardware.profile import CalibrationProfile, CurvePoint, GemmPoint, load_profile
@@ -101,15 +100,8 @@ def priced_with_protocol(protocol: str | None) -> Iterator[None]:
         return
     if protocol not in PEER_PROTOCOLS:
         raise ValueError(f"protocol={protocol!r} must be one of {PEER_PROTOCOLS} (or None for no peer protocol)")
-    before = os.environ.get("HOCKET_PEER_PROTOCOL")
-    os.environ["HOCKET_PEER_PROTOCOL"] = protocol
-    try:
+    with overridden({"HOCKET_PEER_PROTOCOL": protocol}):
         yield
-    finally:
-        if before is None:
-            os.environ.pop("HOCKET_PEER_PROTOCOL", None)
-        else:
-            os.environ["HOCKET_PEER_PROTOCOL"] = before
 
 
 def line_label(record) -> str:

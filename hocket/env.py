@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 TRANSPORT_ENV_VARS = (
@@ -137,3 +139,19 @@ def peer_protocol() -> str:
     if raw not in PEER_PROTOCOLS:
         raise ValueError(f"HOCKET_PEER_PROTOCOL={raw!r} must be one of {PEER_PROTOCOLS}")
     return raw
+
+
+@contextmanager
+def overridden(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the block, then restore what was there (also on an
+    exception); hocket reads its flags at call time, so the block runs with them."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -4,13 +4,11 @@ against the one-process reference (twice per plan: the second call reuses the pl
 
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
-
 import torch
 import torch.distributed as dist
 
 import hocket.ops as H
+from hocket.env import overridden
 from hocket.launch.same_case import rank_generator
 from hocket.ops.planning import SUPPORTED
 from hocket.ops.reference import all_gather_matmul_global, matmul_all_reduce_global, matmul_reduce_scatter_global
@@ -45,21 +43,6 @@ def plans_for(kind: str) -> list[dict]:
     return plans
 
 
-@contextmanager
-def peer_protocol(value: str | None):
-    """``HOCKET_PEER_PROTOCOL=value`` for the block (None: leave it as it is), then restore it."""
-    previous = os.environ.get("HOCKET_PEER_PROTOCOL")
-    if value:
-        os.environ["HOCKET_PEER_PROTOCOL"] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("HOCKET_PEER_PROTOCOL", None)
-        else:
-            os.environ["HOCKET_PEER_PROTOCOL"] = previous
-
-
 def _operand(seed: int, rank: int, shape, dtype: str, device, *, salt: int = 0) -> torch.Tensor:
     gen = rank_generator(seed * 7 + salt, rank=rank)
     return torch.randn(tuple(shape), generator=gen, dtype=torch.float32).to(getattr(torch, dtype)).to(device)
@@ -68,7 +51,7 @@ def _operand(seed: int, rank: int, shape, dtype: str, device, *, salt: int = 0) 
 def run_plans(case: dict) -> list[tuple[str, float]]:
     """``case``: kind, shape, dim, ns, dtype, seed (+ reduce_op / return_A); every plan of ``plans_for``
     (or only ``case["plans"]`` when given); ``case["protocol"]`` sets ``HOCKET_PEER_PROTOCOL`` meanwhile."""
-    with peer_protocol(case.get("protocol")):
+    with overridden({"HOCKET_PEER_PROTOCOL": case["protocol"]} if case.get("protocol") else {}):
         return _run_plans(case)
 
 
@@ -127,7 +110,7 @@ def run_back_to_back(case: dict) -> int:
     no synchronisation between calls (the copy-engine protocols reuse their buffers across calls:
     a missing ordering shows up as a wrong result here); every result is checked at the end.
     ``case["protocol"]``: ``HOCKET_PEER_PROTOCOL`` meanwhile."""
-    with peer_protocol(case.get("protocol") or "auto"):
+    with overridden({"HOCKET_PEER_PROTOCOL": case.get("protocol") or "auto"}):
         return _run_back_to_back(case)
 
 

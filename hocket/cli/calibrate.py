@@ -79,6 +79,11 @@ def _print_tables(profile) -> None:
     for p in profile.gemm:
         gemm.add_row(str(p.m), str(p.k), str(p.n), p.dtype, f"{p.ms:.3f}", f"{p.tflops:.3f}")
     console.print(gemm)
+    s = profile.gemm_sustained
+    if s is not None:
+        console.print(f"sustained GEMM {s.m}x{s.k}x{s.n} {s.dtype}: {s.burst_ms:.3f} ms in a burst, "
+                      f"{s.sustained_ms:.3f} ms back to back for {s.duration_s:.1f} s: slowdown {s.slowdown:.3f}x "
+                      f"(applied to steady-state predictions)")
     curves = dict(profile.collectives)
     for name in ("p2p", "copy_engine", "host_link"):
         if getattr(profile, name):

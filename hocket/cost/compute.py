@@ -29,6 +29,17 @@ With a calibration profile, the ratio measured/model at the profile's GEMM point
 interpolated (inverse distance in log m, log k, log n, same dtype) and applied to the
 model, so the shape structure of the model survives and the level is measured.
 
+**Sustained level** (``sustained=True``: steady-state predictions, ``predict(..., steady_state=True)``).
+A profile's GEMM grid is timed in short bursts of a few calls; a training loop keeps the GPU busy
+for seconds, it reaches its power cap and its clocks drop (2xH200: the grid's 740-760 TFLOP/s at
+8192x7168x8192-like shapes against 677-694 TFLOP/s run back to back for seconds, run16). The profile's
+``gemm_sustained`` (``hocket calibrate``: one large GEMM, burst vs a second back to back) scales the
+calibrated compute time of GPU GEMMs by its sustained/burst slowdown; memory and launch parts keep
+theirs (HBM and the host do not clock down with the SMs). Without a profile nothing changes: the
+datasheet level ``GPU_BASE_EFFICIENCY`` was set from sustained figures already (the profile's large
+GEMMs and DESIGN.md section 4's 710-820 TFLOP/s) and stands for both states. CPU ranks: no change
+(no power-capped boost clock is modelled there).
+
 **Pieces run at the whole problem's level** (``level_m``). A pipeline cuts one per-rank GEMM
 into row pieces that run back to back; they run under the same sustained clock and power
 state as the whole GEMM, and a GEMM library keeps the same tile configuration for them. So a
@@ -176,13 +187,15 @@ def _cpu_model_ms(device, m: int, k: int, n: int, dtype: str) -> float:
 
 def gemm_time(device, *, m: int, k: int, n: int, dtype: str, itemsize: int,
               calibration: CalibrationView | None = None, sms: int | None = None,
-              launches: int = 1, level_m: int | None = None) -> GemmTime:
+              launches: int = 1, level_m: int | None = None, sustained: bool = False) -> GemmTime:
     """One ``[m, k] @ [k, n]`` kernel on ``device``.
 
     ``sms``: SMs the kernel may use (fewer when an SM-driven transfer holds some);
     ``launches``: kernel launches paid (0 inside a persistent kernel);
     ``level_m``: rows of the whole GEMM this kernel is a row piece of: the calibration ratio
-    is read at ``(level_m, k, n)`` (see the module doc); None reads it at ``m``.
+    is read at ``(level_m, k, n)`` (see the module doc); None reads it at ``m``;
+    ``sustained``: the kernel runs in a loop that keeps the GPU busy (steady state): a GPU's
+    calibrated compute time is scaled by the profile's sustained/burst slowdown (module doc).
     """
     for name, value in (("m", m), ("k", k), ("n", n)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -201,6 +214,9 @@ def gemm_time(device, *, m: int, k: int, n: int, dtype: str, itemsize: int,
         ratio = calibration.gemm_ratio(m=level_m or m, k=k, n=n, dtype=dtype, model_ms=lambda mm, kk, nn: _model_total_ms(
             device, mm, kk, nn, dtype, itemsize))
         compute, memory, launch, total = compute * ratio, memory * ratio, launch * ratio, total * ratio
+        if sustained and device.sm_count is not None:
+            compute *= calibration.gemm_sustained_slowdown()
+            total = max(compute, memory) + launch
     return GemmTime(ms=total, compute_ms=compute, memory_ms=memory, launch_ms=launch,
                     tflops=2.0 * m * k * n / (total * 1e9), bound="compute" if compute >= memory else "memory")
 
@@ -212,6 +228,6 @@ def _model_total_ms(device, m: int, k: int, n: int, dtype: str, itemsize: int) -
 
 def gemm_ms(device, *, m: int, k: int, n: int, dtype: str, itemsize: int,
             calibration: CalibrationView | None = None, sms: int | None = None, launches: int = 1,
-            level_m: int | None = None) -> float:
+            level_m: int | None = None, sustained: bool = False) -> float:
     return gemm_time(device, m=m, k=k, n=n, dtype=dtype, itemsize=itemsize, calibration=calibration,
-                     sms=sms, launches=launches, level_m=level_m).ms
+                     sms=sms, launches=launches, level_m=level_m, sustained=sustained).ms

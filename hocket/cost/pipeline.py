@@ -101,6 +101,8 @@ class _Builder:
     """Host issue costs (``hocket.cost.issue``) on GPU ranks; None on CPU ranks (no issue chain)."""
     host_queued: bool = False
     """Whether the host has issued anything but kernel launches yet (later items queue behind it)."""
+    sustained: bool = False
+    """GEMMs run at the profile's sustained level (steady state: ``compute.gemm_time(sustained=)``)."""
 
     # -- pieces -------------------------------------------------------------
     @property
@@ -114,7 +116,8 @@ class _Builder:
              sms: int | None = None) -> float:
         site = self.site
         one = gemm_ms(self.device, m=rows, k=k or site.k, n=n or site.n, dtype=site.dtype, itemsize=site.itemsize,
-                      calibration=self.calibration, sms=sms, launches=launches, level_m=max(rows, site.m))
+                      calibration=self.calibration, sms=sms, launches=launches, level_m=max(rows, site.m),
+                      sustained=self.sustained)
         return one * site.num_b
 
     def transfer_topology(self) -> comm_model.GroupTopology:
@@ -659,10 +662,11 @@ def group_facts(cluster, ranks: tuple[int, ...], dtype: str):
             cores_per_rank(cluster, ranks), offered)
 
 
-def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.GroupTopology | None = None
-                    ) -> list[Stage]:
+def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.GroupTopology | None = None,
+                    steady_state: bool = False) -> list[Stage]:
     """The stages of ``site`` run with ``plan`` on ``cluster`` (one rank's view; the group's
-    slowest device computes, the group's bottleneck links carry)."""
+    slowest device computes, the group's bottleneck links carry). ``steady_state``: the GEMMs
+    run at the profile's sustained level (``hocket.cost.compute``, "Sustained level")."""
     from hocket.cost.calibration import calibration_view
 
     ranks = check_site_on_cluster(site, plan, cluster)
@@ -671,7 +675,8 @@ def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.G
         topo = topology
     view = calibration_view(profile)
     builder = _Builder(site=site, plan=plan, device=device, topo=topo, calibration=view, cores_per_rank=cores,
-                       stages=[], issue=issue_table(view) if device.sm_count is not None else None)
+                       stages=[], issue=issue_table(view) if device.sm_count is not None else None,
+                       sustained=steady_state)
     if builder.issue is not None:  # the operator's entry: the GPU idles until the first piece is issued
         builder.stages.append(Stage(name=ENTRY_STAGE, resource="issue", kind="issue", op="issue",
                                     duration_ms=issue_ms((("entry", 1), ("group_entry", int(site.world > 1))),

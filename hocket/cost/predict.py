@@ -59,8 +59,9 @@ def predict(site: Site, plan: Plan | dict | str | None, cluster, profile=None, *
             steady_state: bool = False) -> Prediction:
     """Price ``site`` under ``plan`` on ``cluster`` (a ``ClusterSpec``), optionally scaled
     by a calibration ``profile`` of that cluster. ``plan=None`` means sequential.
-    ``steady_state``: one call of a loop with the host ahead (``hocket.cost.steady``)
-    instead of one call from an idle GPU."""
+    ``steady_state``: one call of a loop with the host ahead (``hocket.cost.steady``), its
+    GEMMs at the profile's sustained level (``hocket.cost.compute``), instead of one call from
+    an idle GPU."""
     if not isinstance(site, Site):
         raise TypeError(f"site={site!r} must be a hocket.Site")
     plan = as_plan(plan) or Plan()
@@ -68,7 +69,7 @@ def predict(site: Site, plan: Plan | dict | str | None, cluster, profile=None, *
         raise TypeError(f"cluster={cluster!r} must be a ClusterSpec (hocket.hardware.load_cluster(name))")
     if not isinstance(steady_state, bool):
         raise TypeError(f"steady_state={steady_state!r} must be True or False")
-    stages = pipeline_stages(site, plan, cluster, profile)
+    stages = pipeline_stages(site, plan, cluster, profile, steady_state=steady_state)
     if not steady_state:
         return prediction_from(stages, schedule(stages))
     total, busy, timeline = steady_state_total(stages)

@@ -18,6 +18,10 @@ Byte conventions of the curves (match ``Site.comm_bytes``):
 ``issue_us``: host microseconds to issue one item of GPU work, keyed by
 ``hocket.cost.issue.ISSUE_OPS`` (``launch``, ``collective``, ``p2p``, ``copy_engine``, ...);
 empty on CPU ranks and in profiles written before it existed (the model's defaults apply).
+``gemm_sustained``: one large GEMM timed in a short burst (as the ``gemm`` grid is timed) and run
+back to back for about a second (a training loop's state: the GPU at its power cap, clocks down);
+``slowdown`` = sustained ms / burst ms scales the grid's level in steady-state predictions. None on
+CPU ranks and in profiles written before it existed (steady predictions then use the grid's level).
 A corrupt, newer-versioned or foreign profile is reported with a warning naming the
 file and the reason, and ignored: never trusted, never unpickled.
 """
@@ -76,6 +80,30 @@ class ContentionPoint:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SustainedGemm:
+    """One GEMM (m, k, n, dtype) per call: ``burst_ms`` timed like the ``gemm`` grid (a few calls
+    behind barriers), ``sustained_ms`` per call over the last part of ``duration_s`` seconds of calls
+    back to back."""
+
+    m: int
+    k: int
+    n: int
+    dtype: str
+    burst_ms: float
+    sustained_ms: float
+    duration_s: float
+
+    @property
+    def slowdown(self) -> float:
+        """sustained ms over burst ms (above 1 where the GPU clocks down under sustained load)."""
+        return self.sustained_ms / self.burst_ms
+
+    def to_dict(self) -> dict:
+        return {"m": self.m, "k": self.k, "n": self.n, "dtype": self.dtype, "burst_ms": self.burst_ms,
+                "sustained_ms": self.sustained_ms, "duration_s": self.duration_s}
+
+
+@dataclass(frozen=True, kw_only=True)
 class CalibrationProfile:
     """What ``hocket calibrate`` measured on one machine (see the module docstring)."""
 
@@ -93,11 +121,12 @@ class CalibrationProfile:
     host_link: tuple[CurvePoint, ...] = ()
     contention: Mapping[str, ContentionPoint] = field(default_factory=dict)
     issue_us: Mapping[str, float] = field(default_factory=dict)
+    gemm_sustained: SustainedGemm | None = None
     version: int = PROFILE_VERSION
 
     def to_dict(self) -> dict:
         curve = lambda points: [[p.bytes, p.ms] for p in sorted(points, key=lambda p: (p.bytes, p.ms))]  # noqa: E731
-        return {
+        out = {
             "version": self.version, "fingerprint": self.fingerprint, "fingerprint_data": dict(self.fingerprint_data),
             "world_size": self.world_size, "backend": self.backend, "device_type": self.device_type,
             "quick": self.quick, "created": self.created,
@@ -109,6 +138,9 @@ class CalibrationProfile:
                            for kind, c in sorted(self.contention.items())},
             "issue_us": {op: float(us) for op, us in sorted(self.issue_us.items())},
         }
+        if self.gemm_sustained is not None:  # absent, not null, where not measured (old files read the same)
+            out["gemm_sustained"] = self.gemm_sustained.to_dict()
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
@@ -143,6 +175,8 @@ class CalibrationProfile:
         if not isinstance(issue_raw, dict):
             raise ProfileFormatError("issue_us must be an object {op: microseconds}")
         issue_us = {str(op): _non_negative(us, f"issue_us.{op}") for op, us in issue_raw.items()}
+        sustained_raw = data.get("gemm_sustained")
+        sustained = None if sustained_raw is None else _sustained(sustained_raw)
         world = data.get("world_size", 1)
         if not isinstance(world, int) or isinstance(world, bool) or world < 1:
             raise ProfileFormatError(f"world_size={world!r} must be an int >= 1")
@@ -155,7 +189,7 @@ class CalibrationProfile:
                    collectives=collectives, p2p=_curve(data.get("p2p", []), "p2p"),
                    copy_engine=_curve(data.get("copy_engine", []), "copy_engine"),
                    host_link=_curve(data.get("host_link", []), "host_link"), contention=contention,
-                   issue_us=issue_us, version=version)
+                   issue_us=issue_us, gemm_sustained=sustained, version=version)
 
 
 def _list(data: dict, key: str) -> list:
@@ -207,6 +241,21 @@ def _contention(entry: Any, kind: str) -> ContentionPoint:
     return ContentionPoint(gemm_slowdown=_positive(entry["gemm_slowdown"], f"contention.{kind}.gemm_slowdown"),
                            transfer_slowdown=_positive(entry["transfer_slowdown"],
                                                        f"contention.{kind}.transfer_slowdown"))
+
+
+_SUSTAINED_FIELDS = {"m", "k", "n", "dtype", "burst_ms", "sustained_ms", "duration_s"}
+
+
+def _sustained(entry: Any) -> SustainedGemm:
+    if not isinstance(entry, dict) or set(entry) != _SUSTAINED_FIELDS:
+        raise ProfileFormatError(f"gemm_sustained must be an object with {sorted(_SUSTAINED_FIELDS)} (or absent)")
+    if not isinstance(entry["dtype"], str):
+        raise ProfileFormatError("gemm_sustained.dtype must be a dtype name")
+    dims = {d: _positive(entry[d], f"gemm_sustained.{d}", integer=True) for d in ("m", "k", "n")}
+    return SustainedGemm(**dims, dtype=entry["dtype"],
+                         burst_ms=_positive(entry["burst_ms"], "gemm_sustained.burst_ms"),
+                         sustained_ms=_positive(entry["sustained_ms"], "gemm_sustained.sustained_ms"),
+                         duration_s=_positive(entry["duration_s"], "gemm_sustained.duration_s"))
 
 
 # -- files ----------------------------------------------------------------------------

@@ -328,7 +328,7 @@ def predict_cost_fn(cluster: object, profile: object = None, *, steady_state: bo
         topology = topologies.get(ranks)
         if topology is None:
             topology = topologies[ranks] = group_topology(cluster, ranks)
-        stages = pipeline_stages(site, plan, cluster, view, topology=topology)
+        stages = pipeline_stages(site, plan, cluster, view, topology=topology, steady_state=steady_state)
         host_ms = sum(s.duration_ms for s in stages if s.is_issue)
         if steady_state:
             return PricedMs(steady_state_total(stages)[0], host_ms=host_ms)

@@ -25,6 +25,9 @@ class CalibrateConfig:
     contention_bytes: int
     warmup: int = 1
     iters: int = 5
+    sustained_s: float = 0.0
+    """seconds of the ``contention_shape`` GEMM run back to back against its burst timing (GPU ranks:
+    the profile's ``gemm_sustained``; ``hocket.hardware.calibrate.sustained``); 0 skips it."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
@@ -41,6 +44,10 @@ class CalibrateConfig:
             raise ValueError(f"collectives {sorted(unknown)} are unknown; use a subset of {COLLECTIVES}")
         if self.contention_bytes < 1:
             raise ValueError(f"contention_bytes={self.contention_bytes} must be >= 1")
+        if isinstance(self.sustained_s, bool) or not isinstance(self.sustained_s, (int, float)) \
+                or not 0 <= self.sustained_s <= 60:
+            raise ValueError(f"sustained_s={self.sustained_s!r} must be seconds in [0, 60] (0 skips the "
+                             f"sustained GEMM phase; 1-2 s lets a GPU reach its power cap)")
         if self.warmup < 0 or self.iters < 1:
             raise ValueError(f"warmup={self.warmup} must be >= 0 and iters={self.iters} >= 1")
 
@@ -65,9 +72,11 @@ def default_config(*, quick: bool, device_type: str, dtype: str | None = None) -
     if quick:
         return CalibrateConfig(quick=True, dtype=dtype or "bfloat16", gemm_shapes=((4096, 4096, 4096),),
                                gemm_chunks=(1, 4, 16), sizes_bytes=(1 * MiB, 16 * MiB, 64 * MiB),
-                               contention_shape=(8192, 8192, 8192), contention_bytes=64 * MiB, warmup=2, iters=5)
+                               contention_shape=(8192, 8192, 8192), contention_bytes=64 * MiB, warmup=2, iters=5,
+                               sustained_s=0.5)
     return CalibrateConfig(quick=False, dtype=dtype or "bfloat16",
                            gemm_shapes=((8192, 7168, 8192), (8192, 8192, 8192), (4096, 4096, 14336),
                                         (16384, 8192, 1024), (2048, 4096, 4096), (8192, 14336, 4096)),
                            gemm_chunks=(1, 2, 4, 8, 16, 32), sizes_bytes=tuple(2 ** e for e in range(16, 31, 2)),
-                           contention_shape=(8192, 8192, 8192), contention_bytes=256 * MiB, warmup=3, iters=10)
+                           contention_shape=(8192, 8192, 8192), contention_bytes=256 * MiB, warmup=3, iters=10,
+                           sustained_s=2.0)

@@ -14,8 +14,9 @@ from hocket.hardware.calibrate.config import CalibrateConfig, default_config
 from hocket.hardware.calibrate.contention import kinds_for, measure_pair
 from hocket.hardware.calibrate.gemm import gemm_call, gemm_point, torch_dtype
 from hocket.hardware.calibrate.issue import measure_issue_us
+from hocket.hardware.calibrate.sustained import measure_sustained
 from hocket.hardware.calibrate.transfers import make_transfer
-from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint
+from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint, SustainedGemm
 
 CURVE_TRANSFERS = ("p2p", "copy_engine", "host_link")
 
@@ -28,6 +29,7 @@ class Measurements:
     curves: dict[str, list[CurvePoint]] = field(default_factory=dict)
     contention: dict[str, ContentionPoint] = field(default_factory=dict)
     issue_us: dict[str, float] = field(default_factory=dict)
+    gemm_sustained: SustainedGemm | None = None
     world_size: int = 1
     backend: str = "gloo"
     device_type: str = "cpu"
@@ -36,7 +38,8 @@ class Measurements:
 def _steps(config: CalibrateConfig, device: torch.device) -> int:
     gemm = sum(1 for m, _, _ in config.gemm_shapes for c in config.gemm_chunks if c <= m)
     issue = 1 if device.type == "cuda" else 0
-    return gemm + (len(config.collectives) + len(CURVE_TRANSFERS)) * len(config.sizes_bytes) + \
+    sustained = 1 if device.type == "cuda" and config.sustained_s > 0 else 0
+    return gemm + sustained + (len(config.collectives) + len(CURVE_TRANSFERS)) * len(config.sizes_bytes) + \
         len(kinds_for(device)) + issue
 
 
@@ -58,6 +61,13 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
                 call = gemm_call(m, k, n, dtype=config.dtype, device=device, chunks=chunks)
                 ms = time_callable(call, config=timing, group=group, device=device).median_ms
                 out.gemm.append(gemm_point(m, k, n, dtype=config.dtype, chunks=chunks, total_ms=ms))
+        if device.type == "cuda" and config.sustained_s > 0:  # right after the grid, in the grid's state
+            m, k, n = config.contention_shape
+            progress.step(f"GEMM {m}x{k}x{n} back to back for {config.sustained_s:g} s against a burst "
+                          f"(sustained clocks)")
+            out.gemm_sustained = measure_sustained(
+                gemm_call(m, k, n, dtype=config.dtype, device=device), (m, k, n), dtype=config.dtype,
+                duration_s=config.sustained_s, timing=timing, group=group, device=device)
         for name in config.collectives + CURVE_TRANSFERS:
             for nbytes in config.sizes_bytes:
                 progress.step(f"{name} {nbytes} B")
@@ -90,7 +100,8 @@ def build_profile(measured: Measurements, *, config: CalibrateConfig, fingerprin
         gemm=tuple(measured.gemm),
         collectives={op: curves[op] for op in config.collectives if op in curves},
         p2p=curves.get("p2p", ()), copy_engine=curves.get("copy_engine", ()), host_link=curves.get("host_link", ()),
-        contention=dict(measured.contention), issue_us=dict(measured.issue_us))
+        contention=dict(measured.contention), issue_us=dict(measured.issue_us),
+        gemm_sustained=measured.gemm_sustained)
 
 
 def rank_entry(rank: int, world_size: int, config: CalibrateConfig | None, quick: bool,

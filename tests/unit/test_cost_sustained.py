@@ -1,0 +1,139 @@
+"""The sustained GEMM level: a profile's ``gemm_sustained`` (burst vs back to back) moves
+steady-state predictions of GPU GEMMs and nothing else; profiles without it load and price as before."""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from hocket.bench.timer import TimingConfig
+from hocket.cost.calibration import SUSTAINED_LIMITS, CalibrationView
+from hocket.cost.compute import gemm_time
+from hocket.cost.predict import predict
+from hocket.hardware import load_cluster
+from hocket.hardware.calibrate import CalibrateConfig, default_config
+from hocket.hardware.calibrate.sustained import back_to_back_ms, measure_sustained
+from hocket.hardware.profile import CalibrationProfile, ProfileWarning, SustainedGemm, load_profile, save_profile
+from hocket.plan.plan import Plan
+from hocket.plan.search import predict_cost_fn
+from hocket.site import Site
+
+V3 = Path(__file__).resolve().parents[2] / "benchmarks/results/calibration/h200x2-nccl-full-v3.json"
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    return random.Random()
+
+
+def _old_profile() -> CalibrationProfile:
+    return CalibrationProfile.from_dict(json.loads(V3.read_text()))
+
+
+def _sustained(rng: random.Random, slowdown: float) -> SustainedGemm:
+    burst = rng.uniform(0.5, 3.0)
+    return SustainedGemm(m=8192, k=8192, n=8192, dtype="bfloat16", burst_ms=burst, sustained_ms=burst * slowdown,
+                         duration_s=rng.uniform(1.0, 2.0))
+
+
+def _compute_bound_site(rng: random.Random) -> Site:
+    kind = rng.choice(["ag_mm", "mm_rs"])
+    return Site(kind=kind, m=rng.choice([4096, 8192]), k=rng.choice([8192, 12288, 14336]),
+                n=rng.choice([8192, 12288]), world=2, dtype="bfloat16")
+
+
+def test_old_profile_has_no_field_and_round_trips_without_it():
+    profile = _old_profile()
+    assert profile.gemm_sustained is None
+    assert "gemm_sustained" not in profile.to_dict()
+    assert CalibrationView(profile).gemm_sustained_slowdown() == 1.0
+
+
+def test_field_round_trips_through_disk(tmp_path, rng):
+    profile = replace(_old_profile(), gemm_sustained=_sustained(rng, rng.uniform(1.02, 1.2)))
+    path = save_profile(profile, path=tmp_path / "p.json")
+    loaded = load_profile(path, expected=None)
+    assert loaded is not None and loaded.gemm_sustained == profile.gemm_sustained
+    assert loaded.gemm_sustained.slowdown == pytest.approx(profile.gemm_sustained.slowdown)
+
+
+@pytest.mark.parametrize("bad", [{"m": 8192}, {"m": 1, "k": 1, "n": 1, "dtype": "bfloat16", "burst_ms": -1.0,
+                                                "sustained_ms": 1.0, "duration_s": 1.0}, [1.1]])
+def test_corrupt_field_is_reported_and_the_profile_ignored(tmp_path, bad):
+    data = json.loads(V3.read_text())
+    data["gemm_sustained"] = bad
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.warns(ProfileWarning, match="gemm_sustained"):
+        assert load_profile(path, expected=None) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_steady_predictions_move_by_the_slowdown_and_cold_ones_do_not(seed):
+    rng = random.Random(seed)
+    cluster = load_cluster("h200x2")
+    old = _old_profile()
+    slowdown = rng.uniform(1.05, 1.15)
+    new = replace(old, gemm_sustained=_sustained(rng, slowdown))
+    site = _compute_bound_site(rng)
+    plan = rng.choice([Plan(), Plan(strategy="chunked", chunks=rng.choice([2, 4]))])
+    assert predict(site, plan, cluster, new).total_ms == predict(site, plan, cluster, old).total_ms
+    before = predict(site, plan, cluster, old, steady_state=True)
+    after = predict(site, plan, cluster, new, steady_state=True)
+    assert after.compute_ms > before.compute_ms * (1 + 0.8 * (slowdown - 1))
+    assert after.compute_ms <= before.compute_ms * slowdown * (1 + 1e-9)
+    assert after.total_ms > before.total_ms
+    # the planner's cost function prices what predict prices
+    cost = predict_cost_fn(cluster, new, steady_state=True)
+    assert float(cost(site, plan)) == pytest.approx(after.total_ms)
+
+
+def test_no_profile_and_cpu_ranks_are_unchanged(rng):
+    gpu = load_cluster("h200x2").device(0)
+    m, k, n = (rng.choice([1024, 4096, 8192]) for _ in range(3))
+    plain = gemm_time(gpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2)
+    assert gemm_time(gpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2, sustained=True) == plain
+    view = CalibrationView(replace(_old_profile(), gemm_sustained=_sustained(rng, 1.1)))
+    cold = gemm_time(gpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2, calibration=view)
+    hot = gemm_time(gpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2, calibration=view, sustained=True)
+    assert hot.compute_ms == pytest.approx(cold.compute_ms * 1.1)
+    assert hot.memory_ms == cold.memory_ms and hot.launch_ms == cold.launch_ms
+    cpu = replace(gpu, sm_count=None)
+    assert gemm_time(cpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2, calibration=view, sustained=True) == \
+        gemm_time(cpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2, calibration=view)
+
+
+def test_slowdown_is_clipped_to_plausible_limits(rng):
+    for slowdown, expected in ((10.0, SUSTAINED_LIMITS[1]), (0.01, SUSTAINED_LIMITS[0])):
+        view = CalibrationView(replace(_old_profile(), gemm_sustained=_sustained(rng, slowdown)))
+        assert view.gemm_sustained_slowdown() == pytest.approx(expected)
+
+
+def test_measurement_is_gpu_only_and_validates_its_arguments():
+    timing = TimingConfig(warmup=0, iters=1)
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    call = lambda: torch.mm(a, b)  # noqa: E731
+    assert measure_sustained(call, (8, 8, 8), dtype="float32", duration_s=1.0, timing=timing, group=None,
+                             device=torch.device("cpu")) is None
+    with pytest.raises(ValueError, match="duration_s"):
+        measure_sustained(call, (8, 8, 8), dtype="float32", duration_s=-1.0, timing=timing, group=None,
+                          device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="CUDA"):
+        back_to_back_ms(call, calls=20, device=torch.device("cpu"))
+
+
+def test_config_sustained_seconds(rng):
+    assert default_config(quick=False, device_type="cuda").sustained_s > 0
+    assert default_config(quick=False, device_type="cpu").sustained_s == 0
+    good = dict(quick=True, dtype="float32", gemm_shapes=((8, 8, 8),), sizes_bytes=(1024,),
+                contention_shape=(8, 8, 8), contention_bytes=1024)
+    assert CalibrateConfig(**good, sustained_s=rng.uniform(0.1, 2.0)).sustained_s > 0
+    for bad in (-1.0, 61.0, True, "2"):
+        with pytest.raises(ValueError, match="sustained_s"):
+            CalibrateConfig(**good, sustained_s=bad)

@@ -63,7 +63,7 @@ from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 from hocket.transport.peer_protocol import peer_protocol_for
-from hocket.env import overridden
+from hocket.env import HOST_STAGE_SIGNALS, overridden
 from hocket.transport.registry import get_transport
 from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
 
@@ -340,8 +340,8 @@ def sm_caps(args) -> tuple[int, ...]:
 
 def transport_variants(args) -> list[tuple[str, dict[str, str]]]:
     """(name suffix, environment) of each transport variant: the first is the run's own environment
-    (no suffix); in host_staged mode the others (``--host-variants``) set ``HOCKET_HOST_STAGE_PIECE_MB``
-    and ``HOCKET_HOST_STAGE_THREAD``, in nvlink mode (``--peer-protocols``) ``HOCKET_PEER_PROTOCOL``, for
+    (no suffix); in host_staged mode the others (``--host-variants``) set ``HOCKET_HOST_STAGE_PIECE_MB``,
+    ``HOCKET_HOST_STAGE_THREAD`` and optionally ``HOCKET_HOST_STAGE_SIGNAL``, in nvlink mode (``--peer-protocols``) ``HOCKET_PEER_PROTOCOL``, for
     their measurements only."""
     variants = [("", {})]
     if args.link == "nvlink":
@@ -352,6 +352,17 @@ def transport_variants(args) -> list[tuple[str, dict[str, str]]]:
         return variants
     if not args.host_variants:
         return variants
+    for spec in args.host_variants.split(","):
+        piece_mb, thread, *rest = spec.strip().split(":") + [""]
+        signal = rest[0] if rest and rest[0] else None
+        if not piece_mb or thread not in ("0", "1") or len(rest) > 2 or signal not in (None, *HOST_STAGE_SIGNALS):
+            raise ValueError(f"--host-variants entry {spec!r}: write PIECE_MB:THREAD[:SIGNAL], e.g. 8:1, 1024:0 "
+                             f"or 8:0:host (SIGNAL: {', '.join(HOST_STAGE_SIGNALS)})")
+        values = {"HOCKET_HOST_STAGE_PIECE_MB": piece_mb, "HOCKET_HOST_STAGE_THREAD": thread}
+        if signal:
+            values["HOCKET_HOST_STAGE_SIGNAL"] = signal
+        variants.append((f" @{piece_mb}MB,thread={thread}" + (f",signal={signal}" if signal else ""), values))
+    return variants
     for spec in args.host_variants.split(","):
         piece_mb, _, thread = spec.strip().partition(":")
         if not piece_mb or thread not in ("0", "1"):
@@ -465,9 +476,9 @@ def parse_args(argv=None):
     p.add_argument("--calibrate", action="store_true", help="measure contention first, give it to the planner")
     p.add_argument("--smoke", action="store_true", help="the first case only, fewer plans and runs")
     p.add_argument("--time-budget-s", type=float, default=0.0, help="start no new case after this many seconds")
-    p.add_argument("--host-variants", default="", help="host_staged mode: extra PIECE_MB:THREAD variants of the "
-                   "host-staged transport measured beside the default, e.g. 1024:0,8:0 (1024:0 = the old single-message, "
-                   "calling-thread path)")
+    p.add_argument("--host-variants", default="", help="host_staged mode: extra PIECE_MB:THREAD[:SIGNAL] variants of the "
+                   "host-staged transport measured beside the default, e.g. 1024:0,8:0:host (1024:0 = the old single-message, "
+                   "calling-thread path; :host = the host handshake of runs 5-20)")
     p.add_argument("--peer-protocols", default="", help="nvlink mode: copy-engine plans measured again with "
                    "these HOCKET_PEER_PROTOCOL values (push, pull), named '<plan> ~<protocol>', e.g. push")
     p.add_argument("--sm-budgets", default="", help="NCCL SM caps (max CTAs) of communicators made up front, "

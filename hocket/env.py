@@ -12,7 +12,7 @@ TRANSPORT_ENV_VARS = (
     "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_SOCKET_IFNAME",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST", "TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP", "NVSHMEM_DISABLE_NVLS",
     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "HOCKET_HOST_STAGE_PIECE_MB",
-    "HOCKET_HOST_STAGE_THREAD", "HOCKET_PEER_PROTOCOL",
+    "HOCKET_HOST_STAGE_THREAD", "HOCKET_PEER_PROTOCOL", "HOCKET_HOST_STAGE_SIGNAL",
 )
 
 
@@ -116,6 +116,21 @@ def host_stage_issue_thread() -> bool:
     if raw not in ("0", "1"):
         raise ValueError(f"HOCKET_HOST_STAGE_THREAD={raw!r} must be 0 or 1")
     return raw == "1"
+
+
+HOST_STAGE_SIGNALS = ("device", "host")
+
+
+def host_stage_signal() -> str:
+    """``HOCKET_HOST_STAGE_SIGNAL``: how the ranks of the multi-process ``host_staged`` relay tell each
+    other that a message landed in, or was read out of, the shared host buffer. ``device`` (default):
+    the copy streams write and wait for sequence numbers in that buffer themselves (CUDA stream memory
+    operations), so no thread waits for a peer; ``host``: the calling thread publishes and polls them
+    and orders the streams with inter-process events (the relay of runs 5-20)."""
+    raw = os.environ.get("HOCKET_HOST_STAGE_SIGNAL", "device").strip().lower() or "device"
+    if raw not in HOST_STAGE_SIGNALS:
+        raise ValueError(f"HOCKET_HOST_STAGE_SIGNAL={raw!r} must be one of {HOST_STAGE_SIGNALS}")
+    return raw
 
 
 def host_stage_dir() -> Path:

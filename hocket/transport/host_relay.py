@@ -21,6 +21,15 @@ their side of a message, so that each cross-process event wait refers to the rig
    ``landed`` events, copies (and reduces) their slots into the output, records
    ``consumed`` and publishes "read ``seq``".
 
+With ``HOCKET_HOST_STAGE_SIGNAL=device`` (default) no thread waits for a peer at all: the header's
+"sent"/"read" words are written by the copy streams themselves (``cuStreamWriteValue32`` after the
+copies, a system-wide fence first) and waited for by the peers' copy streams (``cuStreamWaitValue32``,
+done by the GPU's stream front end, no SM), so both steps above become stream-ordered and the
+launching thread only enqueues. Those waits have no timeout of their own: a
+:class:`~hocket.transport.relay_watchdog.RelayWatchdog` thread times out a call that does not finish
+within ``HOCKET_TIMEOUT_S``, writes values that release every wait, and makes the relay raise.
+``HOCKET_HOST_STAGE_SIGNAL=host`` keeps the host handshake with IPC events described above.
+
 The copies wait for a "ready" event (inputs written, outputs free): by default one recorded on the
 caller's stream at the call, or one the caller passes (``ready=``, recorded before a GEMM the caller
 launched first, so the handshakes run while that GEMM does; see ``hocket.ops.lowering.peer_chunked``).
@@ -37,7 +46,9 @@ import torch.distributed as dist
 from hocket import env
 from hocket.transport.group import GroupHandle
 from hocket.transport.issue_thread import IssueThread, ThreadPending
+from hocket.transport import stream_memops
 from hocket.transport.per_group import PerGroup, ramped_rounds, require_cuda, require_nccl
+from hocket.transport.relay_watchdog import RelayWatchdog
 from hocket.transport.shared_host_buffer import SharedHostBuffer
 from hocket.transport.stream_pending import StreamPending
 
@@ -50,7 +61,9 @@ launching thread needs for every kernel launch)."""
 class HostRelay:
     """Shared pinned slots, copy streams and IPC events of one (group, device) (module docstring)."""
 
-    def __init__(self, group: GroupHandle, device: torch.device, slot_bytes: int) -> None:
+    def __init__(self, group: GroupHandle, device: torch.device, slot_bytes: int, *, signal: str) -> None:
+        if signal not in env.HOST_STAGE_SIGNALS:
+            raise ValueError(f"signal={signal!r} must be one of {env.HOST_STAGE_SIGNALS}")
         self.rank, self.world = group.rank, group.world
         self.device = device
         self.slot_bytes = slot_bytes
@@ -76,9 +89,60 @@ class HostRelay:
         self.seq = 0
         self._scratch: dict[tuple, torch.Tensor] = {}
         self.issuer = IssueThread(device, name=f"host-relay-{group.name}-{device}")
+        self.signal = signal
+        self.watchdog: RelayWatchdog | None = None
+        if self.signal == "device":
+            self._start_device_signals(group.name)
         dist.barrier(group=group.pg, device_ids=[device.index])
         if self.rank == 0:  # every rank has mapped the file: its name may go (the mappings stay)
             self.buf.path.unlink()
+
+    # -- device signals (HOCKET_HOST_STAGE_SIGNAL=device) --------------------------------------------
+    def _start_device_signals(self, group_name: str) -> None:
+        if not stream_memops.available():
+            raise RuntimeError("HOCKET_HOST_STAGE_SIGNAL=device needs CUDA stream memory operations (an NVIDIA "
+                               "driver with cuStreamWaitValue32), which this process cannot issue; set "
+                               "HOCKET_HOST_STAGE_SIGNAL=host")
+        with torch.cuda.device(self.device):
+            self._word = [stream_memops.device_pointer(self.buf.ready_word_ptr(c)) for c in range(2 * self.world)]
+        self.watchdog = RelayWatchdog(
+            name=f"host relay of group {group_name!r} on {self.device}", timeout_s=env.wait_timeout_s(),
+            release=self._release_waits, describe=self._lagging,
+            on_start=lambda: torch.cuda.set_device(self.device)).start()
+
+    def _release_waits(self) -> None:
+        """Satisfy every stream wait of this relay (the watchdog's last resort): each peer's "sent" and
+        "read" words jump far ahead of any sequence number this relay will reach before it raises."""
+        for p in range(self.world):
+            if p != self.rank:
+                for chunk in (p, self.world + p):
+                    self.buf.publish(chunk, (self.buf.ready_value(chunk) + 2**30) % 2**31)
+
+    def _lagging(self) -> str:
+        """Which peer's counters lag this rank's (for the watchdog's error)."""
+        w = self.world
+        parts = [f"rank {p} sent {self.buf.ready_value(p)}, read {self.buf.ready_value(w + p)}"
+                 for p in range(w) if p != self.rank]
+        return f"this rank (rank {self.rank}) is at message {self.seq}; " + "; ".join(parts)
+
+    def _message_on_device(self, send, receive, *, ready: torch.cuda.Event) -> None:
+        """:meth:`message` with stream-written and stream-awaited sequence numbers (no host waits)."""
+        self.seq += 1
+        seq, k, w = self.seq, self.seq % SLOTS, self.world
+        peers = [p for p in range(w) if p != self.rank]
+        self.d2h.wait_event(ready)
+        if seq > SLOTS:  # every peer has read this slot's previous message out of every rank's slot
+            for p in peers:
+                stream_memops.wait_value_geq(self.d2h, self._word[w + p], seq - SLOTS)
+        with torch.cuda.stream(self.d2h):
+            send(lambda dtype: self.slot(self.rank, k, dtype))
+        stream_memops.write_value(self.d2h, self._word[self.rank], seq)
+        self.h2d.wait_event(ready)
+        for p in peers:
+            stream_memops.wait_value_geq(self.h2d, self._word[p], seq)
+        with torch.cuda.stream(self.h2d):
+            receive(lambda rank, dtype: self.slot(rank, k, dtype))
+        stream_memops.write_value(self.h2d, self._word[w + self.rank], seq)
 
     def slot(self, rank: int, k: int, dtype: torch.dtype) -> torch.Tensor:
         """Rank ``rank``'s slot ``k`` as a flat ``dtype`` host tensor."""
@@ -106,11 +170,22 @@ class HostRelay:
         the work enqueued so far on the caller's stream), on the issue thread or the calling thread
         (``HOCKET_HOST_STAGE_THREAD``); ``finish()`` then runs on the H2D stream. ``tensors`` stay
         allocated until the copies are done."""
+        if self.watchdog is not None:
+            self.watchdog.check()
         if ready is None:
             ready = torch.cuda.current_stream(self.device).record_event()
         for t in tensors:
             t.record_stream(self.d2h)
             t.record_stream(self.h2d)
+        if self.watchdog is not None:  # nothing waits on the host: enqueue here, in order
+            for send, receive in messages:
+                self._message_on_device(send, receive, ready=ready)
+            with torch.cuda.stream(self.h2d):
+                if finish is not None:
+                    finish()
+                done = self.h2d.record_event()
+            self.watchdog.track(f"{what} (messages up to {self.seq})", done)
+            return StreamPending(done, what=what)
         threaded = env.host_stage_issue_thread()
 
         def job() -> torch.cuda.Event:
@@ -161,19 +236,37 @@ class HostRelay:
 
     def close(self) -> None:
         self.issuer.close()
+        if self.watchdog is not None:  # the watchdog releases the streams if a peer never signals
+            self.watchdog.wait_idle()
         self.d2h.synchronize()
         self.h2d.synchronize()
         self._scratch.clear()
         self.buf.close()
+        if self.watchdog is not None:
+            self.watchdog.close()
+            self.watchdog.check()  # a call that timed out and was never raised for: say so now
 
 
-RELAYS: PerGroup[HostRelay] = PerGroup(lambda group, device: HostRelay(group, device,
-                                                                          env.symm_mailbox_bytes() // SLOTS))
+RELAYS: dict[str, PerGroup[HostRelay]] = {
+    signal: PerGroup(lambda group, device, signal=signal: HostRelay(group, device, env.symm_mailbox_bytes() // SLOTS,
+                                                                    signal=signal))
+    for signal in env.HOST_STAGE_SIGNALS}
+"""One relay per (group, device) and signalling mode (``HOCKET_HOST_STAGE_SIGNAL`` at the call): the
+modes keep separate buffers and sequence numbers, so every rank may switch between calls."""
 
 
 def close_relays(group_name: str | None = None) -> int:
-    """Free the relays (all, or those of one group); call on every rank. Returns how many."""
-    return RELAYS.close(group_name)
+    """Free the relays (all, or those of one group); call on every rank. Returns how many. Raises
+    :class:`~hocket.transport.pending.TransportError` if a relay's call had timed out unreported."""
+    closed, failure = 0, None
+    for relays in RELAYS.values():
+        try:
+            closed += relays.close(group_name)
+        except RuntimeError as exc:  # close the other mode's relays too, then report
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return closed
 
 
 class HostStagedTransport:
@@ -191,7 +284,7 @@ class HostStagedTransport:
 
     def _relay(self, t: torch.Tensor) -> HostRelay:
         require_cuda(t, self.name)
-        return RELAYS.get(self.group, t.device)
+        return RELAYS[env.host_stage_signal()].get(self.group, t.device)
 
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(inp)

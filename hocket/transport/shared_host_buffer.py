@@ -68,7 +68,9 @@ class SharedHostBuffer:
         self.data = self._raw[start:start + self.nbytes]
         self._registered = False
         if torch.cuda.is_available():
-            err = torch.cuda.cudart().cudaHostRegister(self._raw.data_ptr(), total, 0)
+            from hocket.transport.stream_memops import HOST_REGISTER_FLAGS
+
+            err = torch.cuda.cudart().cudaHostRegister(self._raw.data_ptr(), total, HOST_REGISTER_FLAGS)
             if int(err) != 0:
                 raise RuntimeError(f"cudaHostRegister of {self.path} ({total} bytes) failed with CUDA error "
                                    f"{int(err)}; check the locked-memory limit (ulimit -l)")
@@ -123,6 +125,17 @@ class SharedHostBuffer:
                                           f"(last seen {int(self.header[slot])}); the peer process stopped, "
                                           f"diverged, or is slower than HOCKET_TIMEOUT_S")
             time.sleep(poll_s)  # > 0 on a background thread: the launching thread then gets the GIL at once
+
+    def ready_word_ptr(self, chunk: int) -> int:
+        """Host address of the low 32 bits of ``chunk``'s ready slot (little-endian): where a stream
+        memory operation writes or waits for the sequence number (``hocket.transport.stream_memops``)."""
+        if not 0 <= chunk < self.num_chunks:
+            raise ValueError(f"chunk={chunk!r} must be in [0, {self.num_chunks}) for {self.path}")
+        return self.header.data_ptr() + (HEADER_SLOTS + chunk) * self.header.element_size()
+
+    def ready_value(self, chunk: int) -> int:
+        """The sequence number last published in ``chunk``'s slot (by the host or a stream)."""
+        return int(self.header[HEADER_SLOTS + chunk])
 
     def publish(self, chunk: int, seq: int) -> None:
         self.header[HEADER_SLOTS + chunk] = seq

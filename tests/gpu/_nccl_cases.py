@@ -50,9 +50,17 @@ def _operand(seed: int, rank: int, shape, dtype: str, device, *, salt: int = 0) 
 
 def run_plans(case: dict) -> list[tuple[str, float]]:
     """``case``: kind, shape, dim, ns, dtype, seed (+ reduce_op / return_A); every plan of ``plans_for``
-    (or only ``case["plans"]`` when given); ``case["protocol"]`` sets ``HOCKET_PEER_PROTOCOL`` meanwhile."""
-    with overridden({"HOCKET_PEER_PROTOCOL": case["protocol"]} if case.get("protocol") else {}):
+    (or only ``case["plans"]`` when given); ``case["protocol"]`` sets ``HOCKET_PEER_PROTOCOL`` meanwhile,
+    ``case["env"]`` any other variables."""
+    with overridden(_case_env(case)):
         return _run_plans(case)
+
+
+def _case_env(case: dict) -> dict:
+    values = dict(case.get("env") or {})
+    if case.get("protocol"):
+        values["HOCKET_PEER_PROTOCOL"] = case["protocol"]
+    return values
 
 
 def _run_plans(case: dict) -> list[tuple[str, float]]:
@@ -109,8 +117,8 @@ def run_back_to_back(case: dict) -> int:
     """``case["calls"]`` calls of one plan with fresh operands each, two shape classes interleaved and
     no synchronisation between calls (the copy-engine protocols reuse their buffers across calls:
     a missing ordering shows up as a wrong result here); every result is checked at the end.
-    ``case["protocol"]``: ``HOCKET_PEER_PROTOCOL`` meanwhile."""
-    with overridden({"HOCKET_PEER_PROTOCOL": case.get("protocol") or "auto"}):
+    ``case["protocol"]``: ``HOCKET_PEER_PROTOCOL`` meanwhile (default auto), ``case["env"]``: others."""
+    with overridden({"HOCKET_PEER_PROTOCOL": "auto", **_case_env(case)}):
         return _run_back_to_back(case)
 
 

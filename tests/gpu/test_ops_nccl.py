@@ -82,3 +82,34 @@ def test_copy_engine_back_to_back(pool2, kind, chunks, protocol):
                 rows=(256, 96), k=192, n=320, calls=8, seed=SEED, protocol=protocol)
     counts = pool2.run(run_back_to_back, case)
     assert counts[0] == counts[1] == (16 if kind == "ag_mm" else 8)
+
+
+HOST_STAGED_PLANS = [{"strategy": "sequential", "transport": "host_staged", "chunks": 1},
+                     {"strategy": "chunked", "transport": "host_staged", "chunks": 3},
+                     {"strategy": "chunked", "transport": "host_staged", "chunks": 2, "order": "local_first"}]
+
+
+@pytest.mark.parametrize("signal", ["device", "host"])
+@pytest.mark.parametrize("kind,shape,dim,ns,extra", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}-d{c[2]}"
+                                                              for c in CASES])
+def test_host_staged_signals(pool2, kind, shape, dim, ns, extra, signal):
+    """The host-staged relay with stream-written/awaited sequence numbers (device, the default) and with
+    the host handshake (HOCKET_HOST_STAGE_SIGNAL=host), against the reference."""
+    plans = [p for p in HOST_STAGED_PLANS if kind != "mm_ar" or "order" not in p]
+    case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype="bfloat16", seed=SEED, plans=plans,
+                env={"HOCKET_HOST_STAGE_SIGNAL": signal}, **extra)
+    results = pool2.run(run_plans, case)
+    assert len(results[0]) == len(results[1]) > 0
+
+
+@pytest.mark.parametrize("signal", ["device", "host"])
+@pytest.mark.parametrize("kind,chunks", [("ag_mm", 2), ("mm_rs", 3)])
+def test_host_staged_back_to_back(pool2, kind, chunks, signal):
+    """Twelve calls (more messages than the relay has slots, so slots are reused behind the peers'
+    reads), two shape classes interleaved, 2 MiB pieces so large calls cut into several messages."""
+    case = dict(kind=kind, dtype="bfloat16", plan={"strategy": "chunked", "transport": "host_staged",
+                                                   "chunks": chunks},
+                rows=(1536, 96), k=1024, n=320, calls=12, seed=SEED,
+                env={"HOCKET_HOST_STAGE_SIGNAL": signal, "HOCKET_HOST_STAGE_PIECE_MB": "0.5"})
+    counts = pool2.run(run_back_to_back, case)
+    assert counts[0] == counts[1] == (24 if kind == "ag_mm" else 12)

@@ -65,3 +65,43 @@ def test_a_missing_peer_ends_in_an_error_within_the_timeout(protocol):
         assert outcome == "error", f"rank 0 returned from a call whose peer never came ({seconds:.1f} s)"
         assert seconds < 60, f"the error took {seconds:.1f} s (bound: HOCKET_TIMEOUT_S={TIMEOUT_S})"
         print(f"\n{protocol}: rank 0 failed after {seconds:.1f} s: {message}")
+
+
+def relay_call_without_peer(signal: str):
+    """The host-staged relay when a peer never makes its call: with device signals rank 0's streams
+    wait in the GPU's front end; its watchdog releases them after HOCKET_TIMEOUT_S and the relay
+    raises at its next use (here: close). The CUDA context stays usable (no trap)."""
+    from hocket.transport.host_relay import close_relays
+
+    os.environ["HOCKET_HOST_STAGE_SIGNAL"] = signal
+    os.environ["HOCKET_TIMEOUT_S"] = str(TIMEOUT_S)
+    device = torch.device("cuda", torch.cuda.current_device())
+    a = torch.randn(256, 64, device=device, dtype=torch.bfloat16)
+    b = torch.randn(64, 128, device=device, dtype=torch.bfloat16)
+    plan = {"strategy": "chunked", "transport": "host_staged", "chunks": 2}
+    H.all_gather_matmul(a, [b], 0, dist.group.WORLD, plan=plan)
+    torch.cuda.synchronize()
+    dist.barrier()
+    if dist.get_rank() == 1:
+        return "skipped"
+    start = time.monotonic()
+    try:
+        H.all_gather_matmul(a, [b], 0, dist.group.WORLD, plan=plan)
+        torch.cuda.synchronize()
+        close_relays()
+    except RuntimeError as exc:
+        alive = float(torch.ones(4, device=device).sum().item())  # the context survived
+        return ("error", time.monotonic() - start, f"{str(exc)[:300]} (context alive: {alive == 4.0})")
+    return ("returned", time.monotonic() - start, "")
+
+
+@pytest.mark.parametrize("signal", ["device", "host"])
+def test_a_missing_relay_peer_ends_in_an_error_within_the_timeout(signal):
+    with RankPool(2, backend="nccl", timeout_s=90, start_method="spawn") as pool:
+        results = pool.run(relay_call_without_peer, signal, timeout_s=90)
+    assert results[1] == "skipped"
+    outcome, seconds, message = results[0]
+    assert outcome == "error", f"rank 0 returned from a relay call whose peer never came ({seconds:.1f} s)"
+    assert seconds < 60, f"the error took {seconds:.1f} s (bound: HOCKET_TIMEOUT_S={TIMEOUT_S})"
+    assert signal == "host" or "context alive: True" in message, message
+    print(f"\nrelay/{signal}: rank 0 failed after {seconds:.1f} s: {message}")

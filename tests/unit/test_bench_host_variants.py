@@ -1,0 +1,31 @@
+"""bench_multigpu's --host-variants parser: PIECE_MB:THREAD[:SIGNAL] (the relay's signalling mode)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from _bench_scripts import load_script
+
+bm = load_script("bench_multigpu")
+
+
+def variants(spec: str, link: str = "host_staged"):
+    return bm.transport_variants(SimpleNamespace(link=link, host_variants=spec, peer_protocols=""))
+
+
+def test_the_run_itself_comes_first_then_each_variant_with_its_environment():
+    got = variants("8:0:host,1024:0,2:1:device")
+    assert got[0] == ("", {})
+    assert got[1] == (" @8MB,thread=0,signal=host", {"HOCKET_HOST_STAGE_PIECE_MB": "8",
+                                                     "HOCKET_HOST_STAGE_THREAD": "0",
+                                                     "HOCKET_HOST_STAGE_SIGNAL": "host"})
+    assert got[2] == (" @1024MB,thread=0", {"HOCKET_HOST_STAGE_PIECE_MB": "1024", "HOCKET_HOST_STAGE_THREAD": "0"})
+    assert got[3][0] == " @2MB,thread=1,signal=device"
+
+
+@pytest.mark.parametrize("spec", ["8", "8:2", "8:0:ipc", ":0", "8:0:host:x"])
+def test_bad_entries_name_the_entry_and_the_form(spec):
+    with pytest.raises(ValueError, match=r"PIECE_MB:THREAD\[:SIGNAL\]"):
+        variants(spec)

@@ -90,14 +90,14 @@ class CalibrationView:
                 d2 = (math.log2(pm) - q[0]) ** 2 + (math.log2(pk) - q[1]) ** 2 + (math.log2(pn) - q[2]) ** 2
                 scored.append((d2, pm, pk, pn, tflops))
             scored.sort()
+            # points measured at the query's own shape (several runs of one shape) decide alone, all of
+            # them alike (geometric mean): the first of them in sort order would be the slowest
+            exact = [p for p in scored if p[0] == 0.0]
             log_sum = weight_sum = 0.0
-            for d2, pm, pk, pn, tflops in scored[:NEAREST_GEMM_POINTS]:
+            for d2, pm, pk, pn, tflops in exact or scored[:NEAREST_GEMM_POINTS]:
                 measured_ms = 2.0 * pm * pk * pn / (tflops * 1e9)
                 r = _clip(measured_ms / model_ms(pm, pk, pn))
-                if d2 == 0.0:
-                    log_sum, weight_sum = math.log(r), 1.0
-                    break
-                w = 1.0 / d2
+                w = 1.0 if d2 == 0.0 else 1.0 / d2
                 log_sum += w * math.log(r)
                 weight_sum += w
             ratio = _clip(math.exp(log_sum / weight_sum))

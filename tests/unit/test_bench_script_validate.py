@@ -234,3 +234,50 @@ def test_main_end_to_end_on_a_tiny_file_set(tmp_path, capsys):
         mine = {plan: ms for (key, plan), ms in measured.items() if key == best["site"]}
         assert mine[best["measured_best"]] == min(mine.values())
         assert best["regret"] == pytest.approx(mine[best["predicted_best"]] / min(mine.values()))
+
+
+def _steady_runs(rng, sites, ratio: float, profile):
+    """One steady run (run.reps=8) of each site whose compute-alone is ``ratio`` x the profile's burst price."""
+    from hocket.cost.calibration import CalibrationView
+    from hocket.cost.compute import gemm_ms
+    from hocket.hardware import load_preset
+
+    device = load_preset("h200x2").device(0)
+    lines = []
+    for site in sites:
+        burst = gemm_ms(device, m=site.m, k=site.k, n=site.n, dtype=site.dtype, itemsize=site.itemsize,
+                        calibration=CalibrationView(profile))
+        base = baselines(rng)
+        base = dataclasses.replace(base, compute_alone_ms=burst * ratio * rng.uniform(0.995, 1.005))
+        lines.append(record(site=site, plan=SEQ, median_ms=base.sequential_ms, base=base, run={"reps": 8}))
+    return lines
+
+
+def test_sustained_level_is_derived_from_the_given_steady_large_gemm_runs_only():
+    from hocket.hardware.profile import CalibrationProfile, GemmPoint, SustainedGemm
+
+    rng = random.Random()
+    base = CalibrationProfile(fingerprint="f", gemm=(GemmPoint(m=8192, k=8192, n=8192, dtype="bfloat16",
+                                                               tflops=rng.uniform(700, 760), ms=1.5),))
+    ratio = rng.uniform(1.04, 1.12)
+    large = [Site(kind="ag_mm", m=8192, k=1024 * rng.randint(6, 16), n=1024 * rng.randint(6, 16), dtype="bfloat16",
+                  world=2) for _ in range(3)]
+    small = [Site(kind="ag_mm", m=2048, k=1024, n=1024 * rng.randint(1, 2), dtype="bfloat16", world=2)]
+    groups, _ = vc.group_sites(_steady_runs(rng, large, ratio, base) + _steady_runs(rng, small, 0.8, base), None)
+    derived = vc.derived_sustained(groups, base)
+    assert derived is not None and derived.slowdown == pytest.approx(ratio, rel=0.01)  # small GEMMs left out
+    assert vc.derived_sustained([g for g in groups if g.site in small], base) is None
+    assert vc.derived_sustained(groups, None) is None
+    merged = vc.calibration_profile(groups, base)
+    assert merged.gemm_sustained == derived
+    # steady baselines enter the grid at the burst level: a steady prediction reproduces them
+    for g in groups:
+        point = next(p for p in merged.gemm if (p.m, p.k, p.n) == (g.site.m, g.site.k, g.site.n))
+        assert point.ms == pytest.approx(g.records[0].baselines.compute_alone_ms / derived.slowdown)
+    measured = SustainedGemm(m=8192, k=8192, n=8192, dtype="bfloat16", burst_ms=1.5, sustained_ms=1.5 * 1.2,
+                             duration_s=2.0)
+    with_field = dataclasses.replace(base, gemm_sustained=measured)
+    assert vc.derived_sustained(groups, with_field) is None
+    assert vc.calibration_profile(groups, with_field).gemm_sustained == measured
+    assert "measured by hocket calibrate" in vc.sustained_note(vc.calibration_profile(groups, with_field), with_field)
+    assert "derived from the calibration sites only" in vc.sustained_note(merged, base)

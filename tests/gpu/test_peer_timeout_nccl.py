@@ -27,13 +27,13 @@ pytestmark = pytest.mark.timeout(300)
 TIMEOUT_S = 3.0
 
 
-def call_without_peer(protocol: str):
-    """Both ranks make one call (the pipe's collective set-up), then only rank 0 calls again."""
-    os.environ["HOCKET_PEER_PROTOCOL"] = protocol
+def rank0_calls_alone(plan: dict, env: dict, *, then=None, alive_check: bool = False):
+    """Both ranks make one call (the transport's collective set-up) under ``env``, then only rank 0
+    calls again (and ``then()``); rank 0 returns ("error" | "returned", seconds, message)."""
+    os.environ.update(env)
     device = torch.device("cuda", torch.cuda.current_device())
     a = torch.randn(256, 64, device=device, dtype=torch.bfloat16)
     b = torch.randn(64, 128, device=device, dtype=torch.bfloat16)
-    plan = {"strategy": "chunked", "transport": "copy_engine", "chunks": 1}
     H.all_gather_matmul(a, [b], 0, dist.group.WORLD, plan=plan)
     torch.cuda.synchronize()
     dist.barrier()
@@ -44,9 +44,17 @@ def call_without_peer(protocol: str):
     try:
         H.all_gather_matmul(a, [b], 0, dist.group.WORLD, plan=plan)
         torch.cuda.synchronize()
-    except RuntimeError as exc:
-        return ("error", time.monotonic() - start, str(exc)[:300])
+        if then is not None:
+            then()
+    except (RuntimeError, TimeoutError) as exc:  # relay/host signals: the handshake's SharedBufferTimeout
+        alive = f" (context alive: {float(torch.ones(4, device=device).sum().item()) == 4.0})" if alive_check else ""
+        return ("error", time.monotonic() - start, str(exc)[:300] + alive)
     return ("returned", time.monotonic() - start, "")
+
+
+def call_without_peer(protocol: str):
+    return rank0_calls_alone({"strategy": "chunked", "transport": "copy_engine", "chunks": 1},
+                             {"HOCKET_PEER_PROTOCOL": protocol})
 
 
 @pytest.mark.parametrize("protocol", ["put", "pull", "push"])
@@ -70,29 +78,13 @@ def test_a_missing_peer_ends_in_an_error_within_the_timeout(protocol):
 def relay_call_without_peer(signal: str):
     """The host-staged relay when a peer never makes its call: with device signals rank 0's streams
     wait in the GPU's front end; its watchdog releases them after HOCKET_TIMEOUT_S and the relay
-    raises at its next use (here: close). The CUDA context stays usable (no trap)."""
+    raises at its next use (here: close). The CUDA context stays usable (no trap). The timeout is
+    set before the first call: the relay reads it when it is built."""
     from hocket.transport.host_relay import close_relays
 
-    os.environ["HOCKET_HOST_STAGE_SIGNAL"] = signal
-    os.environ["HOCKET_TIMEOUT_S"] = str(TIMEOUT_S)
-    device = torch.device("cuda", torch.cuda.current_device())
-    a = torch.randn(256, 64, device=device, dtype=torch.bfloat16)
-    b = torch.randn(64, 128, device=device, dtype=torch.bfloat16)
-    plan = {"strategy": "chunked", "transport": "host_staged", "chunks": 2}
-    H.all_gather_matmul(a, [b], 0, dist.group.WORLD, plan=plan)
-    torch.cuda.synchronize()
-    dist.barrier()
-    if dist.get_rank() == 1:
-        return "skipped"
-    start = time.monotonic()
-    try:
-        H.all_gather_matmul(a, [b], 0, dist.group.WORLD, plan=plan)
-        torch.cuda.synchronize()
-        close_relays()
-    except RuntimeError as exc:
-        alive = float(torch.ones(4, device=device).sum().item())  # the context survived
-        return ("error", time.monotonic() - start, f"{str(exc)[:300]} (context alive: {alive == 4.0})")
-    return ("returned", time.monotonic() - start, "")
+    return rank0_calls_alone({"strategy": "chunked", "transport": "host_staged", "chunks": 2},
+                             {"HOCKET_HOST_STAGE_SIGNAL": signal, "HOCKET_TIMEOUT_S": str(TIMEOUT_S)},
+                             then=close_relays, alive_check=True)
 
 
 @pytest.mark.parametrize("signal", ["device", "host"])

@@ -137,3 +137,13 @@ def test_config_sustained_seconds(rng):
     for bad in (-1.0, 61.0, True, "2"):
         with pytest.raises(ValueError, match="sustained_s"):
             CalibrateConfig(**good, sustained_s=bad)
+
+
+def test_progress_counts_the_sustained_phase_on_gpus_only(rng):
+    from hocket.hardware.calibrate.runner import _steps
+
+    config = default_config(quick=rng.choice([True, False]), device_type="cuda")
+    off = replace(config, sustained_s=0.0)
+    assert _steps(config, torch.device("cuda")) == _steps(off, torch.device("cuda")) + 1
+    cpu = default_config(quick=True, device_type="cpu")
+    assert _steps(replace(cpu, sustained_s=1.0), torch.device("cpu")) == _steps(cpu, torch.device("cpu"))

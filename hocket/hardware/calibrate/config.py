@@ -75,8 +75,11 @@ def default_config(*, quick: bool, device_type: str, dtype: str | None = None) -
                                contention_shape=(8192, 8192, 8192), contention_bytes=64 * MiB, warmup=2, iters=5,
                                sustained_s=0.5)
     return CalibrateConfig(quick=False, dtype=dtype or "bfloat16",
+                           # (8192, 2048, 8192): a shallow k (TP shards of a 4096-wide model); without it the
+                           # grid's nearest points have k >= 4096 and a k=2048 GEMM is priced from them
                            gemm_shapes=((8192, 7168, 8192), (8192, 8192, 8192), (4096, 4096, 14336),
-                                        (16384, 8192, 1024), (2048, 4096, 4096), (8192, 14336, 4096)),
+                                        (16384, 8192, 1024), (2048, 4096, 4096), (8192, 14336, 4096),
+                                        (8192, 2048, 8192)),
                            gemm_chunks=(1, 2, 4, 8, 16, 32), sizes_bytes=tuple(2 ** e for e in range(16, 31, 2)),
                            contention_shape=(8192, 8192, 8192), contention_bytes=256 * MiB, warmup=3, iters=10,
                            sustained_s=2.0)

@@ -85,6 +85,7 @@ def _print_tables(profile) -> None:
                       f"{s.sustained_ms:.3f} ms back to back for {s.duration_s:.1f} s: slowdown {s.slowdown:.3f}x "
                       f"(applied to steady-state predictions)")
     curves = dict(profile.collectives)
+    curves.update({f"{op} (back to back)": points for op, points in profile.collectives_steady.items()})
     for name in ("p2p", "copy_engine", "host_link"):
         if getattr(profile, name):
             curves[name] = getattr(profile, name)

@@ -62,8 +62,10 @@ class CalibrationView:
     has computed, so pricing many plans of one site stays cheap. It holds no global state.
     """
 
-    def __init__(self, profile) -> None:
+    def __init__(self, profile, *, steady: bool = False) -> None:
         self.profile = profile
+        # collective curves read from the profile's collectives_steady where it has them (for_steady_state)
+        self.steady = steady
         gemm = getattr(profile, "gemm", None) or ()
         self._gemm = []
         for point in gemm:
@@ -119,6 +121,17 @@ class CalibrationView:
             return 1.0
         return min(max(slowdown, SUSTAINED_LIMITS[0]), SUSTAINED_LIMITS[1])
 
+    def for_steady_state(self) -> "CalibrationView":
+        """The view steady-state predictions price with: collective curves measured back to back
+        (``collectives_steady``) replace the from-idle ones, op by op, where the profile has them;
+        ``self`` where it has none (old profiles). Built once per view."""
+        if self.steady or not (getattr(self.profile, "collectives_steady", None) or {}):
+            return self
+        key = ("steady_view",)
+        if key not in self._memo:
+            self._memo[key] = CalibrationView(self.profile, steady=True)  # type: ignore[assignment]
+        return self._memo[key]  # type: ignore[return-value]
+
     # -- transfers ----------------------------------------------------------------
     def curve(self, transfer: str) -> list[tuple[float, float]]:
         """Measured (bytes, ms) points of a collective op name ("all_gather", ...) or of
@@ -130,8 +143,9 @@ class CalibrationView:
         if transfer in ("p2p", "copy_engine", "host_link"):
             raw = getattr(self.profile, transfer, None)
         else:
+            steady = (getattr(self.profile, "collectives_steady", None) or {}) if self.steady else {}
             collectives = getattr(self.profile, "collectives", None) or {}
-            raw = collectives.get(transfer)
+            raw = steady.get(transfer) or collectives.get(transfer)
         points = []
         for point in raw or ():
             nbytes, ms = float(_field(point, "bytes", 0)), float(_field(point, "ms", 1))

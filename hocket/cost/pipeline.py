@@ -674,6 +674,8 @@ def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.G
     if topology is not None:
         topo = topology
     view = calibration_view(profile)
+    if steady_state and view is not None:  # collectives timed back to back, where the profile has them
+        view = view.for_steady_state()
     builder = _Builder(site=site, plan=plan, device=device, topo=topo, calibration=view, cores_per_rank=cores,
                        stages=[], issue=issue_table(view) if device.sm_count is not None else None,
                        sustained=steady_state)

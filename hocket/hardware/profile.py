@@ -9,6 +9,11 @@ Byte conventions of the curves (match ``Site.comm_bytes``):
 * ``collectives["reduce_scatter"]``: bytes of the un-scattered input per rank;
 * ``collectives["all_reduce"]``: bytes of the reduced tensor;
 * ``collectives["all_to_all"]``: bytes one rank sends in total (to all peers);
+* ``collectives_steady``: the same collectives (same byte convention) at a few sizes, each sample
+  ``reps`` calls back to back (``hocket.bench.timer``): what a call costs in a loop with the host
+  ahead, without the launch and release skew that a call from idle behind a barrier pays (2xH200:
+  64 MiB all-gather 0.21-0.26 ms from idle, 0.16-0.17 ms back to back). Steady-state predictions
+  read these where present; absent in profiles written before it existed;
 * ``p2p``: bytes one rank sends to its ring neighbour while receiving as many;
 * ``copy_engine``: bytes one rank copies to a peer device; ``host_link``: bytes one way
   between device and pinned host memory.
@@ -116,6 +121,7 @@ class CalibrationProfile:
     created: str = ""
     gemm: tuple[GemmPoint, ...] = ()
     collectives: Mapping[str, tuple[CurvePoint, ...]] = field(default_factory=dict)
+    collectives_steady: Mapping[str, tuple[CurvePoint, ...]] = field(default_factory=dict)
     p2p: tuple[CurvePoint, ...] = ()
     copy_engine: tuple[CurvePoint, ...] = ()
     host_link: tuple[CurvePoint, ...] = ()
@@ -138,6 +144,8 @@ class CalibrationProfile:
                            for kind, c in sorted(self.contention.items())},
             "issue_us": {op: float(us) for op, us in sorted(self.issue_us.items())},
         }
+        if self.collectives_steady:  # absent where not measured (old files read and write the same)
+            out["collectives_steady"] = {op: curve(points) for op, points in sorted(self.collectives_steady.items())}
         if self.gemm_sustained is not None:  # absent, not null, where not measured (old files read the same)
             out["gemm_sustained"] = self.gemm_sustained.to_dict()
         return out
@@ -167,6 +175,10 @@ class CalibrationProfile:
         if not isinstance(collectives_raw, dict):
             raise ProfileFormatError("collectives must be an object {op: [[bytes, ms], ...]}")
         collectives = {str(op): _curve(points, f"collectives.{op}") for op, points in collectives_raw.items()}
+        steady_raw = data.get("collectives_steady", {})
+        if not isinstance(steady_raw, dict):
+            raise ProfileFormatError("collectives_steady must be an object {op: [[bytes, ms], ...]}")
+        steady = {str(op): _curve(points, f"collectives_steady.{op}") for op, points in steady_raw.items()}
         contention_raw = data.get("contention", {})
         if not isinstance(contention_raw, dict):
             raise ProfileFormatError("contention must be an object {kind: {gemm_slowdown, transfer_slowdown}}")
@@ -186,7 +198,7 @@ class CalibrationProfile:
         return cls(fingerprint=fp, fingerprint_data=fp_data, world_size=world,
                    backend=str(data.get("backend", "gloo")), device_type=str(data.get("device_type", "cpu")),
                    quick=bool(data.get("quick", False)), created=str(data.get("created", "")), gemm=gemm,
-                   collectives=collectives, p2p=_curve(data.get("p2p", []), "p2p"),
+                   collectives=collectives, collectives_steady=steady, p2p=_curve(data.get("p2p", []), "p2p"),
                    copy_engine=_curve(data.get("copy_engine", []), "copy_engine"),
                    host_link=_curve(data.get("host_link", []), "host_link"), contention=contention,
                    issue_us=issue_us, gemm_sustained=sustained, version=version)

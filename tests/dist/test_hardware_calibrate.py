@@ -58,3 +58,18 @@ def test_cli_quick_calibration_writes_a_loadable_profile(tmp_path):
     assert loaded.gemm and all(p.tflops > 0 for p in loaded.gemm)
     assert set(loaded.collectives) == set(COLLECTIVES) and loaded.p2p
     assert "cpu_collective" in loaded.contention
+
+
+def test_back_to_back_collective_points_on_ranks(pool):
+    config = CalibrateConfig(quick=True, dtype="float32", gemm_shapes=((32, 32, 32),), gemm_chunks=(1,),
+                             sizes_bytes=(4096,), collectives=("all_gather", "reduce_scatter"),
+                             steady_sizes_bytes=(8192, 65536), steady_reps=3, contention_shape=(32, 32, 32),
+                             contention_bytes=4096, warmup=1, iters=2)
+    results = pool.run(_measure_tiny, config)
+    first = results[0]
+    assert all(r.steady_curves == first.steady_curves for r in results)  # maxima over ranks
+    assert set(first.steady_curves) == {"all_gather", "reduce_scatter"}
+    for op, points in first.steady_curves.items():
+        assert [p.bytes for p in points] == [8192, 65536] and all(p.ms > 0 for p in points), op
+    profile = build_profile(first, config=config, fingerprint={"hash": "0123456789abcdef"})
+    assert CalibrationProfile.from_dict(json.loads(profile.to_json())).collectives_steady == profile.collectives_steady

@@ -65,6 +65,12 @@ def test_default_location_follows_cache_dir(tmp_path, monkeypatch):
     (json.dumps({"version": 1, "fingerprint": "x", "p2p": [[1024, -1.0]]}), "p2p"),
     (json.dumps({"version": 1, "fingerprint": "x", "contention": {"k": {"gemm_slowdown": 1}}}), "contention"),
     (json.dumps({"version": 1, "fingerprint": "x", "pickle": "gASVAAAA"}), "unknown fields"),
+    (json.dumps({"version": 1, "fingerprint": "x", "collectives_steady": {"all_gather": [[1024]]}}),
+     "collectives_steady"),
+    (json.dumps({"version": 1, "fingerprint": "x", "gemm_sustained": {"m": 8192}}), "gemm_sustained"),
+    (json.dumps({"version": 1, "fingerprint": "x", "gemm_sustained": {"m": 1, "k": 1, "n": 1, "dtype": "bfloat16",
+                                                                       "burst_ms": -1.0, "sustained_ms": 1.0,
+                                                                       "duration_s": 1.0}}), "gemm_sustained"),
 ])
 def test_corrupt_profile_warns_with_file_and_reason(tmp_path, content, reason):
     path = tmp_path / "bad.json"

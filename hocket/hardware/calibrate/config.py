@@ -25,6 +25,10 @@ class CalibrateConfig:
     contention_bytes: int
     warmup: int = 1
     iters: int = 5
+    steady_sizes_bytes: tuple[int, ...] = ()
+    """sizes at which every collective is also timed ``steady_reps`` calls back to back per sample
+    (the profile's ``collectives_steady``); () skips them."""
+    steady_reps: int = 8
     sustained_s: float = 0.0
     """seconds of the ``contention_shape`` GEMM run back to back against its burst timing (GPU ranks:
     the profile's ``gemm_sustained``; ``hocket.hardware.calibrate.sustained``); 0 skips it."""
@@ -42,6 +46,10 @@ class CalibrateConfig:
         unknown = set(self.collectives) - set(COLLECTIVES)
         if unknown:
             raise ValueError(f"collectives {sorted(unknown)} are unknown; use a subset of {COLLECTIVES}")
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.steady_sizes_bytes):
+            raise ValueError(f"steady_sizes_bytes={self.steady_sizes_bytes!r} must be positive byte counts (or ())")
+        if isinstance(self.steady_reps, bool) or not isinstance(self.steady_reps, int) or self.steady_reps < 2:
+            raise ValueError(f"steady_reps={self.steady_reps!r} must be an int >= 2 (calls back to back per sample)")
         if self.contention_bytes < 1:
             raise ValueError(f"contention_bytes={self.contention_bytes} must be >= 1")
         if isinstance(self.sustained_s, bool) or not isinstance(self.sustained_s, (int, float)) \
@@ -73,7 +81,7 @@ def default_config(*, quick: bool, device_type: str, dtype: str | None = None) -
         return CalibrateConfig(quick=True, dtype=dtype or "bfloat16", gemm_shapes=((4096, 4096, 4096),),
                                gemm_chunks=(1, 4, 16), sizes_bytes=(1 * MiB, 16 * MiB, 64 * MiB),
                                contention_shape=(8192, 8192, 8192), contention_bytes=64 * MiB, warmup=2, iters=5,
-                               sustained_s=0.5)
+                               steady_sizes_bytes=(16 * MiB,), sustained_s=0.5)
     return CalibrateConfig(quick=False, dtype=dtype or "bfloat16",
                            # (8192, 2048, 8192): a shallow k (TP shards of a 4096-wide model); without it the
                            # grid's nearest points have k >= 4096 and a k=2048 GEMM is priced from them
@@ -82,4 +90,4 @@ def default_config(*, quick: bool, device_type: str, dtype: str | None = None) -
                                         (8192, 2048, 8192)),
                            gemm_chunks=(1, 2, 4, 8, 16, 32), sizes_bytes=tuple(2 ** e for e in range(16, 31, 2)),
                            contention_shape=(8192, 8192, 8192), contention_bytes=256 * MiB, warmup=3, iters=10,
-                           sustained_s=2.0)
+                           steady_sizes_bytes=(4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB), sustained_s=2.0)

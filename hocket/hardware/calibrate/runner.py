@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.distributed as dist
@@ -27,6 +27,7 @@ class Measurements:
 
     gemm: list[GemmPoint] = field(default_factory=list)
     curves: dict[str, list[CurvePoint]] = field(default_factory=dict)
+    steady_curves: dict[str, list[CurvePoint]] = field(default_factory=dict)
     contention: dict[str, ContentionPoint] = field(default_factory=dict)
     issue_us: dict[str, float] = field(default_factory=dict)
     gemm_sustained: SustainedGemm | None = None
@@ -39,7 +40,8 @@ def _steps(config: CalibrateConfig, device: torch.device) -> int:
     gemm = sum(1 for m, _, _ in config.gemm_shapes for c in config.gemm_chunks if c <= m)
     issue = 1 if device.type == "cuda" else 0
     sustained = 1 if device.type == "cuda" and config.sustained_s > 0 else 0
-    return gemm + sustained + (len(config.collectives) + len(CURVE_TRANSFERS)) * len(config.sizes_bytes) + \
+    steady = len(config.collectives) * len(config.steady_sizes_bytes)
+    return gemm + sustained + steady + (len(config.collectives) + len(CURVE_TRANSFERS)) * len(config.sizes_bytes) + \
         len(kinds_for(device)) + issue
 
 
@@ -68,15 +70,19 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
             out.gemm_sustained = measure_sustained(
                 gemm_call(m, k, n, dtype=config.dtype, device=device), (m, k, n), dtype=config.dtype,
                 duration_s=config.sustained_s, timing=timing, group=group, device=device)
-        for name in config.collectives + CURVE_TRANSFERS:
-            for nbytes in config.sizes_bytes:
-                progress.step(f"{name} {nbytes} B")
-                made = make_transfer(name, nbytes, dtype=config.dtype, group=group, device=device)
-                if made is None:
-                    continue
-                call, moved = made
-                ms = time_callable(call, config=timing, group=group, device=device).median_ms
-                out.curves.setdefault(name, []).append(CurvePoint(bytes=moved, ms=ms))
+        def curve(names, sizes, how: TimingConfig, label: str, into: dict[str, list[CurvePoint]]) -> None:
+            for name in names:
+                for nbytes in sizes:
+                    progress.step(f"{name} {nbytes} B{label}")
+                    made = make_transfer(name, nbytes, dtype=config.dtype, group=group, device=device)
+                    if made is not None:
+                        ms = time_callable(made[0], config=how, group=group, device=device).median_ms
+                        into.setdefault(name, []).append(CurvePoint(bytes=made[1], ms=ms))
+
+        curve(config.collectives + CURVE_TRANSFERS, config.sizes_bytes, timing, "", out.curves)
+        # the collectives again, calls back to back: a loop's per-call cost
+        curve(config.collectives, config.steady_sizes_bytes, replace(timing, reps=config.steady_reps),
+              f", {config.steady_reps} calls back to back", out.steady_curves)
         m, k, n = config.contention_shape
         gemm = gemm_call(m, k, n, dtype=config.dtype, device=device)
         for kind, transfer_name in kinds_for(device).items():
@@ -99,6 +105,7 @@ def build_profile(measured: Measurements, *, config: CalibrateConfig, fingerprin
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gemm=tuple(measured.gemm),
         collectives={op: curves[op] for op in config.collectives if op in curves},
+        collectives_steady={op: tuple(points) for op, points in measured.steady_curves.items()},
         p2p=curves.get("p2p", ()), copy_engine=curves.get("copy_engine", ()), host_link=curves.get("host_link", ()),
         contention=dict(measured.contention), issue_us=dict(measured.issue_us),
         gemm_sustained=measured.gemm_sustained)

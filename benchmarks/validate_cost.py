@@ -15,7 +15,9 @@ derived one: the median, over the *calibration* sites' steady runs with a large 
 prices it at >= ``SUSTAINED_MIN_MS`` in a burst, like the GEMM ``hocket calibrate`` runs back to back),
 of compute-alone measured over the profile's burst prediction; held-out sites never feed it. The
 header says which. Steady compute-alone baselines enter the GEMM points at the burst level
-(divided by the slowdown), so a steady prediction at a calibration shape reproduces its baseline.
+(divided by the slowdown), so a steady prediction at a calibration shape reproduces its baseline;
+steady comm-alone baselines (timed back to back) are ``collectives_steady`` points, which steady
+predictions read (``CalibrationView.for_steady_state``), from-idle ones ``collectives`` points.
 
 Printed: per-point error (held-out sites), median and max relative error, and decision
 accuracy: how often the predicted sign of the saving over sequential matches the
@@ -336,6 +338,8 @@ def calibration_profile(groups: list[SiteGroup], base: CalibrationProfile | None
     slowdown = CalibrationView(CalibrationProfile(fingerprint="-", gemm_sustained=sustained)).gemm_sustained_slowdown()
     gemm = list(base.gemm) if base else []
     curves: dict[str, list] = {op: list(points) for op, points in (base.collectives if base else {}).items()}
+    steady_curves: dict[str, list] = {op: list(points) for op, points in
+                                      (base.collectives_steady if base else {}).items()}
     host = list(base.host_link) if base else []
     for g in groups:
         site, baselines = g.site, g.records[0].baselines
@@ -347,11 +351,12 @@ def calibration_profile(groups: list[SiteGroup], base: CalibrationProfile | None
         curve = CURVE_OF_KIND[site.kind]
         if curve == "host_link":
             host.append(point)
-        elif g.measures_collective():
-            curves.setdefault(curve, []).append(point)
+        elif g.measures_collective():  # a steady run's comm-alone was timed back to back
+            (steady_curves if g.steady else curves).setdefault(curve, []).append(point)
     return CalibrationProfile(
         fingerprint=base.fingerprint if base else "validate_cost", world_size=base.world_size if base else 1,
         gemm=tuple(gemm), collectives={op: tuple(sorted(p, key=lambda x: x.bytes)) for op, p in curves.items()},
+        collectives_steady={op: tuple(sorted(p, key=lambda x: x.bytes)) for op, p in steady_curves.items()},
         p2p=base.p2p if base else (), copy_engine=base.copy_engine if base else (),
         host_link=tuple(sorted(host, key=lambda x: x.bytes)), contention=base.contention if base else {},
         issue_us=base.issue_us if base else {}, gemm_sustained=sustained)

@@ -270,6 +270,10 @@ def test_sustained_level_is_derived_from_the_given_steady_large_gemm_runs_only()
     assert vc.derived_sustained(groups, None) is None
     merged = vc.calibration_profile(groups, base)
     assert merged.gemm_sustained == derived
+    # their comm-alone was timed back to back: a steady curve point, not a from-idle one
+    assert sorted(p.ms for p in merged.collectives_steady["all_gather"]) == \
+        sorted(g.records[0].baselines.comm_alone_ms for g in groups)
+    assert "all_gather" not in merged.collectives
     # steady baselines enter the grid at the burst level: a steady prediction reproduces them
     for g in groups:
         point = next(p for p in merged.gemm if (p.m, p.k, p.n) == (g.site.m, g.site.k, g.site.n))

@@ -70,6 +70,7 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
             out.gemm_sustained = measure_sustained(
                 gemm_call(m, k, n, dtype=config.dtype, device=device), (m, k, n), dtype=config.dtype,
                 duration_s=config.sustained_s, timing=timing, group=group, device=device)
+
         def curve(names, sizes, how: TimingConfig, label: str, into: dict[str, list[CurvePoint]]) -> None:
             for name in names:
                 for nbytes in sizes:

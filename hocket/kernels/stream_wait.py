@@ -6,42 +6,23 @@ flag is >= the value, then its next copy starts at once. Compared with a one-pro
 kernel plus an event (``hocket.kernels.flags.wait_flag_on_stream``) this needs no SM, no
 kernel launch and no cross-stream event between the flag's rise and the copy.
 
-torch exposes the write (``symm_mem.stream_write_value32_``) but not the wait, so the
-driver entry point is called through ``ctypes`` on ``libcuda`` (the CUDA driver itself;
-``_v2`` first, the name CUDA 12 headers map to).
+The driver call itself is :mod:`hocket.transport.stream_memops` (``ctypes`` on ``libcuda``; torch
+exposes the write but not the wait); this module is its tensor-flag form.
 
 No bound: the driver's wait has no timeout. Use it only for flags that the work enqueued
 *before* the wait raises unconditionally (the producer GEMM raises every group flag when
 it finishes; a kernel fault ends the CUDA context and the wait with it). A flag that may
-never rise (a peer's, a lost chunk's) takes the bounded spin kernel instead.
+never rise (a peer's, a lost chunk's) takes the bounded spin kernel instead, or a watchdog that
+releases the wait from the host (the host-staged relay: ``hocket.transport.relay_watchdog``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 
 import torch
 
-WAIT_GEQ = 0x0
-"""CU_STREAM_WAIT_VALUE_GEQ: proceed once ``(int32)(*addr - value) >= 0``."""
-_SYMBOLS = ("cuStreamWaitValue32_v2", "cuStreamWaitValue32")
-
-
-@functools.lru_cache(maxsize=1)
-def _driver_wait():
-    """The driver's stream-wait entry point, or None where there is no CUDA driver."""
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    for name in _SYMBOLS:
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.restype = ctypes.c_int
-            fn.argtypes = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint)
-            return fn
-    return None
+from hocket.transport import stream_memops
 
 
 def _check_flags(flags: torch.Tensor, index: int) -> None:
@@ -61,16 +42,11 @@ def wait_value_on_stream(flags: torch.Tensor, index: int, *, stream: torch.cuda.
     _check_flags(flags, index)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
         raise ValueError(f"value={value!r} must be an int in [0, 2**31)")
-    fn = _driver_wait()
-    if fn is None:
+    if not stream_memops.available():
         raise RuntimeError("cuStreamWaitValue32 is not reachable (no libcuda.so.1 with it); "
                            "use hocket.kernels.wait_flag_on_stream (a bounded spin kernel) instead")
     stream = stream if stream is not None else torch.cuda.current_stream(flags.device)
-    address = flags.data_ptr() + index * flags.element_size()
-    rc = fn(ctypes.c_void_p(stream.cuda_stream), address, value, WAIT_GEQ)
-    if rc != 0:
-        raise RuntimeError(f"cuStreamWaitValue32 on flag {index} failed with CUresult {rc} (801: stream memory "
-                           f"operations not supported on this device/driver); use the spin-kernel wait instead")
+    stream_memops.wait_value_geq(stream, flags.data_ptr() + index * flags.element_size(), value)
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,13 +55,16 @@ def stream_wait_available(device_index: int) -> bool:
     a flag that is already set, so the probe never waits)."""
     if not isinstance(device_index, int) or isinstance(device_index, bool) or device_index < 0:
         raise ValueError(f"device_index={device_index!r} must be a CUDA device index >= 0")
-    fn = _driver_wait()
-    if fn is None or not torch.cuda.is_available():
+    if not stream_memops.available():
         return False
     with torch.cuda.device(device_index):
         flag = torch.ones(1, dtype=torch.int32, device=f"cuda:{device_index}")
         stream = torch.cuda.Stream(device_index)
         stream.wait_stream(torch.cuda.current_stream(device_index))
-        rc = fn(ctypes.c_void_p(stream.cuda_stream), flag.data_ptr(), 1, WAIT_GEQ)
-        stream.synchronize()
-    return rc == 0
+        try:
+            stream_memops.wait_value_geq(stream, flag.data_ptr(), 1)
+        except RuntimeError:  # the driver refused the operation on this device
+            return False
+        finally:
+            stream.synchronize()
+    return True

@@ -23,6 +23,7 @@ import torch
 
 from hocket.kernels.workspace import signature
 from hocket.plan.plan import Plan
+from hocket.transport.stream_switch import on_stream
 
 if TYPE_CHECKING:
     from hocket.ops.offload import OffloadContext
@@ -101,13 +102,13 @@ def _h2d_with_side_flags(ctx: "OffloadContext", A_host, a_dev, ws, start, timing
     streams = _copy_streams(ctx, staged.h2d_stream, start)
     for step, chunk in enumerate(order):
         stream = streams[step % len(streams)]
-        with torch.cuda.stream(stream):
+        with on_stream(stream):
             rows = slice(offsets[chunk], offsets[chunk + 1])
             a_dev[rows].copy_(A_host[rows], non_blocking=True)
             if step == len(order) - 1:
                 set_flag_on_stream(ws.flags, chunk, method=staged.flag_method)
             landed[chunk] = _event(stream, timing)
-    with torch.cuda.stream(staged.flag_stream):
+    with on_stream(staged.flag_stream):
         staged.flag_stream.wait_event(start)
         for chunk in order[:-1]:
             staged.flag_stream.wait_event(landed[chunk])
@@ -154,7 +155,7 @@ def _d2h_after_events(ctx: "OffloadContext", c_dev, out, offsets, ready, start, 
     copied = []
     for group in range(len(offsets) - 1):
         stream = streams[group % len(streams)]
-        with torch.cuda.stream(stream):
+        with on_stream(stream):
             stream.wait_event(ready[group])
             rows = slice(offsets[group], offsets[group + 1])
             out[rows].copy_(c_dev[rows], non_blocking=True)
@@ -173,7 +174,7 @@ def _d2h_stream_waits(ctx: "OffloadContext", c_dev, out, ws, start, timing: bool
     ready, copied = [], []
     for group in range(len(offsets) - 1):
         stream = streams[group % len(streams)]
-        with torch.cuda.stream(stream):
+        with on_stream(stream):
             wait_value_on_stream(ws.flags, group, stream=stream)
             if timing:
                 ready.append(_event(stream, True))

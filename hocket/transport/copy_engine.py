@@ -27,6 +27,7 @@ from hocket import env
 from hocket.transport.group import GroupHandle
 from hocket.transport.per_group import PerGroup, require_cuda, require_nccl, rounds
 from hocket.transport.stream_pending import StreamPending
+from hocket.transport.stream_switch import on_stream
 from hocket.transport.symm_mem import SymmBuffer
 
 
@@ -40,7 +41,7 @@ class Mailbox:
         self.nbytes = nbytes
         self.stream = torch.cuda.Stream(device)
         self._scratch: dict[tuple, torch.Tensor] = {}
-        with torch.cuda.stream(self.stream):
+        with on_stream(self.stream):
             self.buf.barrier(channel=0)  # load the barrier kernel before any transfer
         self.stream.synchronize()
 
@@ -103,7 +104,7 @@ class CopyEngineTransport:
         src, dst = inp.reshape(-1), out.view(-1)
         n, rank = src.numel(), box.rank
         self._begin(box, src, dst)
-        with torch.cuda.stream(box.stream):
+        with on_stream(box.stream):
             for lo, hi in rounds(n, box.capacity(src.dtype)):
                 box.barrier()
                 box.mail(rank, src.dtype)[:hi - lo].copy_(src[lo:hi])
@@ -122,7 +123,7 @@ class CopyEngineTransport:
         n = dst.numel()
         blocks = inp.reshape(w, n)
         self._begin(box, blocks, dst)
-        with torch.cuda.stream(box.stream):
+        with on_stream(box.stream):
             for lo, hi in rounds(n, box.capacity(dst.dtype) // w):
                 size = hi - lo
                 box.barrier()
@@ -141,7 +142,7 @@ class CopyEngineTransport:
         w, rank = box.world, box.rank
         flat = tensor.view(-1)
         self._begin(box, flat)
-        with torch.cuda.stream(box.stream):
+        with on_stream(box.stream):
             for lo, hi in rounds(flat.numel(), box.capacity(flat.dtype)):
                 size = hi - lo
                 box.barrier()

@@ -51,6 +51,7 @@ from hocket.transport.per_group import PerGroup, ramped_rounds, require_cuda, re
 from hocket.transport.relay_watchdog import RelayWatchdog
 from hocket.transport.shared_host_buffer import SharedHostBuffer
 from hocket.transport.stream_pending import StreamPending
+from hocket.transport.stream_switch import on_stream
 
 SLOTS = 4
 POLL_S = 2e-5
@@ -88,6 +89,7 @@ class HostRelay:
                               for p in range(self.world) if p != self.rank}
         self.seq = 0
         self._scratch: dict[tuple, torch.Tensor] = {}
+        self._slots: dict[tuple, torch.Tensor] = {}
         self.issuer = IssueThread(device, name=f"host-relay-{group.name}-{device}")
         self.signal = signal
         self.watchdog: RelayWatchdog | None = None
@@ -125,41 +127,56 @@ class HostRelay:
                  for p in range(w) if p != self.rank]
         return f"this rank (rank {self.rank}) is at message {self.seq}; " + "; ".join(parts)
 
-    def _message_on_device(self, send, receive, *, ready: torch.cuda.Event) -> None:
-        """:meth:`message` with stream-written and stream-awaited sequence numbers (no host waits)."""
-        self.seq += 1
-        seq, k, w = self.seq, self.seq % SLOTS, self.world
-        peers = [p for p in range(w) if p != self.rank]
+    def _post_on_device(self, messages, finish, ready: torch.cuda.Event) -> torch.cuda.Event:
+        """Enqueue ``messages`` (see :meth:`message`) with stream-written and stream-awaited sequence
+        numbers: first every message's device-to-host side on the D2H stream, then every message's
+        host-to-device side on the H2D stream (each stream keeps the messages' order; nothing waits
+        on the host, so the order of enqueueing between the two streams does not matter). Returns
+        the event after ``finish()`` on the H2D stream."""
+        w, rank, words = self.world, self.rank, self._word
+        peers = [p for p in range(w) if p != rank]
+        first = self.seq + 1
         self.d2h.wait_event(ready)
-        if seq > SLOTS:  # every peer has read this slot's previous message out of every rank's slot
-            for p in peers:
-                stream_memops.wait_value_geq(self.d2h, self._word[w + p], seq - SLOTS)
-        with torch.cuda.stream(self.d2h):
-            send(lambda dtype: self.slot(self.rank, k, dtype))
-        stream_memops.write_value(self.d2h, self._word[self.rank], seq)
+        with on_stream(self.d2h):
+            for send, _ in messages:
+                self.seq += 1
+                seq, k = self.seq, self.seq % SLOTS
+                if seq > SLOTS:  # every peer has read this slot's previous message out of every rank's slot
+                    for p in peers:
+                        stream_memops.wait_value_geq(self.d2h, words[w + p], seq - SLOTS)
+                send(lambda dtype, k=k: self.slot(rank, k, dtype))
+                stream_memops.write_value(self.d2h, words[rank], seq)
         self.h2d.wait_event(ready)
-        for p in peers:
-            stream_memops.wait_value_geq(self.h2d, self._word[p], seq)
-        with torch.cuda.stream(self.h2d):
-            receive(lambda rank, dtype: self.slot(rank, k, dtype))
-        stream_memops.write_value(self.h2d, self._word[w + self.rank], seq)
+        with on_stream(self.h2d):
+            for seq, (_, receive) in enumerate(messages, start=first):
+                k = seq % SLOTS
+                for p in peers:
+                    stream_memops.wait_value_geq(self.h2d, words[p], seq)
+                receive(lambda r, dtype, k=k: self.slot(r, k, dtype))
+                stream_memops.write_value(self.h2d, words[w + rank], seq)
+            if finish is not None:
+                finish()
+            return self.h2d.record_event()
 
     def slot(self, rank: int, k: int, dtype: torch.dtype) -> torch.Tensor:
-        """Rank ``rank``'s slot ``k`` as a flat ``dtype`` host tensor."""
-        start = (rank * SLOTS + k) * self.slot_bytes
-        raw = self.buf.data[start:start + self.slot_bytes]
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        return raw[:self.slot_bytes // itemsize * itemsize].view(dtype)
+        """Rank ``rank``'s slot ``k`` as a flat ``dtype`` host tensor (views are cached)."""
+        key = (rank, k, dtype)
+        view = self._slots.get(key)
+        if view is None:
+            start = (rank * SLOTS + k) * self.slot_bytes
+            raw = self.buf.data[start:start + self.slot_bytes]
+            view = self._slots[key] = raw[:self.slot_bytes // dtype.itemsize * dtype.itemsize].view(dtype)
+        return view
 
     def capacity(self, dtype: torch.dtype) -> int:
-        return self.slot_bytes // torch.empty((), dtype=dtype).element_size()
+        return self.slot_bytes // dtype.itemsize
 
     def pieces(self, total: int, dtype: torch.dtype, *, copies: int = 1,
                slot_copies: int | None = None) -> list[tuple[int, int]]:
         """Element ranges of one collective's messages: a message copies ``copies`` ranges of this
         size device -> host (at most ``HOCKET_HOST_STAGE_PIECE_MB`` together) and its slot holds
         ``slot_copies`` of them (default ``copies``)."""
-        itemsize = torch.empty((), dtype=dtype).element_size()
+        itemsize = dtype.itemsize
         per_range = min(self.slot_bytes // max(1, slot_copies or copies),
                         env.host_stage_piece_bytes() // max(1, copies)) // itemsize
         return ramped_rounds(total, per_range)
@@ -173,17 +190,12 @@ class HostRelay:
         if self.watchdog is not None:
             self.watchdog.check()
         if ready is None:
-            ready = torch.cuda.current_stream(self.device).record_event()
+            ready = torch.cuda.current_stream(self.device.index).record_event()
         for t in tensors:
             t.record_stream(self.d2h)
             t.record_stream(self.h2d)
         if self.watchdog is not None:  # nothing waits on the host: enqueue here, in order
-            for send, receive in messages:
-                self._message_on_device(send, receive, ready=ready)
-            with torch.cuda.stream(self.h2d):
-                if finish is not None:
-                    finish()
-                done = self.h2d.record_event()
+            done = self._post_on_device(messages, finish, ready)
             self.watchdog.track(f"{what} (messages up to {self.seq})", done)
             return StreamPending(done, what=what)
         threaded = env.host_stage_issue_thread()
@@ -191,7 +203,7 @@ class HostRelay:
         def job() -> torch.cuda.Event:
             for send, receive in messages:
                 self.message(send, receive, ready=ready, poll_s=POLL_S if threaded else 0.0)
-            with torch.cuda.stream(self.h2d):
+            with on_stream(self.h2d):
                 if finish is not None:
                     finish()
                 return self.h2d.record_event()
@@ -220,7 +232,7 @@ class HostRelay:
                 self.buf.wait_ready(w + p, seq - SLOTS, poll_s=poll_s)
                 self.d2h.wait_event(self.peer_consumed[p][k])
         self.d2h.wait_event(ready)
-        with torch.cuda.stream(self.d2h):
+        with on_stream(self.d2h):
             send(lambda dtype: self.slot(self.rank, k, dtype))
             self.landed[k].record(self.d2h)
         self.buf.publish(self.rank, seq)
@@ -229,7 +241,7 @@ class HostRelay:
         for p in peers:
             self.buf.wait_ready(p, seq, poll_s=poll_s)
             self.h2d.wait_event(self.peer_landed[p][k])
-        with torch.cuda.stream(self.h2d):
+        with on_stream(self.h2d):
             receive(lambda rank, dtype: self.slot(rank, k, dtype))
             self.consumed[k].record(self.h2d)
         self.buf.publish(w + self.rank, seq)
@@ -241,6 +253,7 @@ class HostRelay:
         self.d2h.synchronize()
         self.h2d.synchronize()
         self._scratch.clear()
+        self._slots.clear()
         self.buf.close()
         if self.watchdog is not None:
             self.watchdog.close()

@@ -33,6 +33,8 @@ from collections.abc import Sequence
 
 import torch
 
+from hocket.transport.stream_switch import on_stream
+
 
 def require_cuda(what: str) -> None:
     if not torch.cuda.is_available():
@@ -111,7 +113,7 @@ class HostStagedContext:
 
         order = range(len(row_offsets) - 1) if order is None else order
         events: list[torch.cuda.Event | None] = [None] * (len(row_offsets) - 1)
-        with torch.cuda.stream(self.h2d_stream):
+        with on_stream(self.h2d_stream):
             if after is not None:
                 self.h2d_stream.wait_event(after)
             for chunk in order:
@@ -147,7 +149,7 @@ class HostStagedContext:
             events = self.flag_waits(flags, groups, errors=errors, max_spins=max_spins, after=after)
             flags = None
         copied = []
-        with torch.cuda.stream(self.d2h_stream):
+        with on_stream(self.d2h_stream):
             if after is not None:
                 self.d2h_stream.wait_event(after)
             for group in range(groups):
@@ -168,7 +170,7 @@ class HostStagedContext:
         from hocket.kernels.flags import wait_flag_on_stream
 
         ready = []
-        with torch.cuda.stream(self.flag_stream):
+        with on_stream(self.flag_stream):
             if after is not None:
                 self.flag_stream.wait_event(after)
             for index in range(count):

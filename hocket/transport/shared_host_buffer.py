@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from hocket import env
+from hocket.transport.stream_switch import on_stream
 
 MAGIC = 0x686F636B6574  # "hocket"
 HEADER_SLOTS = 4
@@ -161,7 +162,7 @@ class SharedHostBuffer:
             rows = slice(row_offsets[chunk], row_offsets[chunk + 1])
             if src.is_cuda:
                 stream = stream or torch.cuda.current_stream(src.device)
-                with torch.cuda.stream(stream):
+                with on_stream(stream):
                     dst[rows].copy_(src[rows], non_blocking=True)
                     done = stream.record_event()
                 done.synchronize()
@@ -182,7 +183,7 @@ class SharedHostBuffer:
             rows = slice(row_offsets[chunk], row_offsets[chunk + 1])
             if dst.is_cuda:
                 stream = stream or torch.cuda.current_stream(dst.device)
-                with torch.cuda.stream(stream):
+                with on_stream(stream):
                     dst[rows].copy_(src[rows], non_blocking=True)
                     if flags is not None:
                         from hocket.kernels.flags import set_flag_on_stream

@@ -2,7 +2,8 @@
 can reach (here: pinned host memory that several processes map), without any SM and without the
 host waiting.
 
-The host-staged relay (``hocket.transport.host_relay``, ``HOCKET_HOST_STAGE_SIGNAL=device``) uses them
+:mod:`hocket.kernels.stream_wait` holds a copy stream until a producer GEMM's flag rises with the
+same wait. The host-staged relay (``hocket.transport.host_relay``, ``HOCKET_HOST_STAGE_SIGNAL=device``) uses them
 as its cross-process signals: after a rank's device-to-host copy of a message its copy stream writes
 the message's sequence number into the shared header; a peer's host-to-device stream waits until
 that word is at least the number, then copies. The wait is done by the GPU's stream front end
@@ -77,9 +78,9 @@ def available() -> bool:
 
 def _check(result: int, what: str) -> None:
     if result != 0:
-        raise RuntimeError(f"{what} failed with CUDA driver error {result} (see cuda.h CUresult); stream memory "
-                           f"operations need a driver that enables them (CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_"
-                           f"WAIT_VALUE_NOR is not needed, GEQ waits are) - set HOCKET_HOST_STAGE_SIGNAL=host")
+        raise RuntimeError(f"{what} failed with CUDA driver error {result} (CUresult; 801 = stream memory operations "
+                           f"not supported on this device/driver): use the host-side or spin-kernel alternative "
+                           f"(HOCKET_HOST_STAGE_SIGNAL=host for the host-staged relay)")
 
 
 def device_pointer(host_ptr: int) -> int:

@@ -34,6 +34,7 @@ import torch
 from hocket import env
 from hocket.kernels.errors import FlagTimeoutError, raise_on_timeout, spins_for_timeout
 from hocket.transport.group import GroupHandle
+from hocket.transport.stream_switch import on_stream
 from hocket.transport.symm_mem import SymmBuffer
 
 FLAGS_PER_SOURCE = 256
@@ -142,7 +143,7 @@ class PeerPipe:
         cur = torch.cuda.current_stream(self.device)
         self._ready.record(cur)
         self.stream.wait_event(self._ready)
-        with torch.cuda.stream(self.stream):
+        with on_stream(self.stream):
             self.flags().zero_()
             self._reset.record(self.stream)
             self.buf.barrier(channel=0)
@@ -160,7 +161,7 @@ class PeerPipe:
         if tuple(src.shape) != tuple(dst.shape):
             raise ValueError(f"push of {tuple(src.shape)} into {tuple(dst.shape)}: shapes must match")
         index = self.flag_index(self.rank, piece)
-        with torch.cuda.stream(self.stream):
+        with on_stream(self.stream):
             if after is not None:
                 self.stream.wait_event(after)
             if after_flag is not None:

@@ -31,6 +31,7 @@ from hocket.ops._pipeline import piece_bounds
 from hocket.ops.lowering.peer_pipe import PipeRegistry
 from hocket.ops.lowering.problems import GatherMatmul, ScatterMatmul
 from hocket.transport.group import GroupHandle
+from hocket.transport.stream_switch import on_stream
 from hocket.transport.symm_mem import SymmBuffer
 
 MAX_PIECES = 256
@@ -110,7 +111,7 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
     cur = torch.cuda.current_stream(g.local.device)
     pipe.ready.record(cur)
     g.compute_rows(rank, 0, R, g.local)  # launched first: the device starts it while the host issues the pulls
-    with torch.cuda.stream(pipe.stream):
+    with on_stream(pipe.stream):
         pipe.stream.wait_event(pipe.ready)
         pipe.slot(rank, parity).copy_(g.local, non_blocking=True)
         pipe.barrier()
@@ -151,7 +152,7 @@ def matmul_scatter(A, B, reduce_op, dim, rt, plan):
     (done,) = pipe.events(1)
     cur = torch.cuda.current_stream(device)
     pipe.ready.record(cur)
-    with torch.cuda.stream(pipe.stream):
+    with on_stream(pipe.stream):
         pipe.stream.wait_event(pipe.ready)
         pipe.barrier()
         for src in sources:
@@ -182,7 +183,7 @@ def gather_matmul_put(A_shard, Bs, dim, need_A, rt, plan):
     cur = torch.cuda.current_stream(g.local.device)
     pipe.ready.record(cur)
     g.compute_rows(rank, 0, R, g.local)
-    with torch.cuda.stream(pipe.stream):
+    with on_stream(pipe.stream):
         pipe.stream.wait_event(pipe.ready)
         for peer in send_order(rank, w):
             pipe.slot(peer, parity)[rank].copy_(g.local, non_blocking=True)

@@ -26,6 +26,7 @@ import torch
 from hocket.kernels.workspace import signature
 from hocket.ops.lowering.peer_pipe import PIPES, PeerPipe
 from hocket.ops.lowering.problems import GatherMatmul
+from hocket.transport.stream_switch import on_stream
 
 KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -74,7 +75,7 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
         work.append((ws, B, out))
     shards = _shards(pipe)
     pipe.begin(1)
-    with torch.cuda.stream(pipe.stream):
+    with on_stream(pipe.stream):
         pipe.local("shard").copy_(local)
         for peer in send_order(rank, w):
             set_flag_on_stream(pipe.flags(peer), pipe.flag_index(rank, 0), method=pipe.flag_method)

@@ -9,13 +9,13 @@ optionally merged with a machine profile (``--profile``, measured by ``hocket ca
 on separate microbenchmarks). No plan's overlapped time is ever used to calibrate, so
 every strategy's prediction is a held-out prediction of its mechanism.
 
-Steady-state lines (``run.reps > 1``) are priced with GEMMs at the sustained level (the profile's
-``gemm_sustained``, ``hocket.cost.compute``). A profile made before that field existed gets a
-derived one: the median, over the *calibration* sites' steady runs with a large GEMM (the profile
-prices it at >= ``SUSTAINED_MIN_MS`` in a burst, like the GEMM ``hocket calibrate`` runs back to back),
-of compute-alone measured over the profile's burst prediction; held-out sites never feed it. The
-header says which. Steady compute-alone baselines enter the GEMM points at the burst level
-(divided by the slowdown), so a steady prediction at a calibration shape reproduces its baseline;
+Steady-state lines (``run.reps > 1``) are priced with GEMMs under the sustained ceiling (the
+profile's ``gemm_sustained``, ``hocket.cost.compute``). A profile made before that field existed gets
+a derived one: among the *calibration* sites' steady runs with a large GEMM (the profile prices it at
+>= ``SUSTAINED_MIN_MS`` in a burst, like the GEMMs ``hocket calibrate`` runs back to back) that ran
+slower than that burst price (held by the power cap), the median run's rate; held-out sites never
+feed it. The header says which. Steady compute-alone baselines are GEMM points as measured (at the
+ceiling where it holds them, so a steady prediction at a calibration shape reproduces them);
 steady comm-alone baselines (timed back to back) are ``collectives_steady`` points, which steady
 predictions read (``CalibrationView.for_steady_state``), from-idle ones ``collectives`` points.
 
@@ -296,22 +296,23 @@ def split_holdout(groups: list[SiteGroup], fraction: float) -> tuple[list[SiteGr
 
 
 SUSTAINED_MIN_MS = 0.5
-"""A calibration site feeds the derived sustained level when the profile prices its whole GEMM at
-this many ms or more in a burst: a large GEMM, as ``hocket calibrate`` runs one (8192^3, ~1.5 ms).
-A small GEMM's compute-alone over the burst prediction is mostly the grid's interpolation error at
-its shape (2xH200: 8192x2048x4096 at 0.90 against 1.04-1.13 for the four sites of 1.3-3.6 ms)."""
+"""A calibration site feeds the derived sustained ceiling when the profile prices its whole GEMM at
+this many ms or more in a burst: a large GEMM, as ``hocket calibrate`` runs one back to back."""
+CAP_BOUND = 1.02
+"""A steady run is held by the power cap when its compute-alone is this much slower than the profile's
+burst price of the same GEMM (below it: the GEMM runs under the ceiling, or the grid is off at its shape)."""
 
 
 def derived_sustained(groups: list[SiteGroup], base: CalibrationProfile | None) -> SustainedGemm | None:
-    """The sustained GEMM level of a profile without a measured one, from ``groups`` (the calibration
-    sites only): the steady runs' compute-alone over ``base``'s burst prediction of the same whole
-    GEMM, at the run of median ratio (lower median) among large GEMMs (``SUSTAINED_MIN_MS``) on GPU
-    ranks. None with no base, a base that measured it, or no such run. ``duration_s`` is the time
-    that run's compute-alone samples ran back to back."""
+    """The sustained GEMM ceiling of a profile without a measured one, from ``groups`` (the calibration
+    sites only): among the steady runs of large GEMMs (``SUSTAINED_MIN_MS``) on GPU ranks that ran
+    ``CAP_BOUND`` slower than ``base``'s burst price, the run of median rate (lower median), as a
+    ``SustainedGemm`` (burst: the profile's price; sustained: the run's compute-alone; ``duration_s``:
+    the time its samples ran back to back). None with no base, a base that measured it, or no such run."""
     if base is None or base.gemm_sustained is not None:
         return None
     view = CalibrationView(base)
-    ratios = []
+    held = []
     for g in groups:
         site, record = g.site, g.records[0]
         device = g.cluster.device(0)  # the lines' clusters are of one device model (machine_of)
@@ -320,12 +321,13 @@ def derived_sustained(groups: list[SiteGroup], base: CalibrationProfile | None) 
         n = site.n * site.num_b
         burst_ms = gemm_ms(device, m=site.m, k=site.k, n=n, dtype=site.dtype, itemsize=site.itemsize,
                            calibration=view)
-        if burst_ms >= SUSTAINED_MIN_MS:
-            ratios.append((record.baselines.compute_alone_ms / burst_ms, burst_ms, site, n, record))
-    if not ratios:
+        ms = record.baselines.compute_alone_ms
+        if burst_ms >= SUSTAINED_MIN_MS and ms >= CAP_BOUND * burst_ms:
+            held.append((site.flops / ms, burst_ms, site, n, record))
+    if not held:
         return None
-    ratios.sort(key=lambda x: x[0])
-    _, burst_ms, site, n, record = ratios[(len(ratios) - 1) // 2]
+    held.sort(key=lambda x: x[0])
+    _, burst_ms, site, n, record = held[(len(held) - 1) // 2]
     ms = record.baselines.compute_alone_ms
     return SustainedGemm(m=site.m, k=site.k, n=n, dtype=site.dtype, burst_ms=burst_ms, sustained_ms=ms,
                          duration_s=record.timing.n * record.run["reps"] * ms / 1e3)
@@ -333,9 +335,8 @@ def derived_sustained(groups: list[SiteGroup], base: CalibrationProfile | None) 
 
 def calibration_profile(groups: list[SiteGroup], base: CalibrationProfile | None) -> CalibrationProfile:
     """A profile from the calibration sites' baselines (plus ``base``'s points), with ``base``'s
-    sustained GEMM level or one derived from the same sites (``derived_sustained``)."""
+    sustained GEMM ceiling or one derived from the same sites (``derived_sustained``)."""
     sustained = base.gemm_sustained if base and base.gemm_sustained else derived_sustained(groups, base)
-    slowdown = CalibrationView(CalibrationProfile(fingerprint="-", gemm_sustained=sustained)).gemm_sustained_slowdown()
     gemm = list(base.gemm) if base else []
     curves: dict[str, list] = {op: list(points) for op, points in (base.collectives if base else {}).items()}
     steady_curves: dict[str, list] = {op: list(points) for op, points in
@@ -343,10 +344,8 @@ def calibration_profile(groups: list[SiteGroup], base: CalibrationProfile | None
     host = list(base.host_link) if base else []
     for g in groups:
         site, baselines = g.site, g.records[0].baselines
-        gpu = g.cluster.device(0).sm_count is not None
-        burst_ms = baselines.compute_alone_ms / (slowdown if g.steady and gpu else 1.0)  # the grid's level
         gemm.append(GemmPoint(m=site.m, k=site.k, n=site.n * site.num_b, dtype=site.dtype,
-                              tflops=site.flops / (burst_ms * 1e9), ms=burst_ms))
+                              tflops=site.flops / (baselines.compute_alone_ms * 1e9), ms=baselines.compute_alone_ms))
         point = CurvePoint(bytes=site.comm_bytes, ms=baselines.comm_alone_ms)
         curve = CURVE_OF_KIND[site.kind]
         if curve == "host_link":
@@ -363,15 +362,17 @@ def calibration_profile(groups: list[SiteGroup], base: CalibrationProfile | None
 
 
 def sustained_note(profile: CalibrationProfile, base: CalibrationProfile | None) -> str:
-    """Where the sustained GEMM level of a table came from (printed in its header)."""
+    """Where the sustained GEMM ceiling of a table came from (printed in its header)."""
     s = profile.gemm_sustained
     if s is None:
-        return "sustained GEMM level: none (steady lines priced at the profile's burst level: no steady calibration " \
-            "run of a large GPU GEMM)" if base else "sustained GEMM level: none (no profile: the datasheet level is sustained)"
+        return "sustained GEMM ceiling: none (steady lines priced at the profile's burst level: no steady calibration " \
+            "run of a large GPU GEMM held by the power cap)" if base else \
+            "sustained GEMM ceiling: none (no profile: the datasheet level is sustained)"
     how = "measured by hocket calibrate" if base is not None and base.gemm_sustained is s else \
-        f"derived from the calibration sites only (median steady run among GEMMs >= {SUSTAINED_MIN_MS} ms: " \
-        f"compute-alone over the profile's burst prediction; held-out sites never feed it)"
-    return f"sustained GEMM level {s.slowdown:.3f}x at {s.m}x{s.k}x{s.n} ({s.burst_ms:.3f} -> {s.sustained_ms:.3f} ms), {how}"
+        f"derived from the calibration sites only (median steady run among GEMMs >= {SUSTAINED_MIN_MS} ms slower " \
+        f"than the profile's burst price; held-out sites never feed it)"
+    return f"sustained GEMM ceiling {s.tflops:.0f} TFLOP/s at {s.m}x{s.k}x{s.n} ({s.burst_ms:.3f} ms burst price, " \
+        f"{s.sustained_ms:.3f} ms back to back), {how}"
 
 
 def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:

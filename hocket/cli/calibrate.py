@@ -82,8 +82,8 @@ def _print_tables(profile) -> None:
     s = profile.gemm_sustained
     if s is not None:
         console.print(f"sustained GEMM {s.m}x{s.k}x{s.n} {s.dtype}: {s.burst_ms:.3f} ms in a burst, "
-                      f"{s.sustained_ms:.3f} ms back to back for {s.duration_s:.1f} s: slowdown {s.slowdown:.3f}x "
-                      f"(applied to steady-state predictions)")
+                      f"{s.sustained_ms:.3f} ms back to back for {s.duration_s:.1f} s ({s.tflops:.0f} TFLOP/s: the "
+                      f"ceiling of steady-state predictions)")
     curves = dict(profile.collectives)
     curves.update({f"{op} (back to back)": points for op, points in profile.collectives_steady.items()})
     for name in ("p2p", "copy_engine", "host_link"):

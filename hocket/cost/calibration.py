@@ -20,9 +20,6 @@ from typing import Callable, Mapping
 
 RATIO_LIMITS = (0.05, 20.0)
 """Ratios outside this range are treated as measurement accidents and clipped."""
-SUSTAINED_LIMITS = (0.5, 2.0)
-"""A profile's sustained/burst GEMM slowdown outside this range is clipped (a GPU at its power cap
-runs its GEMMs 5-15% slower than from idle; a factor of two either way is a broken measurement)."""
 NEAREST_GEMM_POINTS = 4
 
 _GEMM_FIELDS = ("m", "k", "n", "dtype", "tflops")
@@ -106,20 +103,16 @@ class CalibrationView:
         self._memo[key] = ratio
         return ratio
 
-    def gemm_sustained_slowdown(self) -> float:
-        """The profile's sustained/burst time ratio of one large GEMM (``gemm_sustained``, see
-        ``hocket.hardware.profile``): how much slower the grid's GEMMs run in a loop that keeps the
-        GPU busy for seconds. 1.0 where the profile has none (old profiles, CPU ranks)."""
+    def gemm_sustained_tflops(self) -> float | None:
+        """The profile's sustained GEMM ceiling in TFLOP/s (``gemm_sustained``, see
+        ``hocket.hardware.profile``): the rate of its fastest GEMM run back to back for seconds, at the
+        GPU's power cap. None where the profile has none (old profiles, CPU ranks)."""
         entry = getattr(self.profile, "gemm_sustained", None)
         if entry is None:
-            return 1.0
-        if isinstance(entry, (int, float)):
-            slowdown = float(entry)
-        else:
-            slowdown = float(_field(entry, "sustained_ms", 0)) / float(_field(entry, "burst_ms", 1))
-        if not math.isfinite(slowdown) or slowdown <= 0:
-            return 1.0
-        return min(max(slowdown, SUSTAINED_LIMITS[0]), SUSTAINED_LIMITS[1])
+            return None
+        m, k, n = (float(_field(entry, name, i)) for i, name in enumerate(("m", "k", "n")))
+        tflops = 2.0 * m * k * n / (float(_field(entry, "sustained_ms", 5)) * 1e9)
+        return tflops if math.isfinite(tflops) and tflops > 0 else None
 
     def for_steady_state(self) -> "CalibrationView":
         """The view steady-state predictions price with: collective curves measured back to back

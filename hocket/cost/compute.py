@@ -29,16 +29,19 @@ With a calibration profile, the ratio measured/model at the profile's GEMM point
 interpolated (inverse distance in log m, log k, log n, same dtype) and applied to the
 model, so the shape structure of the model survives and the level is measured.
 
-**Sustained level** (``sustained=True``: steady-state predictions, ``predict(..., steady_state=True)``).
+**Sustained ceiling** (``sustained=True``: steady-state predictions, ``predict(..., steady_state=True)``).
 A profile's GEMM grid is timed in short bursts of a few calls; a training loop keeps the GPU busy
-for seconds, it reaches its power cap and its clocks drop (2xH200: the grid's 740-760 TFLOP/s at
-8192x7168x8192-like shapes against 677-694 TFLOP/s run back to back for seconds, run16). The profile's
-``gemm_sustained`` (``hocket calibrate``: one large GEMM, burst vs a second back to back) scales the
-calibrated compute time of GPU GEMMs by its sustained/burst slowdown; memory and launch parts keep
-theirs (HBM and the host do not clock down with the SMs). Without a profile nothing changes: the
-datasheet level ``GPU_BASE_EFFICIENCY`` was set from sustained figures already (the profile's large
-GEMMs and DESIGN.md section 4's 710-820 TFLOP/s) and stands for both states. CPU ranks: no change
-(no power-capped boost clock is modelled there).
+for seconds, it reaches its power cap and lowers its clocks until its power is at the cap. Power
+grows with the rate of tensor-core work, so the cap is a *throughput ceiling*: a GEMM that runs
+faster than it in a burst is held to it, a slower one (small, memory- or tail-bound) keeps its burst
+time. 2xH200 (run16, steady compute-alone): four large GEMMs whose bursts run at 740-790 TFLOP/s
+all ran at 677-694 back to back, while 8192x2048x4096 (650 in either state) and 8192^3 (671 in a
+burst, 660 back to back, run22) barely moved: one ratio for all shapes could not say both. The
+profile's ``gemm_sustained`` (``hocket calibrate``: the grid's fastest whole GEMM run back to back for
+~2 s) gives the ceiling; a GPU GEMM's compute time is at least its flops over it. Memory and launch
+parts are unchanged. Without a profile nothing changes: the datasheet level ``GPU_BASE_EFFICIENCY``
+was set from sustained figures already (the profile's large GEMMs and DESIGN.md section 4's 710-820
+TFLOP/s). CPU ranks: no change (no power-capped boost clock is modelled there).
 
 **Pieces run at the whole problem's level** (``level_m``). A pipeline cuts one per-rank GEMM
 into row pieces that run back to back; they run under the same sustained clock and power
@@ -195,7 +198,7 @@ def gemm_time(device, *, m: int, k: int, n: int, dtype: str, itemsize: int,
     ``level_m``: rows of the whole GEMM this kernel is a row piece of: the calibration ratio
     is read at ``(level_m, k, n)`` (see the module doc); None reads it at ``m``;
     ``sustained``: the kernel runs in a loop that keeps the GPU busy (steady state): a GPU's
-    calibrated compute time is scaled by the profile's sustained/burst slowdown (module doc).
+    calibrated compute time is at least its flops at the profile's sustained ceiling (module doc).
     """
     for name, value in (("m", m), ("k", k), ("n", n)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -214,8 +217,9 @@ def gemm_time(device, *, m: int, k: int, n: int, dtype: str, itemsize: int,
         ratio = calibration.gemm_ratio(m=level_m or m, k=k, n=n, dtype=dtype, model_ms=lambda mm, kk, nn: _model_total_ms(
             device, mm, kk, nn, dtype, itemsize))
         compute, memory, launch, total = compute * ratio, memory * ratio, launch * ratio, total * ratio
-        if sustained and device.sm_count is not None:
-            compute *= calibration.gemm_sustained_slowdown()
+        ceiling = calibration.gemm_sustained_tflops() if sustained and device.sm_count is not None else None
+        if ceiling is not None:
+            compute = max(compute, 2.0 * m * k * n / (ceiling * 1e9))
             total = max(compute, memory) + launch
     return GemmTime(ms=total, compute_ms=compute, memory_ms=memory, launch_ms=launch,
                     tflops=2.0 * m * k * n / (total * 1e9), bound="compute" if compute >= memory else "memory")

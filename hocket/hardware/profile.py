@@ -23,10 +23,11 @@ Byte conventions of the curves (match ``Site.comm_bytes``):
 ``issue_us``: host microseconds to issue one item of GPU work, keyed by
 ``hocket.cost.issue.ISSUE_OPS`` (``launch``, ``collective``, ``p2p``, ``copy_engine``, ...);
 empty on CPU ranks and in profiles written before it existed (the model's defaults apply).
-``gemm_sustained``: one large GEMM timed in a short burst (as the ``gemm`` grid is timed) and run
-back to back for about a second (a training loop's state: the GPU at its power cap, clocks down);
-``slowdown`` = sustained ms / burst ms scales the grid's level in steady-state predictions. None on
-CPU ranks and in profiles written before it existed (steady predictions then use the grid's level).
+``gemm_sustained``: the grid's fastest whole GEMM timed in a short burst (as the grid is timed) and
+run back to back for about two seconds (a training loop's state: the GPU at its power cap, clocks
+down); its back-to-back rate ``tflops`` is the sustained ceiling that steady-state predictions hold
+every GPU GEMM under (``hocket.cost.compute``). None on CPU ranks and in profiles written before it
+existed (steady predictions then use the grid's level).
 A corrupt, newer-versioned or foreign profile is reported with a warning naming the
 file and the reason, and ignored: never trusted, never unpickled.
 """
@@ -88,7 +89,7 @@ class ContentionPoint:
 class SustainedGemm:
     """One GEMM (m, k, n, dtype) per call: ``burst_ms`` timed like the ``gemm`` grid (a few calls
     behind barriers), ``sustained_ms`` per call over the last part of ``duration_s`` seconds of calls
-    back to back."""
+    back to back (``tflops``: that rate)."""
 
     m: int
     k: int
@@ -102,6 +103,11 @@ class SustainedGemm:
     def slowdown(self) -> float:
         """sustained ms over burst ms (above 1 where the GPU clocks down under sustained load)."""
         return self.sustained_ms / self.burst_ms
+
+    @property
+    def tflops(self) -> float:
+        """The back-to-back throughput: the GPU's sustained (power-capped) GEMM rate."""
+        return 2.0 * self.m * self.k * self.n / (self.sustained_ms * 1e9)
 
     def to_dict(self) -> dict:
         return {"m": self.m, "k": self.k, "n": self.n, "dtype": self.dtype, "burst_ms": self.burst_ms,

@@ -1,5 +1,5 @@
-"""The sustained GEMM level: a profile's ``gemm_sustained`` (burst vs back to back) moves
-steady-state predictions of GPU GEMMs and nothing else; profiles without it load and price as before."""
+"""The sustained GEMM ceiling: a profile's ``gemm_sustained`` (its fastest GEMM back to back) holds
+steady-state GPU GEMMs under its rate and changes nothing else; profiles without it load and price as before."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from hocket.bench.timer import TimingConfig
-from hocket.cost.calibration import SUSTAINED_LIMITS, CalibrationView
+from hocket.cost.calibration import CalibrationView
 from hocket.cost.compute import gemm_time
+from hocket.cost.pipeline import pipeline_stages
 from hocket.cost.predict import predict
 from hocket.hardware import load_cluster
 from hocket.hardware.calibrate import CalibrateConfig, default_config
@@ -36,10 +37,11 @@ def _old_profile() -> CalibrationProfile:
     return CalibrationProfile.from_dict(json.loads(V3.read_text()))
 
 
-def _sustained(rng: random.Random, slowdown: float) -> SustainedGemm:
-    burst = rng.uniform(0.5, 3.0)
-    return SustainedGemm(m=8192, k=8192, n=8192, dtype="bfloat16", burst_ms=burst, sustained_ms=burst * slowdown,
-                         duration_s=rng.uniform(1.0, 2.0))
+def _sustained(rng: random.Random, tflops: float) -> SustainedGemm:
+    """A measured ceiling of ``tflops`` (8192^3 back to back)."""
+    sustained = 2.0 * 8192 ** 3 / (tflops * 1e9)
+    return SustainedGemm(m=8192, k=8192, n=8192, dtype="bfloat16", burst_ms=sustained / rng.uniform(1.0, 1.1),
+                         sustained_ms=sustained, duration_s=rng.uniform(1.0, 2.0))
 
 
 def _compute_bound_site(rng: random.Random) -> Site:
@@ -52,32 +54,42 @@ def test_old_profile_has_no_field_and_round_trips_without_it():
     profile = _old_profile()
     assert profile.gemm_sustained is None
     assert "gemm_sustained" not in profile.to_dict()
-    assert CalibrationView(profile).gemm_sustained_slowdown() == 1.0
+    assert CalibrationView(profile).gemm_sustained_tflops() is None
 
 
 def test_field_round_trips_through_disk(tmp_path, rng):
-    profile = replace(_old_profile(), gemm_sustained=_sustained(rng, rng.uniform(1.02, 1.2)))
+    profile = replace(_old_profile(), gemm_sustained=_sustained(rng, rng.uniform(600, 700)))
     path = save_profile(profile, path=tmp_path / "p.json")
     loaded = load_profile(path, expected=None)
     assert loaded is not None and loaded.gemm_sustained == profile.gemm_sustained
-    assert loaded.gemm_sustained.slowdown == pytest.approx(profile.gemm_sustained.slowdown)
+    assert CalibrationView(loaded).gemm_sustained_tflops() == pytest.approx(loaded.gemm_sustained.tflops)
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_steady_predictions_move_by_the_slowdown_and_cold_ones_do_not(seed):
+def test_steady_gemms_are_held_under_the_ceiling_and_cold_ones_are_not(seed):
     rng = random.Random(seed)
     cluster = load_cluster("h200x2")
     old = _old_profile()
-    slowdown = rng.uniform(1.05, 1.15)
-    new = replace(old, gemm_sustained=_sustained(rng, slowdown))
     site = _compute_bound_site(rng)
     plan = rng.choice([Plan(), Plan(strategy="chunked", chunks=rng.choice([2, 4]))])
-    assert predict(site, plan, cluster, new).total_ms == predict(site, plan, cluster, old).total_ms
     before = predict(site, plan, cluster, old, steady_state=True)
+    burst_tflops = site.flops / (before.compute_ms * 1e9)  # the profile's rate for this site's GEMMs
+    ceiling = burst_tflops * rng.uniform(0.85, 0.95)
+    new = replace(old, gemm_sustained=_sustained(rng, ceiling))
+    assert predict(site, plan, cluster, new).total_ms == predict(site, plan, cluster, old).total_ms
     after = predict(site, plan, cluster, new, steady_state=True)
-    assert after.compute_ms > before.compute_ms * (1 + 0.8 * (slowdown - 1))
-    assert after.compute_ms <= before.compute_ms * slowdown * (1 + 1e-9)
-    assert after.total_ms > before.total_ms
+    assert after.compute_ms > before.compute_ms and after.total_ms > before.total_ms
+    # stage by stage: no GEMM beats the ceiling, none is slowed beyond it (launches apart)
+    cold_stages = pipeline_stages(site, plan, cluster, old, steady_state=True)
+    hot_stages = pipeline_stages(site, plan, cluster, new, steady_state=True)
+    gemms = [(c, h) for c, h in zip(cold_stages, hot_stages) if h.op == "gemm"]
+    assert gemms and all(c.name == h.name for c, h in gemms)
+    for c, h in gemms:
+        at_ceiling_ms = h.flops / (ceiling * 1e9)
+        assert at_ceiling_ms * (1 - 1e-9) <= h.duration_ms <= max(c.duration_ms, at_ceiling_ms + 0.02)
+    # a ceiling above every GEMM's burst rate holds nothing back
+    loose = replace(old, gemm_sustained=_sustained(rng, burst_tflops * 2))
+    assert predict(site, plan, cluster, loose, steady_state=True).total_ms == pytest.approx(before.total_ms)
     # the planner's cost function prices what predict prices
     cost = predict_cost_fn(cluster, new, steady_state=True)
     assert float(cost(site, plan)) == pytest.approx(after.total_ms)
@@ -88,20 +100,29 @@ def test_no_profile_and_cpu_ranks_are_unchanged(rng):
     m, k, n = (rng.choice([1024, 4096, 8192]) for _ in range(3))
     plain = gemm_time(gpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2)
     assert gemm_time(gpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2, sustained=True) == plain
-    view = CalibrationView(replace(_old_profile(), gemm_sustained=_sustained(rng, 1.1)))
+    flops_tflop = 2.0 * m * k * n / 1e12
+    ceiling = rng.uniform(300, 700)
+    view = CalibrationView(replace(_old_profile(), gemm_sustained=_sustained(rng, ceiling)))
     cold = gemm_time(gpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2, calibration=view)
     hot = gemm_time(gpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2, calibration=view, sustained=True)
-    assert hot.compute_ms == pytest.approx(cold.compute_ms * 1.1)
+    assert hot.compute_ms == pytest.approx(max(cold.compute_ms, flops_tflop / ceiling * 1e3))
     assert hot.memory_ms == cold.memory_ms and hot.launch_ms == cold.launch_ms
     cpu = replace(gpu, sm_count=None)
     assert gemm_time(cpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2, calibration=view, sustained=True) == \
         gemm_time(cpu, m=m, k=k, n=n, dtype="bfloat16", itemsize=2, calibration=view)
 
 
-def test_slowdown_is_clipped_to_plausible_limits(rng):
-    for slowdown, expected in ((10.0, SUSTAINED_LIMITS[1]), (0.01, SUSTAINED_LIMITS[0])):
-        view = CalibrationView(replace(_old_profile(), gemm_sustained=_sustained(rng, slowdown)))
-        assert view.gemm_sustained_slowdown() == pytest.approx(expected)
+def test_the_sustained_phase_runs_the_grids_fastest_whole_gemm(rng):
+    from hocket.hardware.calibrate.runner import fastest_whole_gemm
+    from hocket.hardware.profile import GemmPoint
+
+    config = default_config(quick=False, device_type="cuda")
+    rates = {shape: rng.uniform(400, 800) for shape in config.gemm_shapes}
+    points = [GemmPoint(m=m, k=k, n=n, dtype="bfloat16", tflops=t, ms=2.0 * m * k * n / (t * 1e9))
+              for (m, k, n), t in rates.items()]
+    points.append(GemmPoint(m=1, k=8192, n=8192, dtype="bfloat16", tflops=5000.0, ms=1e-3))  # a row chunk: not whole
+    assert fastest_whole_gemm(config, points) == max(rates, key=rates.get)
+    assert fastest_whole_gemm(config, []) == config.contention_shape
 
 
 def test_measurement_is_gpu_only_and_validates_its_arguments():

@@ -30,7 +30,7 @@ class CalibrateConfig:
     (the profile's ``collectives_steady``); () skips them."""
     steady_reps: int = 8
     sustained_s: float = 0.0
-    """seconds of the ``contention_shape`` GEMM run back to back against its burst timing (GPU ranks:
+    """seconds of the grid's fastest whole GEMM run back to back against its burst timing (GPU ranks:
     the profile's ``gemm_sustained``; ``hocket.hardware.calibrate.sustained``); 0 skips it."""
 
     def __post_init__(self) -> None:

@@ -45,6 +45,17 @@ def _steps(config: CalibrateConfig, device: torch.device) -> int:
         len(kinds_for(device)) + issue
 
 
+def fastest_whole_gemm(config: CalibrateConfig, points: list[GemmPoint]) -> tuple[int, int, int]:
+    """The grid shape whose whole (one-chunk) GEMM ran fastest in TFLOP/s: the most power-hungry one,
+    so the first to meet the power cap (the sustained phase measures the ceiling on it); the same on
+    every rank (the points are maxima over ranks); ``contention_shape`` without grid points."""
+    whole = [p for p in points if (p.m, p.k, p.n) in set(config.gemm_shapes)]
+    if not whole:
+        return config.contention_shape
+    best = max(whole, key=lambda p: p.tflops)
+    return best.m, best.k, best.n
+
+
 def measure(config: CalibrateConfig, *, group=None, device: torch.device | str = "cpu",
             show_progress: bool = True) -> Measurements:
     """Every rank of ``group`` calls this with the same config."""
@@ -64,7 +75,7 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
                 ms = time_callable(call, config=timing, group=group, device=device).median_ms
                 out.gemm.append(gemm_point(m, k, n, dtype=config.dtype, chunks=chunks, total_ms=ms))
         if device.type == "cuda" and config.sustained_s > 0:  # right after the grid, in the grid's state
-            m, k, n = config.contention_shape
+            m, k, n = fastest_whole_gemm(config, out.gemm)
             progress.step(f"GEMM {m}x{k}x{n} back to back for {config.sustained_s:g} s against a burst "
                           f"(sustained clocks)")
             out.gemm_sustained = measure_sustained(

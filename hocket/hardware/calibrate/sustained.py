@@ -2,11 +2,13 @@
 
 The ``gemm`` grid times every shape in short bursts (a few calls, each behind a barrier): the GPU
 starts each from near idle and holds its boost clock. A training loop keeps it busy for seconds;
-it reaches its power cap and lowers its clocks (2xH200: 740-760 TFLOP/s in the grid against
-677-694 TFLOP/s for the same shapes run back to back for seconds). This phase measures both on one
-shape: ``burst_ms`` exactly as the grid times it, then calls queued back to back for
+it reaches its power cap and lowers its clocks (2xH200: 740-790 TFLOP/s in the grid against
+677-694 TFLOP/s for the same shapes run back to back for seconds). This phase measures both on the
+grid's fastest whole GEMM (``runner.fastest_whole_gemm``: the most power-hungry, so the one held
+by the cap): ``burst_ms`` exactly as the grid times it, then calls queued back to back for
 ``duration_s``, timed with device events per segment; the sustained figure is the mean per call
-over the last half of the segments (the first half lets the clocks settle).
+over the last half of the segments (the first half lets the clocks settle). Its rate is the
+ceiling the cost model holds steady-state GEMMs under (``hocket.cost.compute``).
 
 GPU ranks only: a CPU rank's GEMM has no power-capped boost clock in the model.
 """

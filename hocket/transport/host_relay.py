@@ -129,31 +129,36 @@ class HostRelay:
 
     def _post_on_device(self, messages, finish, ready: torch.cuda.Event) -> torch.cuda.Event:
         """Enqueue ``messages`` (see :meth:`message`) with stream-written and stream-awaited sequence
-        numbers: first every message's device-to-host side on the D2H stream, then every message's
-        host-to-device side on the H2D stream (each stream keeps the messages' order; nothing waits
-        on the host, so the order of enqueueing between the two streams does not matter). Returns
-        the event after ``finish()`` on the H2D stream."""
+        numbers, in batches of at most ``SLOTS`` messages: a batch's device-to-host sides on the D2H
+        stream, then its host-to-device sides on the H2D stream (one stream switch each). Within a batch
+        a D2H wait only needs reads of earlier batches, so the order is deadlock-free even where the
+        GPU runs both streams through one hardware queue (a whole call's D2H sides first was not: on
+        2xH200 a 64 MiB reduce-scatter of 10 messages stalled both ranks until the watchdog fired).
+        Returns the event after ``finish()`` on the H2D stream."""
         w, rank, words = self.world, self.rank, self._word
         peers = [p for p in range(w) if p != rank]
-        first = self.seq + 1
         self.d2h.wait_event(ready)
-        with on_stream(self.d2h):
-            for send, _ in messages:
-                self.seq += 1
-                seq, k = self.seq, self.seq % SLOTS
-                if seq > SLOTS:  # every peer has read this slot's previous message out of every rank's slot
-                    for p in peers:
-                        stream_memops.wait_value_geq(self.d2h, words[w + p], seq - SLOTS)
-                send(lambda dtype, k=k: self.slot(rank, k, dtype))
-                stream_memops.write_value(self.d2h, words[rank], seq)
         self.h2d.wait_event(ready)
+        for start in range(0, len(messages), SLOTS):
+            batch = messages[start:start + SLOTS]
+            first = self.seq + 1
+            with on_stream(self.d2h):
+                for send, _ in batch:
+                    self.seq += 1
+                    seq, k = self.seq, self.seq % SLOTS
+                    if seq > SLOTS:  # every peer has read this slot's previous message out of every rank's slot
+                        for p in peers:
+                            stream_memops.wait_value_geq(self.d2h, words[w + p], seq - SLOTS)
+                    send(lambda dtype, k=k: self.slot(rank, k, dtype))
+                    stream_memops.write_value(self.d2h, words[rank], seq)
+            with on_stream(self.h2d):
+                for seq, (_, receive) in enumerate(batch, start=first):
+                    k = seq % SLOTS
+                    for p in peers:
+                        stream_memops.wait_value_geq(self.h2d, words[p], seq)
+                    receive(lambda r, dtype, k=k: self.slot(r, k, dtype))
+                    stream_memops.write_value(self.h2d, words[w + rank], seq)
         with on_stream(self.h2d):
-            for seq, (_, receive) in enumerate(messages, start=first):
-                k = seq % SLOTS
-                for p in peers:
-                    stream_memops.wait_value_geq(self.h2d, words[p], seq)
-                receive(lambda r, dtype, k=k: self.slot(r, k, dtype))
-                stream_memops.write_value(self.h2d, words[w + rank], seq)
             if finish is not None:
                 finish()
             return self.h2d.record_event()
@@ -195,7 +200,7 @@ class HostRelay:
             t.record_stream(self.d2h)
             t.record_stream(self.h2d)
         if self.watchdog is not None:  # nothing waits on the host: enqueue here, in order
-            done = self._post_on_device(messages, finish, ready)
+            done = self._post_on_device(list(messages), finish, ready)
             self.watchdog.track(f"{what} (messages up to {self.seq})", done)
             return StreamPending(done, what=what)
         threaded = env.host_stage_issue_thread()

@@ -112,6 +112,10 @@ def estimate_extra_memory(site: Site, plan: Plan) -> MemoryEstimate:
     host = 2 * full if plan.transport == "host_staged" else 0
     if plan.transport == "host_staged" and plan.strategy != "sequential":
         workspace += 2 * _ceil_div(full, max(c, 1))  # device side of the staging copies
+    if plan.transport == "host_staged" and w > 1 and site.kind in ("mm_rs", "mm_ar"):
+        # the relay's reduction scratch (hocket.transport.host_relay): every rank's part of the
+        # largest collective, summed once after the copies
+        workspace += _ceil_div(product * (w if site.kind == "mm_ar" else 1), max(c, 1))
     return MemoryEstimate(workspace_bytes=int(workspace), symmetric_bytes=int(symmetric),
                           host_pinned_bytes=int(host))
 

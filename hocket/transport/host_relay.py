@@ -130,7 +130,8 @@ class HostRelay:
     def _post_on_device(self, messages, finish, ready: torch.cuda.Event) -> torch.cuda.Event:
         """Enqueue ``messages`` (see :meth:`message`) with stream-written and stream-awaited sequence
         numbers, in batches of at most ``SLOTS`` messages: a batch's device-to-host sides on the D2H
-        stream, then its host-to-device sides on the H2D stream (one stream switch each). Within a batch
+        stream, then its host-to-device sides on the H2D stream (one stream switch each), which also
+        waits for the batch's own device-to-host copies (an all-reduce overwrites what it sent). Within a batch
         a D2H wait only needs reads of earlier batches, so the order is deadlock-free even where the
         GPU runs both streams through one hardware queue (a whole call's D2H sides first was not: on
         2xH200 a 64 MiB reduce-scatter of 10 messages stalled both ranks until the watchdog fired).
@@ -151,6 +152,8 @@ class HostRelay:
                             stream_memops.wait_value_geq(self.d2h, words[w + p], seq - SLOTS)
                     send(lambda dtype, k=k: self.slot(rank, k, dtype))
                     stream_memops.write_value(self.d2h, words[rank], seq)
+                sent = self.d2h.record_event()
+            self.h2d.wait_event(sent)  # the receives (and finish) may overwrite what this batch sent
             with on_stream(self.h2d):
                 for seq, (_, receive) in enumerate(batch, start=first):
                     k = seq % SLOTS
@@ -219,9 +222,12 @@ class HostRelay:
         return StreamPending(job(), what=what)
 
     def scratch(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """A device buffer of ``numel`` elements used on the H2D stream only (one per dtype, grown on
+        demand): the calls' receives and reductions run in stream order, so calls share it."""
         buf = self._scratch.get(dtype)
         if buf is None or buf.numel() < numel:
             buf = self._scratch[dtype] = torch.empty(numel, dtype=dtype, device=self.device)
+            buf.record_stream(self.h2d)  # freed only after the H2D work queued when it is replaced
         return buf[:numel]
 
     def message(self, send, receive, *, ready: torch.cuda.Event, poll_s: float = 0.0) -> None:
@@ -331,6 +337,7 @@ class HostStagedTransport:
         dst = out.view(-1)
         n = dst.numel()
         blocks = inp.reshape(w, n)
+        parts = relay.scratch(w * n, dst.dtype).view(w, n)
         messages = []
         for lo, hi in relay.pieces(n, dst.dtype, copies=w - 1, slot_copies=w):
             size = hi - lo
@@ -342,37 +349,43 @@ class HostStagedTransport:
                         staged[p].copy_(blocks[p, lo:hi], non_blocking=True)
 
             def receive(slot_of, lo=lo, hi=hi, size=size):
-                parts = relay.scratch(w * size, dst.dtype).view(w, size)
                 for p in range(w):
-                    if p == rank:
-                        parts[p].copy_(blocks[rank, lo:hi])
-                    else:
-                        parts[p].copy_(slot_of(p, dst.dtype)[:w * size].view(w, size)[rank], non_blocking=True)
-                torch.sum(parts, dim=0, out=dst[lo:hi])
+                    if p != rank:
+                        parts[p, lo:hi].copy_(slot_of(p, dst.dtype)[:w * size].view(w, size)[rank], non_blocking=True)
 
             messages.append((send, receive))
-        return relay.post(messages, blocks, dst, what="host-staged reduce-scatter", ready=ready)
+
+        def reduce():
+            parts[rank].copy_(blocks[rank])
+            torch.sum(parts, dim=0, out=dst)
+
+        return relay.post(messages, blocks, dst, finish=reduce, what="host-staged reduce-scatter", ready=ready)
 
     def all_reduce(self, tensor: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(tensor)
-        w = relay.world
+        w, rank = relay.world, relay.rank
         flat = tensor.view(-1)
+        n = flat.numel()
+        parts = relay.scratch(w * n, flat.dtype).view(w, n)
         messages = []
-        for lo, hi in relay.pieces(flat.numel(), flat.dtype):
+        for lo, hi in relay.pieces(n, flat.dtype):
             size = hi - lo
 
             def send(slot, lo=lo, hi=hi, size=size):
                 slot(flat.dtype)[:size].copy_(flat[lo:hi], non_blocking=True)
 
             def receive(slot_of, lo=lo, hi=hi, size=size):
-                parts = relay.scratch(w * size, flat.dtype).view(w, size)
                 for p in range(w):
-                    parts[p].copy_(flat[lo:hi] if p == relay.rank else slot_of(p, flat.dtype)[:size],
-                                   non_blocking=True)
-                torch.sum(parts, dim=0, out=flat[lo:hi])
+                    if p != rank:
+                        parts[p, lo:hi].copy_(slot_of(p, flat.dtype)[:size], non_blocking=True)
 
             messages.append((send, receive))
-        return relay.post(messages, flat, what="host-staged all-reduce", ready=ready)
+
+        def reduce():  # after every message's own device-to-host copy (post orders it so)
+            parts[rank].copy_(flat)
+            torch.sum(parts, dim=0, out=flat)
+
+        return relay.post(messages, flat, finish=reduce, what="host-staged all-reduce", ready=ready)
 
     def exchange(self, sends, recvs):
         raise ValueError("transport='host_staged' carries whole collectives, not peer-to-peer ring steps; use "

@@ -50,6 +50,17 @@ def test_symmetric_memory_and_pinned_host_are_counted_where_they_belong(monkeypa
     assert hier.workspace_bytes > 0
 
 
+def test_the_host_relay_counts_its_reduction_scratch():
+    for site, parts in ((RS, 1), (AR, AR.world)):
+        for chunks in (1, 4):
+            plan = Plan(strategy="chunked", chunks=chunks)
+            extra = (estimate_extra_memory(site, plan.with_(transport="host_staged")).workspace_bytes
+                     - estimate_extra_memory(site, plan).workspace_bytes)
+            product = site.m * site.n * site.itemsize
+            staging = 2 * -(-product // chunks)
+            assert extra == staging + -(-product * parts // chunks), (site.kind, chunks)
+
+
 def test_estimates_scale_with_dtype_and_num_b():
     wide = Site(kind="mm_rs", m=8192, k=1024, n=4096, world=8, dtype="float32", num_b=2)
     plan = Plan(strategy="chunked", chunks=4)

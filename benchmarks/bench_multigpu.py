@@ -63,7 +63,7 @@ from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 from hocket.transport.peer_protocol import peer_protocol_for
-from hocket.env import HOST_STAGE_SIGNALS, overridden
+from hocket.env import HOST_STAGE_SIGNALS, host_stage_signal, overridden
 from hocket.transport.registry import get_transport
 from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
 
@@ -256,6 +256,8 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
             entry["plan"] = plan.to_dict()
             if plan.strategy == "chunked" and plan.transport == "copy_engine" and site.kind in PEER_KINDS:
                 entry["peer_protocol"] = peer_protocol_for(site.kind, plan.chunks)  # under the variant's env
+            if plan.transport == "host_staged" and site.world > 1:
+                entry["host_stage_signal"] = host_stage_signal()  # under the variant's env
             entry["predicted_ms"] = predicted(site, plan, cluster, profile, steady=args.reps > 1)
         row["methods"][name] = entry
         pred = entry.get("predicted_ms")
@@ -409,6 +411,7 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
         prov = replace(provenance, extra={**provenance.extra, **extra_common, "method": name,
                                           "predicted_ms": entry.get("predicted_ms"),
                                           "peer_protocol": entry.get("peer_protocol"),
+                                          "host_stage_signal": entry.get("host_stage_signal"),
                                           "planner_source": row["planner"]["source"] if name == "planner" else None,
                                           "paired": row.get("paired") if name == "planner" else None})
         records.append(make_record(site=site, plan=Plan.from_dict(entry["plan"]), timing=timing,

@@ -33,7 +33,7 @@ from hocket.hardware import load_cluster
 from hocket.hardware.profile import load_profile
 from hocket.plan.uncertainty import (DEFAULT_MAX_ERROR, DEFAULT_PER_PIECE_ERROR, DEFAULT_REL_ERROR, PLAN_CLASSES,
                                      plan_class, plan_pieces)
-from validate_cost import (RESULTS, group_sites, line_label, line_protocol, machine_of, priced_with_protocol,
+from validate_cost import (RESULTS, group_sites, line_label, machine_of, priced_as_ran,
                            profile_for, read_current, split_holdout)
 
 
@@ -86,7 +86,7 @@ def class_errors(groups, profiles, *, per_piece_error: float) -> tuple[dict[str,
             if cls == "sequential":
                 continue
             try:
-                with priced_with_protocol(line_protocol(r)):  # the copy-engine protocol the line ran
+                with priced_as_ran(r):  # the copy-engine protocol and relay signalling the line ran
                     predicted = predict(g.site, plan, g.cluster, view, steady_state=g.steady).total_ms
             except ValueError as exc:
                 notes.append(f"{g.site.key} {line_label(r)}: not priced: {str(exc)[:120]}")

@@ -115,6 +115,36 @@ def priced_with_protocol(protocol: str | None) -> Iterator[None]:
         yield
 
 
+FIRST_DEVICE_SIGNAL_RUN = 21
+DEVICE_SIGNAL_RUNS = tuple(f"h200x2/run{i}/" for i in range(FIRST_DEVICE_SIGNAL_RUN, 100))
+"""Results folders whose multi-rank host_staged lines ran the relay with device signals
+(``HOCKET_HOST_STAGE_SIGNAL=device``, the default since commit a05015f); earlier lines ran the host
+handshake. Lines written since record ``run.host_stage_signal``; ``read_current`` fills it in for
+older lines from their folder (and from a ``,signal=`` tag in ``run.method``)."""
+
+
+def is_relay_line(record) -> bool:
+    return record.plan.transport == "host_staged" and record.site.world > 1
+
+
+def line_signal(record) -> str | None:
+    """The relay signalling a multi-rank host_staged line ran (``run.host_stage_signal``; ``"host"`` for a
+    line no reader filled in), None for every other line."""
+    if not is_relay_line(record):
+        return None
+    run = record.run if isinstance(record.run, dict) else {}
+    return run.get("host_stage_signal") or "host"
+
+
+@contextmanager
+def priced_as_ran(record) -> Iterator[None]:
+    """Price ``record``'s plan with the copy-engine protocol and the relay signalling it ran."""
+    signal = line_signal(record)
+    with priced_with_protocol(line_protocol(record)), \
+            overridden({"HOCKET_HOST_STAGE_SIGNAL": signal} if signal else {}):
+        yield
+
+
 def line_label(record) -> str:
     """The plan of a line as the tables print it: ``Plan.describe()``, plus `` ~pull``/`` ~put`` for a
     copy-engine line of another protocol than push (unmarked copy-engine lines ran push)."""
@@ -209,10 +239,23 @@ def measures_current_executor(record, path: Path | str) -> bool:
     if not (record.plan.transport == "host_staged" and record.site.world > 1):
         return True
     method = str(record.run.get("method", "")) if isinstance(record.run, dict) else ""
-    if "@" in method and not method.endswith(CURRENT_RELAY):
+    if "@" in method and not method.split(",signal=")[0].endswith(CURRENT_RELAY):
         return False
     where = Path(path).resolve().as_posix()
     return any(run in where for run in CURRENT_RELAY_RUNS)
+
+
+def _fill_signal(record, path: Path | str) -> None:
+    """Record which relay signalling an older multi-rank host_staged line ran (``DEVICE_SIGNAL_RUNS``)."""
+    run = record.run if isinstance(record.run, dict) else None
+    if run is None or not is_relay_line(record) or run.get("host_stage_signal"):
+        return
+    method = str(run.get("method", ""))
+    if ",signal=" in method:
+        run["host_stage_signal"] = method.rsplit(",signal=", 1)[1].split(",")[0].strip()
+        return
+    where = Path(path).resolve().as_posix()
+    run["host_stage_signal"] = "device" if any(r in where for r in DEVICE_SIGNAL_RUNS) else "host"
 
 
 def read_current(paths, *, all_relays: bool = False, strict: bool = False) -> tuple[list, list[str]]:
@@ -229,6 +272,8 @@ def read_current(paths, *, all_relays: bool = False, strict: bool = False) -> tu
             notes.append(f"{path} skipped: {str(exc)[:160]}")
             continue
         kept = lines if all_relays else [r for r in lines if measures_current_executor(r, path)]
+        for r in kept:
+            _fill_signal(r, path)
         superseded += len(lines) - len(kept)
         records.extend(kept)
     if superseded:
@@ -388,7 +433,7 @@ def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
         for r in g.records:
             label = line_label(r)
             try:
-                with priced_with_protocol(line_protocol(r)):  # the protocol the line ran
+                with priced_as_ran(r):  # the peer protocol and relay signalling the line ran
                     pred = predict(g.site, g.priced(r.plan), g.cluster, view, steady_state=g.steady).total_ms
             except ValueError as exc:  # a plan the model does not price (named in the message)
                 unpriced.append(f"{g.site.key} {label}: {exc}")

@@ -23,9 +23,12 @@ The defaults below are documented per-call host costs of eager PyTorch on a serv
 ProcessGroupNCCL work object ~30-40 us; ``batch_isend_irecv`` builds and coalesces P2P ops,
 ~60 us; a side-stream copy with its event record and wait ~50 us, as the single-GPU
 offload calibration sites show: 32 pieces of h2d_mm 8192x3584x8192 take 55 us each, of
-mm_d2h 8192x8192x1280 72 us each, for 20-40 us of device work; a relay call ~0.25 ms plus ~0.05 ms per message, as the
+mm_d2h 8192x8192x1280 72 us each, for 20-40 us of device work; a host-handshake relay call ~0.25 ms plus ~0.05 ms per message, as the
 calling-thread relay's chunked(8) pieces on the 2xH200 calibration sites show: 0.37-0.42 ms
-each for 0.15-0.29 ms of PCIe time). ``hocket calibrate`` measures them on the machine (``issue_us`` in the profile,
+each for 0.15-0.29 ms of PCIe time; a device-signal relay call ~0.09 ms plus ~0.01 ms per message:
+2xH200 run25, ``benchmarks/host_profile.py``, ag_mm 8192x4096x1536 host time per call: sequential
+NCCL 104 us, sequential over the relay (6 messages) 183 us, chunked(4)/chunked(8) local_first
+(one-message relay calls) 635/1126 us, i.e. ~120 us per extra piece with its GEMM launch). ``hocket calibrate`` measures them on the machine (``issue_us`` in the profile,
 ``hocket.hardware.calibrate.issue``), and a profile's values replace the defaults. CPU
 ranks (gloo) run compute on the issuing thread itself and block in every collective, so
 their issue cost is part of the launch and call overheads, not a separate chain.
@@ -37,7 +40,7 @@ import math
 from typing import Mapping
 
 ISSUE_OPS = ("entry", "group_entry", "launch", "collective", "p2p", "copy_engine", "host_copy", "relay_call",
-             "relay_message")
+             "relay_message", "relay_call_host", "relay_message_host")
 """What the host issues: the operator's entry (``group_entry``: what an operator on a process
 group adds to it: the torch.library dispatch of its schema, the plan and group lookups and the
 cross-rank agreement check; 2xH200 run10 measured a whole sequential ag_mm call at 167-189 us of
@@ -45,8 +48,11 @@ host time on two leases, 100 us more than entry + collective + launch), one kern
 one collective call, one P2P exchange (send + receive of a ring step), one copy-engine
 transfer (symmetric-memory copies and their signals), one device<->pinned-host copy on a
 side stream with its event (or flag) waits, one host-staged relay call and each of its
-messages (``hocket.transport.host_relay``: slot views, two async copies, IPC event records
-and waits, header publications and the bounded wait for peers to have enqueued theirs)."""
+messages (``hocket.transport.host_relay``): ``relay_call``/``relay_message`` with the default
+device signals (slot views, two async copies, two stream memory operations; the call's event,
+watchdog entry and stream switches), ``relay_call_host``/``relay_message_host`` with
+``HOCKET_HOST_STAGE_SIGNAL=host`` (IPC event records and waits, header publications and the
+bounded wait for peers to have enqueued theirs)."""
 
 DEFAULT_ISSUE_US: Mapping[str, float] = {
     "entry": 20.0,
@@ -56,8 +62,10 @@ DEFAULT_ISSUE_US: Mapping[str, float] = {
     "p2p": 60.0,
     "copy_engine": 50.0,
     "host_copy": 50.0,
-    "relay_call": 250.0,
-    "relay_message": 50.0,
+    "relay_call": 90.0,
+    "relay_message": 10.0,
+    "relay_call_host": 250.0,
+    "relay_message_host": 50.0,
 }
 """Host microseconds per issued item when the profile has no ``issue_us`` (see module docstring)."""
 

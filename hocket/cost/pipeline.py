@@ -43,7 +43,7 @@ from hocket.cost.contention import SM_KINDS, SM_STARVED_SLOWDOWN, contention, fi
 from hocket.cost.issue import issue_ms, issue_table
 from hocket.cost.peer_pipelines import ag_peer, ar_peer, rs_peer, runs_peer_pipe
 from hocket.cost.stages import Stage
-from hocket.env import host_stage_piece_bytes
+from hocket.env import host_stage_piece_bytes, host_stage_signal
 from hocket.plan.pieces import fused_offload_sizes, piece_sizes
 
 ENTRY_STAGE = "issue:entry"
@@ -205,7 +205,9 @@ class _Builder:
             if transfer.algorithm == "copy":
                 return (("host_copy", calls),), ()
             rest = calls * max(0, transfer.messages - 1)
-            return (("relay_call", calls), ("relay_message", calls)), ((("relay_message", rest),) if rest else ())
+            call, message = ("relay_call", "relay_message") if host_stage_signal() == "device" else \
+                ("relay_call_host", "relay_message_host")
+            return ((call, calls), (message, calls)), (((message, rest),) if rest else ())
         return (("p2p" if transfer.algorithm == "ring_step" else "collective", calls),), ()
 
     def collective(self, op: str, nbytes: float) -> comm_model.Transfer:

@@ -1,0 +1,67 @@
+"""The relay's signalling mode in the cost model and in validate_cost: the device-signal relay
+(default) issues less host work per call and message than the host handshake, and each results
+line is priced with the mode it ran."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from hocket.cost import predict
+from hocket.cost.issue import DEFAULT_ISSUE_US
+from hocket.env import overridden
+from hocket.hardware import load_preset
+from hocket.plan.plan import Plan
+from hocket.site import Site
+from _bench_scripts import baselines, load_script, record
+
+vc = load_script("validate_cost")
+SITE = Site(kind="ag_mm", m=8192, k=4096, n=1536, world=2, dtype="bf16")
+CLUSTER = load_preset("h200-host-staged")
+
+
+def test_host_handshake_costs_more_host_time_than_device_signals():
+    assert DEFAULT_ISSUE_US["relay_call_host"] > DEFAULT_ISSUE_US["relay_call"] > 0
+    assert DEFAULT_ISSUE_US["relay_message_host"] > DEFAULT_ISSUE_US["relay_message"] > 0
+    plan = Plan(strategy="chunked", chunks=8, order="local_first", transport="host_staged")
+    prices = {}
+    for signal in ("device", "host"):
+        with overridden({"HOCKET_HOST_STAGE_SIGNAL": signal}):
+            prices[signal] = predict(SITE, plan, CLUSTER, None, steady_state=True)
+    assert prices["host"].total_ms > prices["device"].total_ms
+    assert prices["host"].busy_ms["issue"] - prices["device"].busy_ms["issue"] >= \
+        8 * (DEFAULT_ISSUE_US["relay_call_host"] - DEFAULT_ISSUE_US["relay_call"]) / 1e3 * 0.99
+
+
+@pytest.mark.parametrize("folder,method,expected", [
+    ("h200x2/run16/", "chunked(4)/host_staged", "host"),
+    ("h200x2/run22/", "chunked(4)/host_staged", "device"),
+    ("h200x2/run22/", "chunked(4)/host_staged @8MB,thread=0,signal=host", "host"),
+    ("h200x2/run27/", "planner", "device"),
+])
+def test_older_relay_lines_get_the_signal_of_their_run(folder, method, expected, tmp_path):
+    rng = random.Random(7)
+    line = record(site=SITE, plan=Plan(strategy="chunked", chunks=4, transport="host_staged"), median_ms=1.2,
+                  base=baselines(rng), cluster="h200-host-staged", run={"method": method})
+    vc._fill_signal(line, tmp_path / folder / "bench.jsonl")
+    assert vc.line_signal(line) == expected
+    written = record(site=SITE, plan=line.plan, median_ms=1.2, base=baselines(rng), cluster="h200-host-staged",
+                     run={"method": method, "host_stage_signal": "host"})
+    vc._fill_signal(written, tmp_path / "h200x2/run30/bench.jsonl")
+    assert vc.line_signal(written) == "host"  # what the line recorded wins
+
+
+def test_priced_as_ran_sets_and_restores_the_signal(monkeypatch):
+    monkeypatch.delenv("HOCKET_HOST_STAGE_SIGNAL", raising=False)
+    rng = random.Random(3)
+    line = record(site=SITE, plan=Plan(transport="host_staged"), median_ms=1.5, base=baselines(rng),
+                  cluster="h200-host-staged", run={"host_stage_signal": "host"})
+    with vc.priced_as_ran(line):
+        assert os.environ["HOCKET_HOST_STAGE_SIGNAL"] == "host"
+    assert "HOCKET_HOST_STAGE_SIGNAL" not in os.environ
+    nvlink = record(site=SITE, plan=Plan(), median_ms=0.3, base=baselines(rng))
+    assert vc.line_signal(nvlink) is None
+    with vc.priced_as_ran(nvlink):
+        assert "HOCKET_HOST_STAGE_SIGNAL" not in os.environ

@@ -22,17 +22,33 @@ SITE = Site(kind="ag_mm", m=8192, k=4096, n=1536, world=2, dtype="bf16")
 CLUSTER = load_preset("h200-host-staged")
 
 
-def test_host_handshake_costs_more_host_time_than_device_signals():
-    assert DEFAULT_ISSUE_US["relay_call_host"] > DEFAULT_ISSUE_US["relay_call"] > 0
-    assert DEFAULT_ISSUE_US["relay_message_host"] > DEFAULT_ISSUE_US["relay_message"] > 0
+@pytest.mark.parametrize("signal,call,message", [("device", "relay_call", "relay_message"),
+                                                 ("host", "relay_call_host", "relay_message_host")])
+def test_each_signalling_prices_its_own_relay_issue_costs(signal, call, message):
+    """A profile's measured costs of one signalling move only the plans priced under it."""
     plan = Plan(strategy="chunked", chunks=8, order="local_first", transport="host_staged")
-    prices = {}
-    for signal in ("device", "host"):
+    other = {"relay_call", "relay_message", "relay_call_host", "relay_message_host"} - {call, message}
+
+    def issue_ms(raised) -> float:
+        table = dict(DEFAULT_ISSUE_US)
+        for key in raised:
+            table[key] += 100.0
         with overridden({"HOCKET_HOST_STAGE_SIGNAL": signal}):
-            prices[signal] = predict(SITE, plan, CLUSTER, None, steady_state=True)
-    assert prices["host"].total_ms > prices["device"].total_ms
-    assert prices["host"].busy_ms["issue"] - prices["device"].busy_ms["issue"] >= \
-        8 * (DEFAULT_ISSUE_US["relay_call_host"] - DEFAULT_ISSUE_US["relay_call"]) / 1e3 * 0.99
+            return predict(SITE, plan, CLUSTER, _issue_view(table), steady_state=True).busy_ms["issue"]
+
+    base = issue_ms(())
+    assert issue_ms(other) == pytest.approx(base)  # the other signalling's costs do not apply
+    assert issue_ms((call,)) >= base + 7 * 0.1 * 0.99  # a relay call per piece (the first is in the transfer's price)
+    assert issue_ms((message,)) >= base + 7 * 0.1 * 0.99  # at least one message per call
+
+
+def _issue_view(table):
+    from hocket.cost.calibration import CalibrationView
+    from hocket.hardware.profile import CalibrationProfile
+
+    profile = CalibrationProfile(fingerprint="test", world_size=2, gemm=(), collectives={}, p2p=(), copy_engine=(),
+                                 host_link=(), contention={}, issue_us=table)
+    return CalibrationView(profile)
 
 
 @pytest.mark.parametrize("folder,method,expected", [

@@ -13,6 +13,7 @@ TRANSPORT_ENV_VARS = (
     "TORCH_SYMM_MEM_DISABLE_MULTICAST", "TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP", "NVSHMEM_DISABLE_NVLS",
     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "HOCKET_HOST_STAGE_PIECE_MB",
     "HOCKET_HOST_STAGE_THREAD", "HOCKET_PEER_PROTOCOL", "HOCKET_HOST_STAGE_SIGNAL",
+    "HOCKET_HOST_STAGE_PIPELINE",
 )
 
 
@@ -130,6 +131,22 @@ def host_stage_signal() -> str:
     raw = os.environ.get("HOCKET_HOST_STAGE_SIGNAL", "device").strip().lower() or "device"
     if raw not in HOST_STAGE_SIGNALS:
         raise ValueError(f"HOCKET_HOST_STAGE_SIGNAL={raw!r} must be one of {HOST_STAGE_SIGNALS}")
+    return raw
+
+
+HOST_STAGE_PIPELINES = ("message", "batch")
+
+
+def host_stage_pipeline() -> str:
+    """``HOCKET_HOST_STAGE_PIPELINE``: what the host-to-device copies of the device-signalled relay wait
+    for besides the peers' "sent" numbers. ``message`` (default): nothing else, so each message is
+    read as soon as every peer wrote it and the two copy directions overlap message by message; only
+    the call's ``finish`` (an all-reduce's sum overwrites what it sent) waits for this rank's own
+    device-to-host copies. ``batch``: each batch of ``SLOTS`` messages is read only after this rank's
+    own copies of that batch ended (the relay of runs 26-27: a pipeline of batches)."""
+    raw = os.environ.get("HOCKET_HOST_STAGE_PIPELINE", "message").strip().lower() or "message"
+    if raw not in HOST_STAGE_PIPELINES:
+        raise ValueError(f"HOCKET_HOST_STAGE_PIPELINE={raw!r} must be one of {HOST_STAGE_PIPELINES}")
     return raw
 
 

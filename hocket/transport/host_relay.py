@@ -130,14 +130,17 @@ class HostRelay:
     def _post_on_device(self, messages, finish, ready: torch.cuda.Event) -> torch.cuda.Event:
         """Enqueue ``messages`` (see :meth:`message`) with stream-written and stream-awaited sequence
         numbers, in batches of at most ``SLOTS`` messages: a batch's device-to-host sides on the D2H
-        stream, then its host-to-device sides on the H2D stream (one stream switch each), which also
-        waits for the batch's own device-to-host copies (an all-reduce overwrites what it sent). Within a batch
-        a D2H wait only needs reads of earlier batches, so the order is deadlock-free even where the
+        stream, then its host-to-device sides on the H2D stream (one stream switch each). Receives only
+        write device scratch or outputs that are not sent, so with ``HOCKET_HOST_STAGE_PIPELINE=message``
+        (default) only ``finish()`` (an all-reduce's sum overwrites what it sent) waits for this rank's
+        device-to-host copies; ``batch`` also holds each batch's receives until its sends ended. Within a
+        batch a D2H wait only needs reads of earlier batches, so the order is deadlock-free even where the
         GPU runs both streams through one hardware queue (a whole call's D2H sides first was not: on
         2xH200 a 64 MiB reduce-scatter of 10 messages stalled both ranks until the watchdog fired).
         Returns the event after ``finish()`` on the H2D stream."""
         w, rank, words = self.world, self.rank, self._word
         peers = [p for p in range(w) if p != rank]
+        per_batch = env.host_stage_pipeline() == "batch"
         self.d2h.wait_event(ready)
         self.h2d.wait_event(ready)
         for start in range(0, len(messages), SLOTS):
@@ -152,8 +155,8 @@ class HostRelay:
                             stream_memops.wait_value_geq(self.d2h, words[w + p], seq - SLOTS)
                     send(lambda dtype, k=k: self.slot(rank, k, dtype))
                     stream_memops.write_value(self.d2h, words[rank], seq)
-                sent = self.d2h.record_event()
-            self.h2d.wait_event(sent)  # the receives (and finish) may overwrite what this batch sent
+                if per_batch:
+                    self.h2d.wait_event(self.d2h.record_event())
             with on_stream(self.h2d):
                 for seq, (_, receive) in enumerate(batch, start=first):
                     k = seq % SLOTS
@@ -162,6 +165,7 @@ class HostRelay:
                     receive(lambda r, dtype, k=k: self.slot(r, k, dtype))
                     stream_memops.write_value(self.h2d, words[w + rank], seq)
         with on_stream(self.h2d):
+            self.h2d.wait_stream(self.d2h)  # the call ends after its sends too; finish may overwrite what was sent
             if finish is not None:
                 finish()
             return self.h2d.record_event()

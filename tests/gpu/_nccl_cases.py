@@ -136,6 +136,11 @@ def _run_back_to_back(case: dict) -> int:
             A, (out,) = H.all_gather_matmul(shards[rank], [B], 0, dist.group.WORLD, return_A=True, plan=plan)
             eA, (eout,) = all_gather_matmul_global(shards, [B], 0)
             results += [(out, eout, f"out call {call}"), (A, eA, f"A call {call}")]
+        elif kind == "mm_ar":  # the relay's sum overwrites what it sent: checks finish waits for the sends
+            As = [_operand(seed, r, (rows, case["k"]), dtype, device) for r in range(w)]
+            Bs = [_operand(seed, r, (case["k"], case["n"]), dtype, device, salt=1) for r in range(w)]
+            out = H.matmul_all_reduce(As[rank], Bs[rank], "sum", dist.group.WORLD, plan=plan)
+            results.append((out, matmul_all_reduce_global(As, Bs, "sum"), f"out call {call}"))
         else:
             As = [_operand(seed, r, (rows * w, case["k"]), dtype, device) for r in range(w)]
             Bs = [_operand(seed, r, (case["k"], case["n"]), dtype, device, salt=1) for r in range(w)]

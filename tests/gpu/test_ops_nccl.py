@@ -89,27 +89,33 @@ HOST_STAGED_PLANS = [{"strategy": "sequential", "transport": "host_staged", "chu
                      {"strategy": "chunked", "transport": "host_staged", "chunks": 2, "order": "local_first"}]
 
 
-@pytest.mark.parametrize("signal", ["device", "host"])
+RELAY_MODES = [("device", "message"), ("device", "batch"), ("host", "message")]
+"""(HOCKET_HOST_STAGE_SIGNAL, HOCKET_HOST_STAGE_PIPELINE): the pipeline only changes the device-signalled relay."""
+
+
+@pytest.mark.parametrize("signal,pipeline", RELAY_MODES)
 @pytest.mark.parametrize("kind,shape,dim,ns,extra", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}-d{c[2]}"
                                                               for c in CASES])
-def test_host_staged_signals(pool2, kind, shape, dim, ns, extra, signal):
-    """The host-staged relay with stream-written/awaited sequence numbers (device, the default) and with
-    the host handshake (HOCKET_HOST_STAGE_SIGNAL=host), against the reference."""
+def test_host_staged_signals(pool2, kind, shape, dim, ns, extra, signal, pipeline):
+    """The host-staged relay with stream-written/awaited sequence numbers (device, the default; receives
+    pipelined per message, the default, or per batch) and with the host handshake
+    (HOCKET_HOST_STAGE_SIGNAL=host), against the reference."""
     plans = [p for p in HOST_STAGED_PLANS if kind != "mm_ar" or "order" not in p]
     case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype="bfloat16", seed=SEED, plans=plans,
-                env={"HOCKET_HOST_STAGE_SIGNAL": signal}, **extra)
+                env={"HOCKET_HOST_STAGE_SIGNAL": signal, "HOCKET_HOST_STAGE_PIPELINE": pipeline}, **extra)
     results = pool2.run(run_plans, case)
     assert len(results[0]) == len(results[1]) > 0
 
 
-@pytest.mark.parametrize("signal", ["device", "host"])
-@pytest.mark.parametrize("kind,chunks", [("ag_mm", 2), ("mm_rs", 3)])
-def test_host_staged_back_to_back(pool2, kind, chunks, signal):
+@pytest.mark.parametrize("signal,pipeline", RELAY_MODES)
+@pytest.mark.parametrize("kind,chunks", [("ag_mm", 2), ("mm_rs", 3), ("mm_ar", 2)])
+def test_host_staged_back_to_back(pool2, kind, chunks, signal, pipeline):
     """Twelve calls (more messages than the relay has slots, so slots are reused behind the peers'
     reads), two shape classes interleaved, 2 MiB pieces so large calls cut into several messages."""
     case = dict(kind=kind, dtype="bfloat16", plan={"strategy": "chunked", "transport": "host_staged",
                                                    "chunks": chunks},
                 rows=(1536, 96), k=1024, n=320, calls=12, seed=SEED,
-                env={"HOCKET_HOST_STAGE_SIGNAL": signal, "HOCKET_HOST_STAGE_PIECE_MB": "0.5"})
+                env={"HOCKET_HOST_STAGE_SIGNAL": signal, "HOCKET_HOST_STAGE_PIPELINE": pipeline,
+                     "HOCKET_HOST_STAGE_PIECE_MB": "0.5"})
     counts = pool2.run(run_back_to_back, case)
     assert counts[0] == counts[1] == (24 if kind == "ag_mm" else 12)

@@ -1,4 +1,5 @@
-"""bench_multigpu's --host-variants parser: PIECE_MB:THREAD[:SIGNAL] (the relay's signalling mode)."""
+"""bench_multigpu's --host-variants parser: PIECE_MB:THREAD[:SIGNAL[:PIPELINE]] (the relay's signalling mode and
+what its receives wait for)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,17 @@ def test_the_run_itself_comes_first_then_each_variant_with_its_environment():
     assert got[3][0] == " @2MB,thread=1,signal=device"
 
 
-@pytest.mark.parametrize("spec", ["8", "8:2", "8:0:ipc", ":0", "8:0:host:x"])
+@pytest.mark.parametrize("spec", ["8", "8:2", "8:0:ipc", ":0", "8:0:host:x", "8:0:device:batch:1"])
 def test_bad_entries_name_the_entry_and_the_form(spec):
-    with pytest.raises(ValueError, match=r"PIECE_MB:THREAD\[:SIGNAL\]"):
+    with pytest.raises(ValueError, match=r"PIECE_MB:THREAD\[:SIGNAL\[:PIPELINE\]\]"):
         variants(spec)
+
+
+def test_a_pipeline_variant_sets_the_relay_pipeline_for_its_measurements():
+    got = variants("8:0:device:batch,8:0::message")
+    assert got[1] == (" @8MB,thread=0,signal=device,pipeline=batch",
+                      {"HOCKET_HOST_STAGE_PIECE_MB": "8", "HOCKET_HOST_STAGE_THREAD": "0",
+                       "HOCKET_HOST_STAGE_SIGNAL": "device", "HOCKET_HOST_STAGE_PIPELINE": "batch"})
+    assert got[2] == (" @8MB,thread=0,pipeline=message", {"HOCKET_HOST_STAGE_PIECE_MB": "8",
+                                                          "HOCKET_HOST_STAGE_THREAD": "0",
+                                                          "HOCKET_HOST_STAGE_PIPELINE": "message"})

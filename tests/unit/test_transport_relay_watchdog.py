@@ -121,6 +121,17 @@ def test_signal_flag_parses_and_rejects(monkeypatch):
     assert "HOCKET_HOST_STAGE_SIGNAL" in env.TRANSPORT_ENV_VARS
 
 
+def test_pipeline_flag_parses_and_rejects(monkeypatch):
+    monkeypatch.delenv("HOCKET_HOST_STAGE_PIPELINE", raising=False)
+    assert env.host_stage_pipeline() == "message"
+    monkeypatch.setenv("HOCKET_HOST_STAGE_PIPELINE", " Batch ")
+    assert env.host_stage_pipeline() == "batch"
+    monkeypatch.setenv("HOCKET_HOST_STAGE_PIPELINE", "wave")
+    with pytest.raises(ValueError, match="HOCKET_HOST_STAGE_PIPELINE='wave'.*message"):
+        env.host_stage_pipeline()
+    assert "HOCKET_HOST_STAGE_PIPELINE" in env.TRANSPORT_ENV_VARS
+
+
 @pytest.mark.parametrize("value", [-1, 2**32])
 def test_stream_memop_values_must_fit_32_bits(value):
     with pytest.raises(ValueError, match="32 unsigned bits"):

@@ -2,8 +2,10 @@
 # The multi-GPU runs of issue 6 (and, with NPROC=4/8 and CASES=..., issue 8), from the repo root:
 #   PHASES="tests nvlink host" NPROC=2 CASES=issue6 benchmarks/run_multigpu.sh [extra bench_multigpu.py args]
 # calibrate: hocket calibrate on this lease (host issue costs differ between leases) -> $OUT/profile.json,
-#         which the nvlink phase's planner then uses (host mode keeps the datasheet model: the profile's NCCL
-#         curves are NVLink's, not NCCL through host memory)
+#         which the nvlink phase's planner then uses
+# calibrate_host: the same with NCCL_P2P_DISABLE=1 (NCCL through host memory, as the host phase's baselines
+#         run; the host relay's curve and issue costs too) -> $OUT/profile_host.json, which the host phase's
+#         planner then uses (without it the host phase keeps the datasheet model)
 # tests:  the NCCL operator tests (tests/gpu/test_ops_nccl.py)            -> $OUT/gpu_nccl_tests.log
 # nvlink: bench_multigpu.py --link nvlink --calibrate                      -> $OUT/bench_multigpu_nvlink.*
 # host:   NCCL_P2P_DISABLE=1 bench_multigpu.py --link host_staged (a separate launch) -> *_host_staged.*
@@ -25,6 +27,10 @@ for phase in $PHASES; do
       timeout "${CALIBRATE_TIMEOUT_S:-240}" "$PY" -m hocket.cli.main calibrate --world "$NPROC" --backend nccl \
         --no-progress --out "$OUT/profile.json" > "$OUT/calibrate.log" 2>&1 || status=1
       tail -n 12 "$OUT/calibrate.log" ;;
+    calibrate_host)
+      NCCL_P2P_DISABLE=1 timeout "${CALIBRATE_TIMEOUT_S:-240}" "$PY" -m hocket.cli.main calibrate --world "$NPROC" \
+        --backend nccl --no-progress --out "$OUT/profile_host.json" > "$OUT/calibrate_host.log" 2>&1 || status=1
+      tail -n 12 "$OUT/calibrate_host.log" ;;
     tests)
       timeout "${TEST_TIMEOUT_S:-420}" "$PY" -m pytest tests/gpu/test_ops_nccl.py -q -x -rA -p no:cacheprovider \
         > "$OUT/gpu_nccl_tests.log" 2>&1 || status=1
@@ -35,11 +41,14 @@ for phase in $PHASES; do
         > "$OUT/bench_multigpu_nvlink.log" 2>&1 || status=1
       grep -v "^W[0-9]" "$OUT/bench_multigpu_nvlink.log" | tail -n 40 ;;
     host)
+      HOST_PROFILE_ARGS=()
+      [ -f "$OUT/profile_host.json" ] && HOST_PROFILE_ARGS=(--profile "$OUT/profile_host.json")
       NCCL_P2P_DISABLE=1 timeout "${HOST_TIMEOUT_S:-420}" torchrun --nproc_per_node "$NPROC" benchmarks/bench_multigpu.py \
-        --link host_staged --cases "$CASES" --calibrate --out "$OUT/bench_multigpu_host_staged.jsonl" "$@" \
+        --link host_staged --cases "$CASES" --calibrate --out "$OUT/bench_multigpu_host_staged.jsonl" \
+        "${HOST_PROFILE_ARGS[@]}" "$@" \
         > "$OUT/bench_multigpu_host_staged.log" 2>&1 || status=1
       grep -v "^W[0-9]" "$OUT/bench_multigpu_host_staged.log" | tail -n 30 ;;
-    *) echo "unknown phase $phase (use calibrate, tests, nvlink, host)"; status=2 ;;
+    *) echo "unknown phase $phase (use calibrate, calibrate_host, tests, nvlink, host)"; status=2 ;;
   esac
 done
 exit $status

@@ -128,12 +128,12 @@ class CalibrationView:
     # -- transfers ----------------------------------------------------------------
     def curve(self, transfer: str) -> list[tuple[float, float]]:
         """Measured (bytes, ms) points of a collective op name ("all_gather", ...) or of
-        "p2p", "copy_engine", "host_link"; [] when the profile has none."""
+        "p2p", "copy_engine", "host_link", "host_relay"; [] when the profile has none."""
         key = ("curve", transfer)
         if key in self._memo:
             return self._memo[key]  # type: ignore[return-value]
         raw = None
-        if transfer in ("p2p", "copy_engine", "host_link"):
+        if transfer in ("p2p", "copy_engine", "host_link", "host_relay"):
             raw = getattr(self.profile, transfer, None)
         else:
             steady = (getattr(self.profile, "collectives_steady", None) or {}) if self.steady else {}

@@ -339,16 +339,13 @@ def host_stage_directions(op: str, nbytes: float, p: int) -> tuple[float, float]
     return nbytes - shard, nbytes - shard
 
 
-def _host_staged(op: str, nbytes: float, topo: GroupTopology, calibration: CalibrationView | None,
-                 message_bytes: float) -> tuple[float, str, float, int]:
-    """device -> pinned host -> device through the relay, in messages that pipeline the two
-    directions (one message's host->device copy runs beside the next one's device->host copy);
-    ranks behind one PCIe uplink share it; across nodes the host buffers travel over the network."""
-    p, q = topo.world, topo.nodes
-    if topo.host_gbps is None:
-        raise ValueError("transport='host_staged' needs device<->host links (host_link in the cluster preset); "
-                         "CPU ranks already share host memory: use transport='collective'")
-    down, up = host_stage_directions(op, nbytes, p)
+def _relay_pcie_ms(op: str, nbytes: float, topo: GroupTopology, calibration: CalibrationView | None,
+                   message_bytes: float) -> tuple[float, float, int]:
+    """(PCIe time, first message's device->host time, messages) of the relay's ``op`` from the
+    device<->host link model: a two-stage flow shop (D2H of message i+1 beside H2D of message i),
+    every message's share of each direction priced at that direction's rate for the whole call;
+    ranks behind one PCIe uplink share it."""
+    down, up = host_stage_directions(op, nbytes, topo.world)
     runs = relay_messages(max(down, up), message_bytes)
     sharing = max(1, min(topo.ranks_per_node, DEVICES_PER_HOST_UPLINK))
 
@@ -359,8 +356,6 @@ def _host_staged(op: str, nbytes: float, topo: GroupTopology, calibration: Calib
         uplink = host_copy(nbytes_one_way * sharing, topo).ms  # every sharer's bytes on one x16 link
         return max(own, uplink)
 
-    # two-stage flow shop (D2H of message i+1 beside H2D of message i), every message's
-    # share of each direction priced at that direction's rate for the whole call
     bottleneck = max(down, up)
     down_ms_per_byte = link_ms(down) / down if down > 0 else 0.0
     up_ms_per_byte = link_ms(up) / up if up > 0 else 0.0
@@ -370,8 +365,43 @@ def _host_staged(op: str, nbytes: float, topo: GroupTopology, calibration: Calib
         d, u = share * down * down_ms_per_byte, share * up * up_ms_per_byte
         h2d_done = max(h2d_done + count * u, d2h_done + max(d + count * u, count * d + u))
         d2h_done += count * d
-    pcie = h2d_done
     fill_ms = (runs[0][0] / bottleneck) * down * down_ms_per_byte if bottleneck > 0 else 0.0
+    return h2d_done, fill_ms, sum(count for _, count in runs)
+
+
+def relay_ratio(op: str, nbytes: float, topo: GroupTopology, calibration: CalibrationView | None,
+                message_bytes: float) -> float:
+    """Measured/model ratio of the relay's PCIe time from the profile's ``host_relay`` curve (an
+    all-gather through the relay with every rank staging both ways at once), read at the all-gather
+    whose busier direction carries as many bytes as ``op``'s; 1.0 without the curve. It holds what the
+    link model does not: whether the ranks really share an uplink, how fast both directions run
+    together, the stream waits of each message."""
+    if calibration is None or topo.world < 2 or not calibration.curve("host_relay"):
+        return 1.0
+    p = topo.world
+    down, up = host_stage_directions(op, nbytes, p)
+    gathered = max(down, up) * p / (p - 1)  # all-gather output bytes with the same busier direction
+    handshake = HOST_HANDSHAKE_US / 1e3
+
+    def model_ms(b: float) -> float:
+        return _relay_pcie_ms("all_gather", b, topo, calibration, message_bytes)[0] + handshake
+
+    return calibration.transfer_ms("host_relay", gathered, model_ms, context=(topo, message_bytes)) / \
+        model_ms(gathered) if gathered > 0 else 1.0
+
+
+def _host_staged(op: str, nbytes: float, topo: GroupTopology, calibration: CalibrationView | None,
+                 message_bytes: float) -> tuple[float, str, float, int]:
+    """device -> pinned host -> device through the relay, in messages that pipeline the two
+    directions (one message's host->device copy runs beside the next one's device->host copy);
+    ranks behind one PCIe uplink share it; across nodes the host buffers travel over the network.
+    A profile's ``host_relay`` curve scales the PCIe part (:func:`relay_ratio`)."""
+    q = topo.nodes
+    if topo.host_gbps is None:
+        raise ValueError("transport='host_staged' needs device<->host links (host_link in the cluster preset); "
+                         "CPU ranks already share host memory: use transport='collective'")
+    pcie, fill_ms, messages = _relay_pcie_ms(op, nbytes, topo, calibration, message_bytes)
+    ratio = relay_ratio(op, nbytes, topo, calibration, message_bytes)
     handshake = HOST_HANDSHAKE_US / 1e3
     network = 0.0
     if q > 1:
@@ -379,7 +409,7 @@ def _host_staged(op: str, nbytes: float, topo: GroupTopology, calibration: Calib
                               "cpu_collective")
     # queued behind another call, its first message's device->host copy overlaps the previous
     # call's drain; the host's issue time per call and message is on the issue chain
-    return pcie + handshake + network, "host_staged", fill_ms, sum(count for _, count in runs)
+    return ratio * (pcie + handshake) + network, "host_staged", ratio * fill_ms, messages
 
 
 def collective(op: str, nbytes: float, topo: GroupTopology, *, transport: str = "collective",

@@ -16,7 +16,13 @@ Byte conventions of the curves (match ``Site.comm_bytes``):
   read these where present; absent in profiles written before it existed;
 * ``p2p``: bytes one rank sends to its ring neighbour while receiving as many;
 * ``copy_engine``: bytes one rank copies to a peer device; ``host_link``: bytes one way
-  between device and pinned host memory.
+  between device and pinned host memory;
+* ``host_relay``: bytes of the gathered output per rank of an all-gather through the host-staged
+  relay (``hocket.transport.host_relay``, as ``transport="host_staged"`` runs it: every rank copies
+  device -> shared pinned host memory and host -> device at once, in pipelined messages), timed
+  from idle. What the PCIe links of the node give when every rank stages at once in both directions
+  (2xH200: 32 MiB per rank each way in ~1.0 ms, against ~0.6 ms for one direction of one GPU
+  alone). Absent where not measured (CPU ranks, a single GPU, profiles written before it existed).
 
 ``contention`` is keyed by the cost model's transfer kinds (``sm_collective``,
 ``copy_engine``, ``host_link``, ``cpu_collective``; extra kinds may be present).
@@ -131,6 +137,7 @@ class CalibrationProfile:
     p2p: tuple[CurvePoint, ...] = ()
     copy_engine: tuple[CurvePoint, ...] = ()
     host_link: tuple[CurvePoint, ...] = ()
+    host_relay: tuple[CurvePoint, ...] = ()
     contention: Mapping[str, ContentionPoint] = field(default_factory=dict)
     issue_us: Mapping[str, float] = field(default_factory=dict)
     gemm_sustained: SustainedGemm | None = None
@@ -152,6 +159,8 @@ class CalibrationProfile:
         }
         if self.collectives_steady:  # absent where not measured (old files read and write the same)
             out["collectives_steady"] = {op: curve(points) for op, points in sorted(self.collectives_steady.items())}
+        if self.host_relay:  # absent where not measured (old files read and write the same)
+            out["host_relay"] = curve(self.host_relay)
         if self.gemm_sustained is not None:  # absent, not null, where not measured (old files read the same)
             out["gemm_sustained"] = self.gemm_sustained.to_dict()
         return out
@@ -206,7 +215,8 @@ class CalibrationProfile:
                    quick=bool(data.get("quick", False)), created=str(data.get("created", "")), gemm=gemm,
                    collectives=collectives, collectives_steady=steady, p2p=_curve(data.get("p2p", []), "p2p"),
                    copy_engine=_curve(data.get("copy_engine", []), "copy_engine"),
-                   host_link=_curve(data.get("host_link", []), "host_link"), contention=contention,
+                   host_link=_curve(data.get("host_link", []), "host_link"),
+                   host_relay=_curve(data.get("host_relay", []), "host_relay"), contention=contention,
                    issue_us=issue_us, gemm_sustained=sustained, version=version)
 
 

@@ -8,7 +8,11 @@ previous, ``wait()``), a peer copy with its event (``copy_engine``: into the nex
 memory, as the transport copies, where the group is NCCL on one node's GPUs) and a pinned-host copy
 on a side stream with its event (``host_copy``), and the operator's own ``entry``: one
 sequential ``hocket.ops.all_gather_matmul`` call on tiny operands (its dispatch, plan lookup,
-argument handling and output allocation) less the collective and the launch it issues. Each item is issued
+argument handling and output allocation) less the collective and the launch it issues. On a NCCL group of
+GPUs also the host-staged relay (``hocket.transport.host_relay``): an all-gather of one message and one cut
+into ``RELAY_MESSAGES`` tiny messages give its cost per call (``relay_call``) and per message
+(``relay_message``), or ``relay_call_host``/``relay_message_host`` under ``HOCKET_HOST_STAGE_SIGNAL=host``.
+Each item is issued
 ``iters`` times back to back and the host time (``perf_counter``) is divided by the count;
 the device is never synchronised inside the loop, so only the host side is measured. The
 result is the maximum over ranks (the slowest host gates the pipeline).
@@ -25,6 +29,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from hocket import env
 from hocket.bench.timer import max_across_ranks
 from hocket.hardware.calibrate.transfers import symmetric_peer_copy
 
@@ -103,6 +108,7 @@ def measure_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: 
     measured = {}
     for name in sorted(items):  # same order on every rank
         measured[name] = _host_us(items[name], iters)
+    measured.update(relay_issue_us(group=group, device=device, dtype=dtype, iters=iters))
     call = operator_call(group=group, device=device, dtype=dtype)
     if call is not None and "collective" in measured:
         whole = _host_us(call, iters)
@@ -127,3 +133,42 @@ def operator_call(*, group, device: torch.device, dtype: torch.dtype) -> Callabl
     pg = group if group is not None else dist.group.WORLD
     plan = Plan()
     return lambda: all_gather_matmul(shard, [B], 0, pg, return_A=False, plan=plan)
+
+
+RELAY_SHARD_NUMEL = 4096
+RELAY_TINY_PIECE_MB = 1 / 1024
+"""Messages of 1 KiB: a ``RELAY_SHARD_NUMEL`` shard of 2-byte elements becomes about ten of them."""
+
+
+def relay_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: int) -> dict[str, float]:
+    """Host microseconds of one host-staged relay call and of each message in it (module docstring);
+    {} where the relay does not exist (fewer than two ranks, not a NCCL group of GPUs)."""
+    if not dist.is_initialized() or dist.get_world_size(group) < 2:
+        return {}
+    from hocket.transport import resolve_group
+    from hocket.transport.host_relay import RELAYS, HostStagedTransport
+
+    handle = resolve_group(group if group is not None else dist.group.WORLD)
+    if "nccl" not in handle.backend or device.type != "cuda":
+        return {}
+    signal = env.host_stage_signal()
+    relay = HostStagedTransport(handle)
+    shard = torch.randn(RELAY_SHARD_NUMEL, device=device).to(dtype)
+    out = torch.empty(handle.world * RELAY_SHARD_NUMEL, device=device, dtype=dtype)
+
+    def call() -> None:
+        relay.all_gather(out, shard).wait()
+
+    per_call = {}
+    for piece_mb in (1.0, RELAY_TINY_PIECE_MB):
+        with env.overridden({"HOCKET_HOST_STAGE_PIECE_MB": repr(piece_mb)}):
+            us = _host_us(call, iters)
+            before = RELAYS[signal].get(handle, device).seq
+            call()
+            per_call[RELAYS[signal].get(handle, device).seq - before] = us
+    (one, one_us), (many, many_us) = sorted(per_call.items())
+    if many <= one:
+        return {}
+    message = max(0.0, (many_us - one_us) / (many - one))
+    suffix = "" if signal == "device" else "_host"
+    return {f"relay_call{suffix}": max(0.0, one_us - one * message), f"relay_message{suffix}": message}

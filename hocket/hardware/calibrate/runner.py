@@ -18,7 +18,7 @@ from hocket.hardware.calibrate.sustained import measure_sustained
 from hocket.hardware.calibrate.transfers import make_transfer
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint, SustainedGemm
 
-CURVE_TRANSFERS = ("p2p", "copy_engine", "host_link")
+CURVE_TRANSFERS = ("p2p", "copy_engine", "host_link", "host_relay")
 
 
 @dataclass(kw_only=True)
@@ -119,7 +119,7 @@ def build_profile(measured: Measurements, *, config: CalibrateConfig, fingerprin
         collectives={op: curves[op] for op in config.collectives if op in curves},
         collectives_steady={op: tuple(points) for op, points in measured.steady_curves.items()},
         p2p=curves.get("p2p", ()), copy_engine=curves.get("copy_engine", ()), host_link=curves.get("host_link", ()),
-        contention=dict(measured.contention), issue_us=dict(measured.issue_us),
+        host_relay=curves.get("host_relay", ()), contention=dict(measured.contention), issue_us=dict(measured.issue_us),
         gemm_sustained=measured.gemm_sustained)
 
 

@@ -1,8 +1,9 @@
-"""Transfer callables for bandwidth curves: collectives, P2P ring, peer copy, host copy.
+"""Transfer callables for bandwidth curves: collectives, P2P ring, peer copy, host copy, host relay.
 
 The peer copy (``copy_engine``) is, on a NCCL group of one node's GPUs, a copy into the next rank's
 symmetric memory, as the copy-engine transport does it; elsewhere (one process with two GPUs) a
-plain cross-device copy.
+plain cross-device copy. The host relay (``host_relay``) is the ``host_staged`` transport's all-gather
+(``hocket.transport.host_relay``) on a NCCL group of GPUs; it does not exist elsewhere.
 
 Byte conventions follow ``hocket.hardware.profile`` (and ``Site.comm_bytes``).
 """
@@ -17,7 +18,7 @@ import torch.distributed as dist
 from hocket.hardware.calibrate.config import COLLECTIVES
 from hocket.hardware.calibrate.gemm import torch_dtype
 
-TRANSFERS = COLLECTIVES + ("p2p", "copy_engine", "host_link")
+TRANSFERS = COLLECTIVES + ("p2p", "copy_engine", "host_link", "host_relay")
 
 
 def _random(numel: int, dtype: torch.dtype, device: torch.device, *, pin: bool = False) -> torch.Tensor:
@@ -49,6 +50,8 @@ def make_transfer(name: str, nbytes: int, *, dtype: str, group, device: torch.de
     from hocket.transport import TorchDistTransport, resolve_group
 
     handle = resolve_group(group if group is not None else dist.group.WORLD)
+    if name == "host_relay":
+        return host_relay_all_gather(numel, dt, device, moved, handle)
     transport = TorchDistTransport(handle)
     if name == "all_gather":
         shard, out = _random(numel // world, dt, device), torch.empty(numel, dtype=dt, device=device)
@@ -101,3 +104,16 @@ def _device_copy(name: str, numel: int, dt: torch.dtype, device: torch.device, m
     peer = torch.device("cuda", ((device.index or 0) + 1) % count)
     dst = torch.empty(numel, dtype=dt, device=peer)
     return (lambda: dst.copy_(src, non_blocking=True)), moved
+
+
+def host_relay_all_gather(numel: int, dt: torch.dtype, device: torch.device, moved: int, handle
+                          ) -> tuple[Callable[[], None], int] | None:
+    """An all-gather of ``numel`` output elements per rank through the host-staged relay, as the
+    ``host_staged`` transport runs it; None where that transport does not exist (CPU ranks, gloo)."""
+    if device.type != "cuda" or "nccl" not in handle.backend:
+        return None
+    from hocket.transport.host_relay import HostStagedTransport
+
+    relay = HostStagedTransport(handle)
+    shard, out = _random(numel // handle.world, dt, device), torch.empty(numel, dtype=dt, device=device)
+    return (lambda: relay.all_gather(out, shard).wait()), moved

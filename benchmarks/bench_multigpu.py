@@ -63,7 +63,8 @@ from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 from hocket.transport.peer_protocol import peer_protocol_for
-from hocket.env import HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, host_stage_pipeline, host_stage_signal, overridden
+from hocket.env import (HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, host_stage_pipeline, host_stage_signal,
+                        host_stage_slots, overridden)
 from hocket.transport.registry import get_transport
 from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
 
@@ -259,6 +260,7 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
             if plan.transport == "host_staged" and site.world > 1:
                 entry["host_stage_signal"] = host_stage_signal()  # under the variant's env
                 entry["host_stage_pipeline"] = host_stage_pipeline()
+                entry["host_stage_slots"] = host_stage_slots()
             entry["predicted_ms"] = predicted(site, plan, cluster, profile, steady=args.reps > 1)
         row["methods"][name] = entry
         pred = entry.get("predicted_ms")
@@ -357,20 +359,22 @@ def transport_variants(args) -> list[tuple[str, dict[str, str]]]:
         return variants
     for spec in args.host_variants.split(","):
         piece_mb, thread, *rest = spec.strip().split(":") + ([""] if ":" not in spec else [])
-        signal = rest[0] if rest and rest[0] else None
-        pipeline = rest[1] if len(rest) > 1 and rest[1] else None
-        if (not piece_mb or thread not in ("0", "1") or len(rest) > 2 or signal not in (None, *HOST_STAGE_SIGNALS)
-                or pipeline not in (None, *HOST_STAGE_PIPELINES)):
-            raise ValueError(f"--host-variants entry {spec!r}: write PIECE_MB:THREAD[:SIGNAL[:PIPELINE]], e.g. 8:1, "
-                             f"1024:0, 8:0:host or 8:0:device:batch (SIGNAL: {', '.join(HOST_STAGE_SIGNALS)}; "
-                             f"PIPELINE: {', '.join(HOST_STAGE_PIPELINES)})")
+        signal, pipeline, slots = (rest + [None, None, None])[:3]
+        if (not piece_mb or thread not in ("0", "1") or len(rest) > 3 or (signal or None) not in (None, *HOST_STAGE_SIGNALS)
+                or (pipeline or None) not in (None, *HOST_STAGE_PIPELINES) or not (slots or "1").isdigit()):
+            raise ValueError(f"--host-variants entry {spec!r}: write PIECE_MB:THREAD[:SIGNAL[:PIPELINE[:SLOTS]]], e.g. "
+                             f"8:1, 1024:0, 8:0:host, 8:0:device:batch or 8:0:::8 (SIGNAL: "
+                             f"{', '.join(HOST_STAGE_SIGNALS)}; PIPELINE: {', '.join(HOST_STAGE_PIPELINES)}; "
+                             f"SLOTS: 1-64)")
         values = {"HOCKET_HOST_STAGE_PIECE_MB": piece_mb, "HOCKET_HOST_STAGE_THREAD": thread}
-        if signal:
-            values["HOCKET_HOST_STAGE_SIGNAL"] = signal
-        if pipeline:
-            values["HOCKET_HOST_STAGE_PIPELINE"] = pipeline
-        variants.append((f" @{piece_mb}MB,thread={thread}" + (f",signal={signal}" if signal else "")
-                         + (f",pipeline={pipeline}" if pipeline else ""), values))
+        name = f" @{piece_mb}MB,thread={thread}"
+        for key, value, label in (("HOCKET_HOST_STAGE_SIGNAL", signal, "signal"),
+                                  ("HOCKET_HOST_STAGE_PIPELINE", pipeline, "pipeline"),
+                                  ("HOCKET_HOST_STAGE_SLOTS", slots, "slots")):
+            if value:
+                values[key] = value
+                name += f",{label}={value}"
+        variants.append((name, values))
     return variants
 
 
@@ -413,6 +417,7 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
                                           "peer_protocol": entry.get("peer_protocol"),
                                           "host_stage_signal": entry.get("host_stage_signal"),
                                           "host_stage_pipeline": entry.get("host_stage_pipeline"),
+                                          "host_stage_slots": entry.get("host_stage_slots"),
                                           "planner_source": row["planner"]["source"] if name == "planner" else None,
                                           "paired": row.get("paired") if name == "planner" else None})
         records.append(make_record(site=site, plan=Plan.from_dict(entry["plan"]), timing=timing,
@@ -480,10 +485,10 @@ def parse_args(argv=None):
     p.add_argument("--calibrate", action="store_true", help="measure contention first, give it to the planner")
     p.add_argument("--smoke", action="store_true", help="the first case only, fewer plans and runs")
     p.add_argument("--time-budget-s", type=float, default=0.0, help="start no new case after this many seconds")
-    p.add_argument("--host-variants", default="", help="host_staged mode: extra PIECE_MB:THREAD[:SIGNAL[:PIPELINE]] "
+    p.add_argument("--host-variants", default="", help="host_staged mode: extra PIECE_MB:THREAD[:SIGNAL[:PIPELINE[:SLOTS]]] "
                    "variants of the host-staged transport measured beside the default, e.g. 1024:0,8:0:host,8:0:device:batch "
                    "(1024:0 = the old single-message, calling-thread path; :host = the host handshake of runs 5-20; "
-                   ":device:batch = the batch-pipelined device-signalled relay of runs 26-27)")
+                   ":device:batch = the batch-pipelined device-signalled relay of runs 26-27; 8:0:::8 = eight slots)")
     p.add_argument("--peer-protocols", default="", help="nvlink mode: copy-engine plans measured again with "
                    "these HOCKET_PEER_PROTOCOL values (push, pull), named '<plan> ~<protocol>', e.g. push")
     p.add_argument("--sm-budgets", default="", help="NCCL SM caps (max CTAs) of communicators made up front, "

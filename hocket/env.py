@@ -13,7 +13,7 @@ TRANSPORT_ENV_VARS = (
     "TORCH_SYMM_MEM_DISABLE_MULTICAST", "TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP", "NVSHMEM_DISABLE_NVLS",
     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "HOCKET_HOST_STAGE_PIECE_MB",
     "HOCKET_HOST_STAGE_THREAD", "HOCKET_PEER_PROTOCOL", "HOCKET_HOST_STAGE_SIGNAL",
-    "HOCKET_HOST_STAGE_PIPELINE",
+    "HOCKET_HOST_STAGE_PIPELINE", "HOCKET_HOST_STAGE_SLOTS",
 )
 
 
@@ -148,6 +148,21 @@ def host_stage_pipeline() -> str:
     if raw not in HOST_STAGE_PIPELINES:
         raise ValueError(f"HOCKET_HOST_STAGE_PIPELINE={raw!r} must be one of {HOST_STAGE_PIPELINES}")
     return raw
+
+
+def host_stage_slots() -> int:
+    """``HOCKET_HOST_STAGE_SLOTS``: message slots per rank in the host-staged relay's shared buffer
+    (default 4, at most 64; each slot holds ``HOCKET_SYMM_MAILBOX_MB`` / slots). A rank's
+    device-to-host copy into a slot waits until every peer has read the slot's previous message, so
+    more slots let a rank run further ahead of a late peer."""
+    raw = os.environ.get("HOCKET_HOST_STAGE_SLOTS", "").strip()
+    try:
+        slots = int(raw) if raw else 4
+    except ValueError:
+        slots = 0
+    if not 1 <= slots <= 64:
+        raise ValueError(f"HOCKET_HOST_STAGE_SLOTS={raw!r} must be a whole number of slots from 1 to 64, e.g. 8")
+    return slots
 
 
 def host_stage_dir() -> Path:

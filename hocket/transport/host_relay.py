@@ -2,7 +2,7 @@
 shared, pinned host memory, for GPUs without a peer path (e.g. of two vendors).
 
 Each (group, device) gets one :class:`HostRelay`: a :class:`SharedHostBuffer` file that every
-rank maps and page-locks, holding ``SLOTS`` message slots per rank; a device-to-host and a
+rank maps and page-locks, holding ``HOCKET_HOST_STAGE_SLOTS`` (default ``SLOTS``) message slots per rank; a device-to-host and a
 host-to-device copy stream; CUDA IPC events (``landed`` per slot: this rank's copy into
 its slot is done; ``consumed`` per slot: this rank has read every peer's slot); and an
 :class:`~hocket.transport.issue_thread.IssueThread` that issues the messages when
@@ -62,24 +62,28 @@ launching thread needs for every kernel launch)."""
 class HostRelay:
     """Shared pinned slots, copy streams and IPC events of one (group, device) (module docstring)."""
 
-    def __init__(self, group: GroupHandle, device: torch.device, slot_bytes: int, *, signal: str) -> None:
+    def __init__(self, group: GroupHandle, device: torch.device, slot_bytes: int, *, signal: str,
+                 slots: int = SLOTS) -> None:
         if signal not in env.HOST_STAGE_SIGNALS:
             raise ValueError(f"signal={signal!r} must be one of {env.HOST_STAGE_SIGNALS}")
+        if not 1 <= slots <= 64:
+            raise ValueError(f"slots={slots!r} must be 1..64 (HOCKET_HOST_STAGE_SLOTS)")
+        self.slots = slots
         self.rank, self.world = group.rank, group.world
         self.device = device
         self.slot_bytes = slot_bytes
         token = [f"{env.host_stage_dir()}/hocket-relay-{group.name}-{torch.randint(0, 2**62, ()).item():x}"]
         dist.broadcast_object_list(token, src=group.ranks[0], group=group.pg)
         if self.rank == 0:
-            self.buf = SharedHostBuffer.create(token[0], nbytes=self.world * SLOTS * slot_bytes,
+            self.buf = SharedHostBuffer.create(token[0], nbytes=self.world * slots * slot_bytes,
                                                num_chunks=2 * self.world)
         dist.barrier(group=group.pg, device_ids=[device.index])
         if self.rank != 0:
             self.buf = SharedHostBuffer.attach(token[0])
         self.d2h = torch.cuda.Stream(device)
         self.h2d = torch.cuda.Stream(device)
-        self.landed = [torch.cuda.Event(interprocess=True) for _ in range(SLOTS)]
-        self.consumed = [torch.cuda.Event(interprocess=True) for _ in range(SLOTS)]
+        self.landed = [torch.cuda.Event(interprocess=True) for _ in range(slots)]
+        self.consumed = [torch.cuda.Event(interprocess=True) for _ in range(slots)]
         mine = ([e.ipc_handle() for e in self.landed], [e.ipc_handle() for e in self.consumed])
         everyone = [None] * self.world
         dist.all_gather_object(everyone, mine, group=group.pg)
@@ -143,23 +147,23 @@ class HostRelay:
         per_batch = env.host_stage_pipeline() == "batch"
         self.d2h.wait_event(ready)
         self.h2d.wait_event(ready)
-        for start in range(0, len(messages), SLOTS):
-            batch = messages[start:start + SLOTS]
+        for start in range(0, len(messages), self.slots):
+            batch = messages[start:start + self.slots]
             first = self.seq + 1
             with on_stream(self.d2h):
                 for send, _ in batch:
                     self.seq += 1
-                    seq, k = self.seq, self.seq % SLOTS
-                    if seq > SLOTS:  # every peer has read this slot's previous message out of every rank's slot
+                    seq, k = self.seq, self.seq % self.slots
+                    if seq > self.slots:  # every peer has read this slot's previous message out of every rank's slot
                         for p in peers:
-                            stream_memops.wait_value_geq(self.d2h, words[w + p], seq - SLOTS)
+                            stream_memops.wait_value_geq(self.d2h, words[w + p], seq - self.slots)
                     send(lambda dtype, k=k: self.slot(rank, k, dtype))
                     stream_memops.write_value(self.d2h, words[rank], seq)
                 if per_batch:
                     self.h2d.wait_event(self.d2h.record_event())
             with on_stream(self.h2d):
                 for seq, (_, receive) in enumerate(batch, start=first):
-                    k = seq % SLOTS
+                    k = seq % self.slots
                     for p in peers:
                         stream_memops.wait_value_geq(self.h2d, words[p], seq)
                     receive(lambda r, dtype, k=k: self.slot(r, k, dtype))
@@ -175,7 +179,7 @@ class HostRelay:
         key = (rank, k, dtype)
         view = self._slots.get(key)
         if view is None:
-            start = (rank * SLOTS + k) * self.slot_bytes
+            start = (rank * self.slots + k) * self.slot_bytes
             raw = self.buf.data[start:start + self.slot_bytes]
             view = self._slots[key] = raw[:self.slot_bytes // dtype.itemsize * dtype.itemsize].view(dtype)
         return view
@@ -240,11 +244,11 @@ class HostRelay:
         from every peer's slot (``slot_of(rank)``, on the H2D stream). Both streams first wait for
         ``ready`` (the caller's inputs written and outputs free)."""
         self.seq += 1
-        seq, k, w = self.seq, self.seq % SLOTS, self.world
+        seq, k, w = self.seq, self.seq % self.slots, self.world
         peers = [p for p in range(w) if p != self.rank]
-        if seq > SLOTS:
+        if seq > self.slots:
             for p in peers:  # every reader of this slot's previous message has enqueued its reads
-                self.buf.wait_ready(w + p, seq - SLOTS, poll_s=poll_s)
+                self.buf.wait_ready(w + p, seq - self.slots, poll_s=poll_s)
                 self.d2h.wait_event(self.peer_consumed[p][k])
         self.d2h.wait_event(ready)
         with on_stream(self.d2h):
@@ -275,12 +279,20 @@ class HostRelay:
             self.watchdog.check()  # a call that timed out and was never raised for: say so now
 
 
-RELAYS: dict[str, PerGroup[HostRelay]] = {
-    signal: PerGroup(lambda group, device, signal=signal: HostRelay(group, device, env.symm_mailbox_bytes() // SLOTS,
-                                                                    signal=signal))
-    for signal in env.HOST_STAGE_SIGNALS}
-"""One relay per (group, device) and signalling mode (``HOCKET_HOST_STAGE_SIGNAL`` at the call): the
-modes keep separate buffers and sequence numbers, so every rank may switch between calls."""
+RELAYS: dict[tuple[str, int], PerGroup[HostRelay]] = {}
+"""One relay per (group, device), signalling mode and slot count (``HOCKET_HOST_STAGE_SIGNAL`` and
+``HOCKET_HOST_STAGE_SLOTS`` at the call): each keeps its own buffers and sequence numbers, so every
+rank may switch between calls (all ranks alike)."""
+
+
+def relays_for(signal: str, slots: int) -> PerGroup[HostRelay]:
+    """The relays of one signalling mode and slot count (made on first use); each slot holds
+    ``HOCKET_SYMM_MAILBOX_MB / slots``."""
+    key = (signal, slots)
+    if key not in RELAYS:
+        RELAYS[key] = PerGroup(lambda group, device: HostRelay(group, device, env.symm_mailbox_bytes() // slots,
+                                                               signal=signal, slots=slots))
+    return RELAYS[key]
 
 
 def close_relays(group_name: str | None = None) -> int:
@@ -312,7 +324,7 @@ class HostStagedTransport:
 
     def _relay(self, t: torch.Tensor) -> HostRelay:
         require_cuda(t, self.name)
-        return RELAYS[env.host_stage_signal()].get(self.group, t.device)
+        return relays_for(env.host_stage_signal(), env.host_stage_slots()).get(self.group, t.device)
 
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(inp)

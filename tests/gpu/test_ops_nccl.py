@@ -107,6 +107,19 @@ def test_host_staged_signals(pool2, kind, shape, dim, ns, extra, signal, pipelin
     assert len(results[0]) == len(results[1]) > 0
 
 
+@pytest.mark.parametrize("slots", [1, 8])
+@pytest.mark.parametrize("kind,chunks", [("ag_mm", 3), ("mm_rs", 2)])
+def test_host_staged_slot_counts(pool2, kind, chunks, slots):
+    """HOCKET_HOST_STAGE_SLOTS: one slot (every message waits for the peers' read of the one before) and
+    eight (a batch of up to eight messages), twelve calls back to back, against the reference."""
+    case = dict(kind=kind, dtype="bfloat16", plan={"strategy": "chunked", "transport": "host_staged",
+                                                   "chunks": chunks},
+                rows=(1536, 96), k=1024, n=320, calls=12, seed=SEED,
+                env={"HOCKET_HOST_STAGE_SLOTS": str(slots), "HOCKET_HOST_STAGE_PIECE_MB": "0.5"})
+    counts = pool2.run(run_back_to_back, case)
+    assert counts[0] == counts[1] == (24 if kind == "ag_mm" else 12)
+
+
 @pytest.mark.parametrize("signal,pipeline", RELAY_MODES)
 @pytest.mark.parametrize("kind,chunks", [("ag_mm", 2), ("mm_rs", 3), ("mm_ar", 2)])
 def test_host_staged_back_to_back(pool2, kind, chunks, signal, pipeline):

@@ -26,9 +26,9 @@ def test_the_run_itself_comes_first_then_each_variant_with_its_environment():
     assert got[3][0] == " @2MB,thread=1,signal=device"
 
 
-@pytest.mark.parametrize("spec", ["8", "8:2", "8:0:ipc", ":0", "8:0:host:x", "8:0:device:batch:1"])
+@pytest.mark.parametrize("spec", ["8", "8:2", "8:0:ipc", ":0", "8:0:host:x", "8:0:device:batch:x", "8:0:device:batch:8:1"])
 def test_bad_entries_name_the_entry_and_the_form(spec):
-    with pytest.raises(ValueError, match=r"PIECE_MB:THREAD\[:SIGNAL\[:PIPELINE\]\]"):
+    with pytest.raises(ValueError, match=r"PIECE_MB:THREAD\[:SIGNAL\[:PIPELINE\[:SLOTS\]\]\]"):
         variants(spec)
 
 
@@ -40,3 +40,9 @@ def test_a_pipeline_variant_sets_the_relay_pipeline_for_its_measurements():
     assert got[2] == (" @8MB,thread=0,pipeline=message", {"HOCKET_HOST_STAGE_PIECE_MB": "8",
                                                           "HOCKET_HOST_STAGE_THREAD": "0",
                                                           "HOCKET_HOST_STAGE_PIPELINE": "message"})
+
+
+def test_a_slots_variant_sets_the_relay_slot_count():
+    got = variants("8:0:::8")
+    assert got[1] == (" @8MB,thread=0,slots=8", {"HOCKET_HOST_STAGE_PIECE_MB": "8", "HOCKET_HOST_STAGE_THREAD": "0",
+                                                 "HOCKET_HOST_STAGE_SLOTS": "8"})

@@ -132,6 +132,20 @@ def test_pipeline_flag_parses_and_rejects(monkeypatch):
     assert "HOCKET_HOST_STAGE_PIPELINE" in env.TRANSPORT_ENV_VARS
 
 
+@pytest.mark.parametrize("raw,expected", [("", 4), ("8", 8), (" 1 ", 1), ("64", 64)])
+def test_slot_count_flag_parses(monkeypatch, raw, expected):
+    monkeypatch.setenv("HOCKET_HOST_STAGE_SLOTS", raw)
+    assert env.host_stage_slots() == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "65", "four", "2.5"])
+def test_slot_count_flag_rejects_with_the_range(monkeypatch, raw):
+    monkeypatch.setenv("HOCKET_HOST_STAGE_SLOTS", raw)
+    with pytest.raises(ValueError, match="HOCKET_HOST_STAGE_SLOTS=.*1 to 64"):
+        env.host_stage_slots()
+    assert "HOCKET_HOST_STAGE_SLOTS" in env.TRANSPORT_ENV_VARS
+
+
 @pytest.mark.parametrize("value", [-1, 2**32])
 def test_stream_memop_values_must_fit_32_bits(value):
     with pytest.raises(ValueError, match="32 unsigned bits"):

@@ -146,12 +146,12 @@ def relay_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: in
     if not dist.is_initialized() or dist.get_world_size(group) < 2:
         return {}
     from hocket.transport import resolve_group
-    from hocket.transport.host_relay import RELAYS, HostStagedTransport
+    from hocket.transport.host_relay import HostStagedTransport, relays_for
 
     handle = resolve_group(group if group is not None else dist.group.WORLD)
     if "nccl" not in handle.backend or device.type != "cuda":
         return {}
-    signal = env.host_stage_signal()
+    signal, slots = env.host_stage_signal(), env.host_stage_slots()
     relay = HostStagedTransport(handle)
     shard = torch.randn(RELAY_SHARD_NUMEL, device=device).to(dtype)
     out = torch.empty(handle.world * RELAY_SHARD_NUMEL, device=device, dtype=dtype)
@@ -163,9 +163,9 @@ def relay_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: in
     for piece_mb in (1.0, RELAY_TINY_PIECE_MB):
         with env.overridden({"HOCKET_HOST_STAGE_PIECE_MB": repr(piece_mb)}):
             us = _host_us(call, iters)
-            before = RELAYS[signal].get(handle, device).seq
+            before = relays_for(signal, slots).get(handle, device).seq
             call()
-            per_call[RELAYS[signal].get(handle, device).seq - before] = us
+            per_call[relays_for(signal, slots).get(handle, device).seq - before] = us
     (one, one_us), (many, many_us) = sorted(per_call.items())
     if many <= one:
         return {}

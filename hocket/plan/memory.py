@@ -113,9 +113,10 @@ def estimate_extra_memory(site: Site, plan: Plan) -> MemoryEstimate:
     if plan.transport == "host_staged" and plan.strategy != "sequential":
         workspace += 2 * _ceil_div(full, max(c, 1))  # device side of the staging copies
     if plan.transport == "host_staged" and w > 1 and site.kind in ("mm_rs", "mm_ar"):
-        # the relay's reduction scratch (hocket.transport.host_relay): every rank's part of the
-        # largest collective, summed once after the copies
-        workspace += _ceil_div(product * (w if site.kind == "mm_ar" else 1), max(c, 1))
+        # the relay's reduction scratch (hocket.transport.host_relay): every rank's part of each
+        # collective, summed once after its copies; one per call, and a pipeline's calls are all in
+        # flight at once
+        workspace += product * (w if site.kind == "mm_ar" else 1)
     return MemoryEstimate(workspace_bytes=int(workspace), symmetric_bytes=int(symmetric),
                           host_pinned_bytes=int(host))
 

@@ -82,6 +82,9 @@ class HostRelay:
             self.buf = SharedHostBuffer.attach(token[0])
         self.d2h = torch.cuda.Stream(device)
         self.h2d = torch.cuda.Stream(device)
+        self.fin = torch.cuda.Stream(device)
+        """device-signal calls run their ``finish`` (a reduction's sum: SM kernels) here, after the H2D
+        copies, so that a sum queued behind a running GEMM never holds the next calls' copies"""
         self.landed = [torch.cuda.Event(interprocess=True) for _ in range(slots)]
         self.consumed = [torch.cuda.Event(interprocess=True) for _ in range(slots)]
         mine = ([e.ipc_handle() for e in self.landed], [e.ipc_handle() for e in self.consumed])
@@ -92,7 +95,6 @@ class HostRelay:
         self.peer_consumed = {p: [torch.cuda.Event.from_ipc_handle(device, h) for h in everyone[p][1]]
                               for p in range(self.world) if p != self.rank}
         self.seq = 0
-        self._scratch: dict[tuple, torch.Tensor] = {}
         self._slots: dict[tuple, torch.Tensor] = {}
         self.issuer = IssueThread(device, name=f"host-relay-{group.name}-{device}")
         self.signal = signal
@@ -141,7 +143,8 @@ class HostRelay:
         batch a D2H wait only needs reads of earlier batches, so the order is deadlock-free even where the
         GPU runs both streams through one hardware queue (a whole call's D2H sides first was not: on
         2xH200 a 64 MiB reduce-scatter of 10 messages stalled both ranks until the watchdog fired).
-        Returns the event after ``finish()`` on the H2D stream."""
+        ``finish()`` runs on a stream of its own after the copies (a sum behind a running GEMM would
+        otherwise hold the H2D stream, and with it every later call's receives); returns the event after it."""
         w, rank, words = self.world, self.rank, self._word
         peers = [p for p in range(w) if p != rank]
         per_batch = env.host_stage_pipeline() == "batch"
@@ -170,9 +173,13 @@ class HostRelay:
                     stream_memops.write_value(self.h2d, words[w + rank], seq)
         with on_stream(self.h2d):
             self.h2d.wait_stream(self.d2h)  # the call ends after its sends too; finish may overwrite what was sent
-            if finish is not None:
-                finish()
-            return self.h2d.record_event()
+            copied = self.h2d.record_event()
+        if finish is None:
+            return copied
+        self.fin.wait_event(copied)
+        with on_stream(self.fin):
+            finish()
+            return self.fin.record_event()
 
     def slot(self, rank: int, k: int, dtype: torch.dtype) -> torch.Tensor:
         """Rank ``rank``'s slot ``k`` as a flat ``dtype`` host tensor (views are cached)."""
@@ -201,8 +208,9 @@ class HostRelay:
              ready: torch.cuda.Event | None = None) -> ThreadPending | StreamPending:
         """Issue ``messages`` (``(send, receive)`` pairs, see :meth:`message`) after ``ready`` (default:
         the work enqueued so far on the caller's stream), on the issue thread or the calling thread
-        (``HOCKET_HOST_STAGE_THREAD``); ``finish()`` then runs on the H2D stream. ``tensors`` stay
-        allocated until the copies are done."""
+        (``HOCKET_HOST_STAGE_THREAD``); ``finish()`` then runs after the copies (device signals: on
+        the relay's finish stream; host handshake: on the H2D stream). ``tensors`` stay allocated until
+        the copies and ``finish`` are done."""
         if self.watchdog is not None:
             self.watchdog.check()
         if ready is None:
@@ -210,6 +218,7 @@ class HostRelay:
         for t in tensors:
             t.record_stream(self.d2h)
             t.record_stream(self.h2d)
+            t.record_stream(self.fin)
         if self.watchdog is not None:  # nothing waits on the host: enqueue here, in order
             done = self._post_on_device(list(messages), finish, ready)
             self.watchdog.track(f"{what} (messages up to {self.seq})", done)
@@ -230,13 +239,15 @@ class HostRelay:
         return StreamPending(job(), what=what)
 
     def scratch(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        """A device buffer of ``numel`` elements used on the H2D stream only (one per dtype, grown on
-        demand): the calls' receives and reductions run in stream order, so calls share it."""
-        buf = self._scratch.get(dtype)
-        if buf is None or buf.numel() < numel:
-            buf = self._scratch[dtype] = torch.empty(numel, dtype=dtype, device=self.device)
-            buf.record_stream(self.h2d)  # freed only after the H2D work queued when it is replaced
-        return buf[:numel]
+        """A device buffer of ``numel`` elements for one call's receives (H2D stream) and its
+        ``finish`` (finish stream): one per call, from the caching allocator, kept until the work
+        queued on both streams is done, so a later call's receives never overwrite what an earlier
+        call's pending sum still reads."""
+        buf = torch.empty(numel, dtype=dtype, device=self.device)
+        buf.record_stream(self.h2d)
+        buf.record_stream(self.fin)
+        return buf
+
 
     def message(self, send, receive, *, ready: torch.cuda.Event, poll_s: float = 0.0) -> None:
         """One message (on the issue thread): ``send(slot)`` enqueues D2H copies into this rank's
@@ -271,7 +282,7 @@ class HostRelay:
             self.watchdog.wait_idle()
         self.d2h.synchronize()
         self.h2d.synchronize()
-        self._scratch.clear()
+        self.fin.synchronize()
         self._slots.clear()
         self.buf.close()
         if self.watchdog is not None:

@@ -10,8 +10,10 @@ on a side stream with its event (``host_copy``), and the operator's own ``entry`
 sequential ``hocket.ops.all_gather_matmul`` call on tiny operands (its dispatch, plan lookup,
 argument handling and output allocation) less the collective and the launch it issues. On a NCCL group of
 GPUs also the host-staged relay (``hocket.transport.host_relay``): an all-gather of one message and one cut
-into ``RELAY_MESSAGES`` tiny messages give its cost per call (``relay_call``) and per message
-(``relay_message``), or ``relay_call_host``/``relay_message_host`` under ``HOCKET_HOST_STAGE_SIGNAL=host``.
+into about ten tiny messages give its cost per call (``relay_call``) and per message
+(``relay_message``), or ``relay_call_host``/``relay_message_host`` under ``HOCKET_HOST_STAGE_SIGNAL=host``;
+``relay_call`` is raised to what one more relay piece costs an operator's pipeline where that is more
+(:func:`relay_piece_us`).
 Each item is issued
 ``iters`` times back to back and the host time (``perf_counter``) is divided by the count;
 the device is never synchronised inside the loop, so only the host side is measured. The
@@ -170,5 +172,36 @@ def relay_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: in
     if many <= one:
         return {}
     message = max(0.0, (many_us - one_us) / (many - one))
+    call_us = max(0.0, one_us - one * message)
+    piece_us = relay_piece_us(group=group, device=device, dtype=dtype, iters=iters)
+    launch_us = _host_us(lambda: torch.mm(shard.view(64, 64), shard.view(64, 64)), iters)
+    if piece_us is not None:  # what one more relay call costs inside an operator's pipeline
+        call_us = max(call_us, piece_us - message - launch_us)
     suffix = "" if signal == "device" else "_host"
-    return {f"relay_call{suffix}": max(0.0, one_us - one * message), f"relay_message{suffix}": message}
+    return {f"relay_call{suffix}": call_us, f"relay_message{suffix}": message}
+
+
+RELAY_PIECES = 8
+
+
+def relay_piece_us(*, group, device: torch.device, dtype: torch.dtype, iters: int) -> float | None:
+    """Host microseconds one more piece costs a relay pipeline inside the operator: a tiny
+    ``hocket.ops.all_gather_matmul`` as ``chunked(RELAY_PIECES)/host_staged[local_first]`` against
+    ``chunked(1)``, the difference per extra piece. Each piece is a relay call of one message, a GEMM
+    launch and the pipeline's own bookkeeping (stage buffers, waits, arguments), which a relay call on
+    its own does not show (2xH200: ~240 us per piece in an operator against ~120 us for the bare call).
+    None where the operator cannot run it."""
+    from hocket.ops import all_gather_matmul
+    from hocket.plan.plan import Plan
+
+    side = 64
+    shard = torch.randn(side, side, device=device).to(dtype)
+    B = torch.randn(side, side, device=device).to(dtype)
+    pg = group if group is not None else dist.group.WORLD
+    times = {}
+    for chunks in (1, RELAY_PIECES):
+        plan = Plan(strategy="chunked", chunks=chunks, order="local_first", transport="host_staged")
+        times[chunks] = _host_us(lambda plan=plan: all_gather_matmul(shard, [B], 0, pg, return_A=False, plan=plan),
+                                 iters)
+    torch.cuda.synchronize(device)
+    return max(0.0, (times[RELAY_PIECES] - times[1]) / (RELAY_PIECES - 1))

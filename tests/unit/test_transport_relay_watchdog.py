@@ -110,26 +110,19 @@ def test_the_thread_releases_a_stuck_call_and_wait_idle_returns():
         dog.close()
 
 
-def test_signal_flag_parses_and_rejects(monkeypatch):
-    monkeypatch.delenv("HOCKET_HOST_STAGE_SIGNAL", raising=False)
-    assert env.host_stage_signal() == "device"
-    monkeypatch.setenv("HOCKET_HOST_STAGE_SIGNAL", " Host ")
-    assert env.host_stage_signal() == "host"
-    monkeypatch.setenv("HOCKET_HOST_STAGE_SIGNAL", "ipc")
-    with pytest.raises(ValueError, match="HOCKET_HOST_STAGE_SIGNAL='ipc'.*device"):
-        env.host_stage_signal()
-    assert "HOCKET_HOST_STAGE_SIGNAL" in env.TRANSPORT_ENV_VARS
-
-
-def test_pipeline_flag_parses_and_rejects(monkeypatch):
-    monkeypatch.delenv("HOCKET_HOST_STAGE_PIPELINE", raising=False)
-    assert env.host_stage_pipeline() == "message"
-    monkeypatch.setenv("HOCKET_HOST_STAGE_PIPELINE", " Batch ")
-    assert env.host_stage_pipeline() == "batch"
-    monkeypatch.setenv("HOCKET_HOST_STAGE_PIPELINE", "wave")
-    with pytest.raises(ValueError, match="HOCKET_HOST_STAGE_PIPELINE='wave'.*message"):
-        env.host_stage_pipeline()
-    assert "HOCKET_HOST_STAGE_PIPELINE" in env.TRANSPORT_ENV_VARS
+@pytest.mark.parametrize("name,read,default,spelled,value,bad", [
+    ("HOCKET_HOST_STAGE_SIGNAL", env.host_stage_signal, "device", " Host ", "host", "ipc"),
+    ("HOCKET_HOST_STAGE_PIPELINE", env.host_stage_pipeline, "message", " Batch ", "batch", "wave"),
+])
+def test_relay_mode_flags_parse_and_reject(monkeypatch, name, read, default, spelled, value, bad):
+    monkeypatch.delenv(name, raising=False)
+    assert read() == default
+    monkeypatch.setenv(name, spelled)
+    assert read() == value
+    monkeypatch.setenv(name, bad)
+    with pytest.raises(ValueError, match=f"{name}='{bad}'.*{default}"):
+        read()
+    assert name in env.TRANSPORT_ENV_VARS
 
 
 @pytest.mark.parametrize("raw,expected", [("", 4), ("8", 8), (" 1 ", 1), ("64", 64)])

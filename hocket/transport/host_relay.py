@@ -215,10 +215,10 @@ class HostRelay:
             self.watchdog.check()
         if ready is None:
             ready = torch.cuda.current_stream(self.device.index).record_event()
-        for t in tensors:
-            t.record_stream(self.d2h)
-            t.record_stream(self.h2d)
-            t.record_stream(self.fin)
+        streams = (self.d2h, self.h2d, self.fin) if self.watchdog is not None else (self.d2h, self.h2d)
+        for t in tensors:  # the finish stream runs work only with device signals
+            for stream in streams:
+                t.record_stream(stream)
         if self.watchdog is not None:  # nothing waits on the host: enqueue here, in order
             done = self._post_on_device(list(messages), finish, ready)
             self.watchdog.track(f"{what} (messages up to {self.seq})", done)

@@ -63,8 +63,8 @@ from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 from hocket.transport.peer_protocol import peer_protocol_for
-from hocket.env import (HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, host_stage_pipeline, host_stage_signal,
-                        host_stage_slots, overridden)
+from hocket.env import (HOST_STAGE_CALLS, HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, host_stage_calls,
+                        host_stage_pipeline, host_stage_signal, host_stage_slots, overridden)
 from hocket.transport.registry import get_transport
 from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
 
@@ -261,6 +261,7 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
                 entry["host_stage_signal"] = host_stage_signal()  # under the variant's env
                 entry["host_stage_pipeline"] = host_stage_pipeline()
                 entry["host_stage_slots"] = host_stage_slots()
+                entry["host_stage_calls"] = host_stage_calls()
             entry["predicted_ms"] = predicted(site, plan, cluster, profile, steady=args.reps > 1)
         row["methods"][name] = entry
         pred = entry.get("predicted_ms")
@@ -359,18 +360,20 @@ def transport_variants(args) -> list[tuple[str, dict[str, str]]]:
         return variants
     for spec in args.host_variants.split(","):
         piece_mb, thread, *rest = spec.strip().split(":") + ([""] if ":" not in spec else [])
-        signal, pipeline, slots = (rest + [None, None, None])[:3]
-        if (not piece_mb or thread not in ("0", "1") or len(rest) > 3 or (signal or None) not in (None, *HOST_STAGE_SIGNALS)
-                or (pipeline or None) not in (None, *HOST_STAGE_PIPELINES) or not (slots or "1").isdigit()):
-            raise ValueError(f"--host-variants entry {spec!r}: write PIECE_MB:THREAD[:SIGNAL[:PIPELINE[:SLOTS]]], e.g. "
-                             f"8:1, 1024:0, 8:0:host, 8:0:device:batch or 8:0:::8 (SIGNAL: "
+        signal, pipeline, slots, calls = (rest + [None, None, None, None])[:4]
+        if (not piece_mb or thread not in ("0", "1") or len(rest) > 4 or (signal or None) not in (None, *HOST_STAGE_SIGNALS)
+                or (pipeline or None) not in (None, *HOST_STAGE_PIPELINES) or not (slots or "1").isdigit()
+                or (calls or None) not in (None, *HOST_STAGE_CALLS)):
+            raise ValueError(f"--host-variants entry {spec!r}: write PIECE_MB:THREAD[:SIGNAL[:PIPELINE[:SLOTS[:CALLS]]]], "
+                             f"e.g. 8:1, 1024:0, 8:0:host, 8:0:device:batch, 8:0:::8 or 8:0::::piece (SIGNAL: "
                              f"{', '.join(HOST_STAGE_SIGNALS)}; PIPELINE: {', '.join(HOST_STAGE_PIPELINES)}; "
-                             f"SLOTS: 1-64)")
+                             f"SLOTS: 1-64; CALLS: {', '.join(HOST_STAGE_CALLS)})")
         values = {"HOCKET_HOST_STAGE_PIECE_MB": piece_mb, "HOCKET_HOST_STAGE_THREAD": thread}
         name = f" @{piece_mb}MB,thread={thread}"
         for key, value, label in (("HOCKET_HOST_STAGE_SIGNAL", signal, "signal"),
                                   ("HOCKET_HOST_STAGE_PIPELINE", pipeline, "pipeline"),
-                                  ("HOCKET_HOST_STAGE_SLOTS", slots, "slots")):
+                                  ("HOCKET_HOST_STAGE_SLOTS", slots, "slots"),
+                                  ("HOCKET_HOST_STAGE_CALLS", calls, "calls")):
             if value:
                 values[key] = value
                 name += f",{label}={value}"
@@ -418,6 +421,7 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
                                           "host_stage_signal": entry.get("host_stage_signal"),
                                           "host_stage_pipeline": entry.get("host_stage_pipeline"),
                                           "host_stage_slots": entry.get("host_stage_slots"),
+                                          "host_stage_calls": entry.get("host_stage_calls"),
                                           "planner_source": row["planner"]["source"] if name == "planner" else None,
                                           "paired": row.get("paired") if name == "planner" else None})
         records.append(make_record(site=site, plan=Plan.from_dict(entry["plan"]), timing=timing,

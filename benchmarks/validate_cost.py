@@ -136,12 +136,22 @@ def line_signal(record) -> str | None:
     return run.get("host_stage_signal") or "host"
 
 
+def line_calls(record) -> str | None:
+    """How a multi-rank host_staged line's own-data-first pipeline called the relay
+    (``run.host_stage_calls``; ``"piece"``, one call per piece, for lines written before the field
+    existed: runs 1-33), None for every other line."""
+    if not is_relay_line(record):
+        return None
+    run = record.run if isinstance(record.run, dict) else {}
+    return run.get("host_stage_calls") or "piece"
+
+
 @contextmanager
 def priced_as_ran(record) -> Iterator[None]:
-    """Price ``record``'s plan with the copy-engine protocol and the relay signalling it ran."""
-    signal = line_signal(record)
-    with priced_with_protocol(line_protocol(record)), \
-            overridden({"HOCKET_HOST_STAGE_SIGNAL": signal} if signal else {}):
+    """Price ``record``'s plan with the copy-engine protocol and the relay signalling and calls it ran."""
+    signal, calls = line_signal(record), line_calls(record)
+    relay = {"HOCKET_HOST_STAGE_SIGNAL": signal, "HOCKET_HOST_STAGE_CALLS": calls} if signal else {}
+    with priced_with_protocol(line_protocol(record)), overridden(relay):
         yield
 
 

@@ -13,7 +13,7 @@ TRANSPORT_ENV_VARS = (
     "TORCH_SYMM_MEM_DISABLE_MULTICAST", "TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP", "NVSHMEM_DISABLE_NVLS",
     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "HOCKET_HOST_STAGE_PIECE_MB",
     "HOCKET_HOST_STAGE_THREAD", "HOCKET_PEER_PROTOCOL", "HOCKET_HOST_STAGE_SIGNAL",
-    "HOCKET_HOST_STAGE_PIPELINE", "HOCKET_HOST_STAGE_SLOTS",
+    "HOCKET_HOST_STAGE_PIPELINE", "HOCKET_HOST_STAGE_SLOTS", "HOCKET_HOST_STAGE_CALLS",
 )
 
 
@@ -147,6 +147,22 @@ def host_stage_pipeline() -> str:
     raw = os.environ.get("HOCKET_HOST_STAGE_PIPELINE", "message").strip().lower() or "message"
     if raw not in HOST_STAGE_PIPELINES:
         raise ValueError(f"HOCKET_HOST_STAGE_PIPELINE={raw!r} must be one of {HOST_STAGE_PIPELINES}")
+    return raw
+
+
+HOST_STAGE_CALLS = ("one", "piece")
+
+
+def host_stage_calls() -> str:
+    """``HOCKET_HOST_STAGE_CALLS``: how an own-data-first ``chunked`` pipeline (``order="local_first"``)
+    moves its pieces over the multi-process ``host_staged`` relay. ``one`` (default): one relay call for
+    the whole transfer, its messages cut at the pieces' edges; an all-gather's GEMM of a piece waits on
+    an event recorded after the piece's last message landed, a reduce-scatter's message waits on the
+    GEMM of its piece, so the host pays one call however many pieces there are. ``piece``: one relay
+    call per piece (runs 1-33; each call costs its own host time)."""
+    raw = os.environ.get("HOCKET_HOST_STAGE_CALLS", "one").strip().lower() or "one"
+    if raw not in HOST_STAGE_CALLS:
+        raise ValueError(f"HOCKET_HOST_STAGE_CALLS={raw!r} must be one of {HOST_STAGE_CALLS}")
     return raw
 
 

@@ -47,7 +47,7 @@ from hocket import env
 from hocket.transport.group import GroupHandle
 from hocket.transport.issue_thread import IssueThread, ThreadPending
 from hocket.transport import stream_memops
-from hocket.transport.per_group import PerGroup, ramped_rounds, require_cuda, require_nccl
+from hocket.transport.per_group import PerGroup, ramped_rounds, require_cuda, require_nccl, rounds
 from hocket.transport.relay_watchdog import RelayWatchdog
 from hocket.transport.shared_host_buffer import SharedHostBuffer
 from hocket.transport.stream_pending import StreamPending
@@ -133,7 +133,8 @@ class HostRelay:
                  for p in range(w) if p != self.rank]
         return f"this rank (rank {self.rank}) is at message {self.seq}; " + "; ".join(parts)
 
-    def _post_on_device(self, messages, finish, ready: torch.cuda.Event) -> torch.cuda.Event:
+    def _post_on_device(self, messages, finish, ready: torch.cuda.Event, ready_at=None,
+                        marks=()) -> tuple[torch.cuda.Event, dict[int, torch.cuda.Event]]:
         """Enqueue ``messages`` (see :meth:`message`) with stream-written and stream-awaited sequence
         numbers, in batches of at most ``SLOTS`` messages: a batch's device-to-host sides on the D2H
         stream, then its host-to-device sides on the H2D stream (one stream switch each). Receives only
@@ -144,17 +145,22 @@ class HostRelay:
         GPU runs both streams through one hardware queue (a whole call's D2H sides first was not: on
         2xH200 a 64 MiB reduce-scatter of 10 messages stalled both ranks until the watchdog fired).
         ``finish()`` runs on a stream of its own after the copies (a sum behind a running GEMM would
-        otherwise hold the H2D stream, and with it every later call's receives); returns the event after it."""
+        otherwise hold the H2D stream, and with it every later call's receives); returns the event after it,
+        and the events recorded on the H2D stream after the receives of the messages in ``marks``.
+        ``ready_at[i]``: an event message ``i``'s device-to-host copy (and every later one) also waits for."""
         w, rank, words = self.world, self.rank, self._word
         peers = [p for p in range(w) if p != rank]
         per_batch = env.host_stage_pipeline() == "batch"
+        marked: dict[int, torch.cuda.Event] = {}
         self.d2h.wait_event(ready)
         self.h2d.wait_event(ready)
         for start in range(0, len(messages), self.slots):
             batch = messages[start:start + self.slots]
             first = self.seq + 1
             with on_stream(self.d2h):
-                for send, _ in batch:
+                for index, (send, _) in enumerate(batch, start=start):
+                    if ready_at and index in ready_at:
+                        self.d2h.wait_event(ready_at[index])
                     self.seq += 1
                     seq, k = self.seq, self.seq % self.slots
                     if seq > self.slots:  # every peer has read this slot's previous message out of every rank's slot
@@ -171,15 +177,17 @@ class HostRelay:
                         stream_memops.wait_value_geq(self.h2d, words[p], seq)
                     receive(lambda r, dtype, k=k: self.slot(r, k, dtype))
                     stream_memops.write_value(self.h2d, words[w + rank], seq)
+                    if seq - first + start in marks:
+                        marked[seq - first + start] = self.h2d.record_event()
         with on_stream(self.h2d):
             self.h2d.wait_stream(self.d2h)  # the call ends after its sends too; finish may overwrite what was sent
             copied = self.h2d.record_event()
         if finish is None:
-            return copied
+            return copied, marked
         self.fin.wait_event(copied)
         with on_stream(self.fin):
             finish()
-            return self.fin.record_event()
+            return self.fin.record_event(), marked
 
     def slot(self, rank: int, k: int, dtype: torch.dtype) -> torch.Tensor:
         """Rank ``rank``'s slot ``k`` as a flat ``dtype`` host tensor (views are cached)."""
@@ -194,15 +202,36 @@ class HostRelay:
     def capacity(self, dtype: torch.dtype) -> int:
         return self.slot_bytes // dtype.itemsize
 
+    def message_elements(self, dtype: torch.dtype, *, copies: int = 1, slot_copies: int | None = None) -> int:
+        """Elements per range of a whole message: ``copies`` ranges go device -> host together (at most
+        ``HOCKET_HOST_STAGE_PIECE_MB``) and the slot holds ``slot_copies`` of them (default ``copies``)."""
+        return min(self.slot_bytes // max(1, slot_copies or copies),
+                   env.host_stage_piece_bytes() // max(1, copies)) // dtype.itemsize
+
     def pieces(self, total: int, dtype: torch.dtype, *, copies: int = 1,
                slot_copies: int | None = None) -> list[tuple[int, int]]:
-        """Element ranges of one collective's messages: a message copies ``copies`` ranges of this
-        size device -> host (at most ``HOCKET_HOST_STAGE_PIECE_MB`` together) and its slot holds
-        ``slot_copies`` of them (default ``copies``)."""
-        itemsize = dtype.itemsize
-        per_range = min(self.slot_bytes // max(1, slot_copies or copies),
-                        env.host_stage_piece_bytes() // max(1, copies)) // itemsize
-        return ramped_rounds(total, per_range)
+        """Element ranges of one collective's messages (:meth:`message_elements` each, the first two
+        ramped: a quarter and a half)."""
+        return ramped_rounds(total, self.message_elements(dtype, copies=copies, slot_copies=slot_copies))
+
+    def split_pieces(self, splits: list[tuple[int, int]], dtype: torch.dtype, *, copies: int = 1,
+                     slot_copies: int | None = None) -> tuple[list[tuple[int, int]], list[int]]:
+        """Messages of a collective whose element ranges ``splits`` (consecutive, from 0) must each end
+        on a message edge: the first split ramped like :meth:`pieces`, the others in whole messages.
+        Returns the messages' ranges and, per split, the index of its last message."""
+        per = self.message_elements(dtype, copies=copies, slot_copies=slot_copies)
+        out: list[tuple[int, int]] = []
+        last: list[int] = []
+        edge = 0
+        for i, (lo, hi) in enumerate(splits):
+            if lo != edge or hi < lo:
+                raise ValueError(f"splits={splits!r} must be consecutive element ranges starting at 0")
+            edge = hi
+            if hi > lo or not out:  # an empty split adds no message (an empty call still sends one)
+                cut = ramped_rounds(hi - lo, per) if not out else rounds(hi - lo, per)
+                out.extend((lo + a, lo + b) for a, b in cut)
+            last.append(len(out) - 1)
+        return out, last
 
     def post(self, messages, *tensors: torch.Tensor, finish=None, what: str,
              ready: torch.cuda.Event | None = None) -> ThreadPending | StreamPending:
@@ -211,6 +240,17 @@ class HostRelay:
         (``HOCKET_HOST_STAGE_THREAD``); ``finish()`` then runs after the copies (device signals: on
         the relay's finish stream; host handshake: on the H2D stream). ``tensors`` stay allocated until
         the copies and ``finish`` are done."""
+        return self.post_marked(messages, *tensors, finish=finish, what=what, ready=ready)[0]
+
+    def post_marked(self, messages, *tensors: torch.Tensor, finish=None, what: str,
+                    ready: torch.cuda.Event | None = None, ready_at: dict | None = None, marks=()
+                    ) -> tuple[ThreadPending | StreamPending, list]:
+        """:meth:`post`, plus: message ``i``'s device-to-host copy (and every later one's) also waits for
+        ``ready_at[i]`` (e.g. the GEMM that wrote its rows); and one pending per index in ``marks`` that
+        ends once that message (and every earlier one) was received. On the issue thread
+        (``HOCKET_HOST_STAGE_THREAD=1``) each of those is the whole call's pending: an event the thread
+        records later could not be waited on now."""
+        marks = tuple(marks)
         if self.watchdog is not None:
             self.watchdog.check()
         if ready is None:
@@ -220,23 +260,33 @@ class HostRelay:
             for stream in streams:
                 t.record_stream(stream)
         if self.watchdog is not None:  # nothing waits on the host: enqueue here, in order
-            done = self._post_on_device(list(messages), finish, ready)
+            done, marked = self._post_on_device(list(messages), finish, ready, ready_at, marks)
             self.watchdog.track(f"{what} (messages up to {self.seq})", done)
-            return StreamPending(done, what=what)
+            return StreamPending(done, what=what), [StreamPending(marked[i], what=f"{what} (to message {i})")
+                                                     for i in marks]
         threaded = env.host_stage_issue_thread()
+        marked: dict[int, torch.cuda.Event] = {}
 
         def job() -> torch.cuda.Event:
-            for send, receive in messages:
-                self.message(send, receive, ready=ready, poll_s=POLL_S if threaded else 0.0)
+            after = ready
+            for index, (send, receive) in enumerate(messages):
+                if ready_at and index in ready_at:
+                    after = ready_at[index]  # recorded after ``ready`` on the caller's stream
+                self.message(send, receive, ready=after, poll_s=POLL_S if threaded else 0.0)
+                if index in marks:
+                    marked[index] = self.h2d.record_event()
             with on_stream(self.h2d):
                 if finish is not None:
                     finish()
                 return self.h2d.record_event()
 
         if threaded:
-            return self.issuer.submit(job, what=what)
+            pending = self.issuer.submit(job, what=what)
+            return pending, [pending] * len(marks)
         self.issuer.drain()  # messages stay in order when the flag changes between calls
-        return StreamPending(job(), what=what)
+        done = job()
+        return StreamPending(done, what=what), [StreamPending(marked[i], what=f"{what} (to message {i})")
+                                                for i in marks]
 
     def scratch(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
         """A device buffer of ``numel`` elements for one call's receives (H2D stream) and its
@@ -339,10 +389,29 @@ class HostStagedTransport:
 
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(inp)
+        n = inp.numel()
+        return self._all_gather(relay, out, inp, relay.pieces(n, inp.dtype), ready=ready)[0]
+
+    def all_gather_split(self, out: torch.Tensor, inp: torch.Tensor, rows: list[tuple[int, int]], *,
+                         ready: torch.cuda.Event | None = None) -> list:
+        """All-gather ``inp`` (this rank's ``[R, ...]`` shard) into ``out`` (``[world, R, ...]``) in one
+        relay call whose messages end on the edges of the row ranges ``rows`` (consecutive, covering
+        ``R``); returns one pending per range: waiting on it orders the current stream after every
+        peer's rows of that range (and of the ranges before it) landed in ``out``. The last one also
+        covers the call's end (this rank's own rows copied into ``out``)."""
+        relay = self._relay(inp)
+        per_row = inp[0].numel() if inp.dim() and inp.shape[0] else 0
+        if not rows or rows[-1][1] != (inp.shape[0] if inp.dim() else 1):
+            raise ValueError(f"rows={rows!r} must cover the shard's {inp.shape[0] if inp.dim() else 1} rows")
+        pieces, last = relay.split_pieces([(lo * per_row, hi * per_row) for lo, hi in rows], inp.dtype)
+        done, marked = self._all_gather(relay, out, inp, pieces, ready=ready, marks=last[:-1])
+        return [*marked, done]
+
+    def _all_gather(self, relay: HostRelay, out, inp, pieces, *, ready, marks=()):
         src, dst = inp.reshape(-1), out.view(-1)
         n, rank = src.numel(), relay.rank
         messages = []
-        for lo, hi in relay.pieces(n, src.dtype):
+        for lo, hi in pieces:
             def send(slot, lo=lo, hi=hi):
                 slot(src.dtype)[:hi - lo].copy_(src[lo:hi], non_blocking=True)
 
@@ -356,17 +425,43 @@ class HostStagedTransport:
         def own_rows():
             dst[rank * n:(rank + 1) * n].copy_(src)
 
-        return relay.post(messages, src, dst, finish=own_rows, what="host-staged all-gather", ready=ready)
+        return relay.post_marked(messages, src, dst, finish=own_rows, what="host-staged all-gather", ready=ready,
+                                 marks=marks)
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(inp)
+        n = out.numel()
+        pieces = relay.pieces(n, out.dtype, copies=relay.world - 1, slot_copies=relay.world)
+        return self._reduce_scatter(relay, out, inp, pieces, ready=ready)
+
+    def reduce_scatter_split(self, out: torch.Tensor, inp: torch.Tensor, rows: list[tuple[int, int]],
+                             ready_each: list[torch.cuda.Event]):
+        """Reduce-scatter ``inp`` (``[world, R, ...]``: one block per owner) into ``out`` (``[R, ...]``) in
+        one relay call whose messages end on the edges of the row ranges ``rows``; the messages of
+        range ``i`` leave only after ``ready_each[i]`` (an event recorded once the caller wrote those rows
+        of every peer's block), so the first rows travel while later ones are computed."""
+        relay = self._relay(inp)
+        if len(ready_each) != len(rows):
+            raise ValueError(f"ready_each has {len(ready_each)} events for {len(rows)} row ranges; give one per range")
+        if not rows or rows[-1][1] != (out.shape[0] if out.dim() else 1):
+            raise ValueError(f"rows={rows!r} must cover the output's {out.shape[0] if out.dim() else 1} rows")
+        per_row = out[0].numel() if out.dim() and out.shape[0] else 0
+        pieces, last = relay.split_pieces([(lo * per_row, hi * per_row) for lo, hi in rows], out.dtype,
+                                          copies=relay.world - 1, slot_copies=relay.world)
+        ready_at, first = {}, 0
+        for event, end in zip(ready_each, last):
+            ready_at[first] = event  # an empty range adds no message: the next range's (later) event wins
+            first = end + 1
+        return self._reduce_scatter(relay, out, inp, pieces, ready=ready_each[0], ready_at=ready_at)
+
+    def _reduce_scatter(self, relay: HostRelay, out, inp, pieces, *, ready, ready_at=None):
         w, rank = relay.world, relay.rank
         dst = out.view(-1)
         n = dst.numel()
         blocks = inp.reshape(w, n)
         parts = relay.scratch(w * n, dst.dtype).view(w, n)
         messages = []
-        for lo, hi in relay.pieces(n, dst.dtype, copies=w - 1, slot_copies=w):
+        for lo, hi in pieces:
             size = hi - lo
 
             def send(slot, lo=lo, hi=hi, size=size):
@@ -386,7 +481,8 @@ class HostStagedTransport:
             parts[rank].copy_(blocks[rank])
             torch.sum(parts, dim=0, out=dst)
 
-        return relay.post(messages, blocks, dst, finish=reduce, what="host-staged reduce-scatter", ready=ready)
+        return relay.post_marked(messages, blocks, dst, finish=reduce, what="host-staged reduce-scatter",
+                                 ready=ready, ready_at=ready_at)[0]
 
     def all_reduce(self, tensor: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(tensor)

@@ -107,6 +107,38 @@ def test_host_staged_signals(pool2, kind, shape, dim, ns, extra, signal, pipelin
     assert len(results[0]) == len(results[1]) > 0
 
 
+LOCAL_FIRST_PLANS = [{"strategy": "chunked", "transport": "host_staged", "chunks": c, "order": "local_first"}
+                     for c in (1, 3, 5)]
+RELAY_CALL_MODES = [("one", "device", "0"), ("one", "host", "0"), ("one", "host", "1"), ("piece", "device", "0")]
+"""(HOCKET_HOST_STAGE_CALLS, HOCKET_HOST_STAGE_SIGNAL, HOCKET_HOST_STAGE_THREAD): one relay call per pipeline with
+each signalling (on the issue thread the pieces' marks are the whole call's end), and one call per piece."""
+
+
+@pytest.mark.parametrize("calls,signal,thread", RELAY_CALL_MODES)
+@pytest.mark.parametrize("kind,shape,dim,ns,extra", [c for c in CASES if c[0] != "mm_ar"],
+                         ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}-d{c[2]}" for c in CASES if c[0] != "mm_ar"])
+def test_host_staged_local_first_calls(pool2, kind, shape, dim, ns, extra, calls, signal, thread):
+    """Own-data-first pipelines over the relay in one call (messages cut at the pieces' edges, 0.25 MiB
+    messages so a piece spans several) or one call per piece, 1, 3 and 5 pieces, against the reference."""
+    case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype="bfloat16", seed=SEED, plans=LOCAL_FIRST_PLANS,
+                env={"HOCKET_HOST_STAGE_CALLS": calls, "HOCKET_HOST_STAGE_SIGNAL": signal,
+                     "HOCKET_HOST_STAGE_THREAD": thread, "HOCKET_HOST_STAGE_PIECE_MB": "0.25"}, **extra)
+    results = pool2.run(run_plans, case)
+    assert len(results[0]) == len(results[1]) > 0
+
+
+@pytest.mark.parametrize("kind,chunks", [("ag_mm", 4), ("mm_rs", 3)])
+def test_host_staged_one_call_back_to_back(pool2, kind, chunks):
+    """Twelve own-data-first calls in one relay call each, two shape classes interleaved, no sync between
+    calls: a later call's GEMMs and receives never touch buffers an earlier call still reads."""
+    case = dict(kind=kind, dtype="bfloat16", plan={"strategy": "chunked", "transport": "host_staged",
+                                                   "chunks": chunks, "order": "local_first"},
+                rows=(1536, 96), k=1024, n=320, calls=12, seed=SEED,
+                env={"HOCKET_HOST_STAGE_CALLS": "one", "HOCKET_HOST_STAGE_PIECE_MB": "0.5"})
+    counts = pool2.run(run_back_to_back, case)
+    assert counts[0] == counts[1] == (24 if kind == "ag_mm" else 12)
+
+
 @pytest.mark.parametrize("slots", [1, 8])
 @pytest.mark.parametrize("kind,chunks", [("ag_mm", 3), ("mm_rs", 2)])
 def test_host_staged_slot_counts(pool2, kind, chunks, slots):

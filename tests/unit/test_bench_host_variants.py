@@ -1,5 +1,5 @@
-"""bench_multigpu's --host-variants parser: PIECE_MB:THREAD[:SIGNAL[:PIPELINE]] (the relay's signalling mode and
-what its receives wait for)."""
+"""bench_multigpu's --host-variants parser: PIECE_MB:THREAD[:SIGNAL[:PIPELINE[:SLOTS[:CALLS]]]] (the relay's
+signalling mode, what its receives wait for, its slot count and how pipelines call it)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ def test_the_run_itself_comes_first_then_each_variant_with_its_environment():
     assert got[3][0] == " @2MB,thread=1,signal=device"
 
 
-@pytest.mark.parametrize("spec", ["8", "8:2", "8:0:ipc", ":0", "8:0:host:x", "8:0:device:batch:x", "8:0:device:batch:8:1"])
+@pytest.mark.parametrize("spec", ["8", "8:2", "8:0:ipc", ":0", "8:0:host:x", "8:0:device:batch:x",
+                                  "8:0:device:batch:8:1", "8:0::::all", "8:0:device:batch:8:one:x"])
 def test_bad_entries_name_the_entry_and_the_form(spec):
-    with pytest.raises(ValueError, match=r"PIECE_MB:THREAD\[:SIGNAL\[:PIPELINE\[:SLOTS\]\]\]"):
+    with pytest.raises(ValueError, match=r"PIECE_MB:THREAD\[:SIGNAL\[:PIPELINE\[:SLOTS\[:CALLS\]\]\]\]"):
         variants(spec)
 
 
@@ -46,3 +47,10 @@ def test_a_slots_variant_sets_the_relay_slot_count():
     got = variants("8:0:::8")
     assert got[1] == (" @8MB,thread=0,slots=8", {"HOCKET_HOST_STAGE_PIECE_MB": "8", "HOCKET_HOST_STAGE_THREAD": "0",
                                                  "HOCKET_HOST_STAGE_SLOTS": "8"})
+
+
+def test_a_calls_variant_sets_how_pipelines_call_the_relay():
+    got = variants("8:0::::piece,8:0::::one")
+    assert got[1] == (" @8MB,thread=0,calls=piece", {"HOCKET_HOST_STAGE_PIECE_MB": "8", "HOCKET_HOST_STAGE_THREAD": "0",
+                                                     "HOCKET_HOST_STAGE_CALLS": "piece"})
+    assert got[2][1]["HOCKET_HOST_STAGE_CALLS"] == "one"

@@ -65,6 +65,8 @@ def test_steady_state_prices_every_candidate_at_most_as_a_cold_call(capsys):
     cold, steady = json.loads(cold_out), json.loads(steady_out)
     assert steady["steady_state"] is True and cold["steady_state"] is False
     cold_by_label = {c["label"]: c["total_ms"] for c in cold["candidates"]}
-    for c in steady["candidates"]:
+    shared = [c for c in steady["candidates"] if c["label"] in cold_by_label]  # each list keeps its best ones
+    assert len(shared) >= 0.8 * len(steady["candidates"])
+    for c in shared:
         assert c["total_ms"] <= cold_by_label[c["label"]] + 1e-9
     assert any(c["total_ms"] < cold_by_label[c["label"]] - 1e-6 for c in steady["candidates"])

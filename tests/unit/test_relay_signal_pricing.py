@@ -29,17 +29,23 @@ def test_each_signalling_prices_its_own_relay_issue_costs(signal, call, message)
     plan = Plan(strategy="chunked", chunks=8, order="local_first", transport="host_staged")
     other = {"relay_call", "relay_message", "relay_call_host", "relay_message_host"} - {call, message}
 
-    def issue_ms(raised) -> float:
+    def issue_ms(raised, calls="piece") -> float:
         table = dict(DEFAULT_ISSUE_US)
         for key in raised:
             table[key] += 100.0
-        with overridden({"HOCKET_HOST_STAGE_SIGNAL": signal}):
+        with overridden({"HOCKET_HOST_STAGE_SIGNAL": signal, "HOCKET_HOST_STAGE_CALLS": calls}):
             return predict(SITE, plan, CLUSTER, _issue_view(table), steady_state=True).busy_ms["issue"]
 
     base = issue_ms(())
     assert issue_ms(other) == pytest.approx(base)  # the other signalling's costs do not apply
     assert issue_ms((call,)) >= base + 7 * 0.1 * 0.99  # a relay call per piece (the first is in the transfer's price)
     assert issue_ms((message,)) >= base + 7 * 0.1 * 0.99  # at least one message per call
+    # one call for all pieces (the default): its cost is in the first piece's price, and every
+    # piece's messages are still issued (8 pieces of a 32 MiB shard: at least 8 messages)
+    one = issue_ms((), calls="one")
+    assert issue_ms((call,), calls="one") == pytest.approx(one)
+    assert issue_ms((message,), calls="one") >= one + 7 * 0.1 * 0.99
+    assert issue_ms(other, calls="one") == pytest.approx(one)
 
 
 def _issue_view(table):

@@ -19,13 +19,18 @@ every piece's collective is issued at once and this rank's own data is multiplie
 or last (reduce-scatter), so the first (last) GEMM hides the first (last) transfers. Over
 ``host_staged`` (whose issue waits on the host for the peers) the GEMM that hides a transfer is
 launched *before* the transfer is issued, the transfer waiting only for an event recorded ahead of
-that GEMM, so the GPU never idles while the host shakes hands.
+that GEMM, so the GPU never idles while the host shakes hands. By default
+(``HOCKET_HOST_STAGE_CALLS=one``) all pieces then travel in *one* relay call whose messages end on
+the pieces' edges: an all-gather's piece GEMM waits on the event after the piece's last message, a
+reduce-scatter's piece leaves once its partials' event fired, and the host pays one call's cost
+instead of one per piece.
 """
 
 from __future__ import annotations
 
 import torch
 
+from hocket.env import host_stage_calls
 from hocket.ops._pipeline import piece_bounds
 from hocket.ops.lowering import chunked, peer_pull
 from hocket.ops.lowering.peer_pipe import FLAGS_PER_SOURCE, PIPES, PeerPipe
@@ -77,6 +82,8 @@ def local_first_gather(A_shard, Bs, dim, need_A, rt, plan):
     w, rank = rt.world, rt.rank
     g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
     pieces = piece_bounds(g.R, min(plan.chunks, FLAGS_PER_SOURCE))
+    if one_relay_call(rt):
+        return _local_first_gather_one_call(g, rt, pieces or [(0, 0)])
     stages = [rt.ctx.buffer(f"local_first.ag{i}", (w, hi - lo, g.Kc)) for i, (lo, hi) in enumerate(pieces)]
     if takes_ready_event(rt):  # launch the own-shard GEMM first: the transfers' host handshakes run beside it
         ready = torch.cuda.current_stream().record_event()
@@ -97,6 +104,31 @@ def local_first_gather(A_shard, Bs, dim, need_A, rt, plan):
     return g.finish()
 
 
+def one_relay_call(rt) -> bool:
+    """Whether an own-data-first pipeline moves all its pieces in one call of the transport
+    (``host_staged`` with ``HOCKET_HOST_STAGE_CALLS=one``, the default): the relay's per-call host
+    cost is then paid once, however many pieces the plan has."""
+    return hasattr(rt.transport, "all_gather_split") and host_stage_calls() == "one"
+
+
+def _local_first_gather_one_call(g: GatherMatmul, rt, pieces) -> tuple:
+    """:func:`local_first_gather` in one relay call: the own-shard GEMM is launched first, then the
+    call (every piece's messages), then each piece's peer rows, each GEMM waiting on the event after
+    its piece's last message. The gathered ``A`` (when asked for) is the call's output itself."""
+    w, rank = g.world, g.rank
+    stage = g.A_c.view(w, g.R, g.Kc) if g.A_c is not None else rt.ctx.buffer("local_first.ag", (w, g.R, g.Kc))
+    ready = torch.cuda.current_stream().record_event()
+    g.compute_rows(rank, 0, g.R, g.local)
+    landed = rt.transport.all_gather_split(stage, g.local, pieces, ready=ready)
+    for (lo, hi), pending in zip(pieces, landed):
+        pending.wait()
+        for src in range(w):
+            if src != rank:
+                g.compute_rows(src, lo, hi, stage[src, lo:hi])
+    landed[-1].wait()  # the call's end: this rank's own rows are in the gathered A too
+    return g.finish()
+
+
 def own_block_last_scatter(A, B, reduce_op, dim, rt, plan):
     """Matmul + reduce-scatter over a collective transport, own block last: per row piece, the peers'
     partials are computed and reduce-scattered (this rank's block of the piece is zero), all pieces
@@ -104,6 +136,8 @@ def own_block_last_scatter(A, B, reduce_op, dim, rt, plan):
     w, rank = rt.world, rt.rank
     s = ScatterMatmul(A, B, dim, w)
     pieces = piece_bounds(s.rows, min(plan.chunks, FLAGS_PER_SOURCE))
+    if one_relay_call(rt):
+        return _own_block_last_scatter_one_call(s, reduce_op, rt, pieces or [(0, 0)])
     deferred = takes_ready_event(rt)
     pending, waiting = [], []  # deferred: a piece's transfer is issued after the next GEMM is launched
 
@@ -132,6 +166,27 @@ def own_block_last_scatter(A, B, reduce_op, dim, rt, plan):
         issue(older)
     for p in pending:
         p.wait()
+    s.out_c.add_(own)
+    return s.finish(reduce_op)
+
+
+def _own_block_last_scatter_one_call(s: ScatterMatmul, reduce_op, rt, pieces):
+    """:func:`own_block_last_scatter` in one relay call: every piece's peer partials are launched
+    (an event after each piece), then this rank's own partial, then the call, whose messages of a
+    piece wait on that piece's event; the own partial is added once the sums landed."""
+    w, rank = rt.world, rt.rank
+    stage = rt.ctx.buffer("own_last.rs", (w, s.rows, s.cols))
+    stage[rank].zero_()
+    cur = torch.cuda.current_stream()
+    written = []
+    for lo, hi in pieces:
+        for b in range(w):
+            if b != rank:
+                s.partial(b, lo, hi, stage[b, lo:hi])
+        written.append(cur.record_event())
+    own = rt.ctx.buffer("own_last.own", (s.rows, s.cols))
+    s.partial(rank, 0, s.rows, own)
+    rt.transport.reduce_scatter_split(s.out_c, stage, pieces, written).wait()
     s.out_c.add_(own)
     return s.finish(reduce_op)
 

@@ -1,0 +1,102 @@
+"""One relay call for an own-data-first pipeline (``HOCKET_HOST_STAGE_CALLS=one``): the relay's messages
+end on the pieces' edges, and the cost model prices the pieces as shares of one call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hocket import env
+from hocket.cost import predict
+from hocket.cost.issue import DEFAULT_ISSUE_US
+from hocket.cost.pipeline import pipeline_stages
+from hocket.env import overridden
+from hocket.hardware import load_preset
+from hocket.plan.plan import Plan
+from hocket.site import Site
+from hocket.transport.host_relay import HostRelay
+
+CLUSTER = load_preset("h200-host-staged")
+
+
+def relay(slot_bytes: int) -> HostRelay:
+    """A relay's message arithmetic only (no group, buffer or streams)."""
+    r = HostRelay.__new__(HostRelay)
+    r.slot_bytes = slot_bytes
+    return r
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 5000), min_size=1, max_size=9), st.integers(1, 4096), st.sampled_from([1, 2, 3]))
+def test_messages_end_on_every_piece_edge_and_cover_the_call(sizes, message_elems, copies):
+    edges, lo = [], 0
+    for size in sizes:
+        edges.append((lo, lo + size))
+        lo += size
+    r = relay(slot_bytes=message_elems * 2 * copies)
+    with overridden({"HOCKET_HOST_STAGE_PIECE_MB": "1024"}):
+        pieces, last = r.split_pieces(edges, torch.bfloat16, copies=copies)
+    assert pieces[0][0] == 0 and pieces[-1][1] == lo  # the whole call, in order, no gaps
+    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+    assert all(hi - lo_ <= message_elems for lo_, hi in pieces)  # no message above a slot's capacity
+    assert len(last) == len(edges) and last == sorted(last) and last[-1] == len(pieces) - 1
+    for (_, hi), index in zip(edges, last):
+        assert pieces[index][1] == hi  # a piece's last message ends exactly on its edge
+
+
+def test_splits_that_skip_or_overlap_are_refused_naming_the_argument():
+    r = relay(slot_bytes=1 << 20)
+    with pytest.raises(ValueError, match="splits="):
+        r.split_pieces([(0, 10), (12, 20)], torch.float32)
+    with pytest.raises(ValueError, match="splits="):
+        r.split_pieces([(5, 10)], torch.float32)
+
+
+def test_only_the_first_piece_is_ramped():
+    r = relay(slot_bytes=1 << 30)
+    with overridden({"HOCKET_HOST_STAGE_PIECE_MB": "1"}):
+        per = r.message_elements(torch.float32)
+        pieces, last = r.split_pieces([(0, 3 * per), (3 * per, 5 * per)], torch.float32)
+    sizes = [hi - lo for lo, hi in pieces]
+    assert sizes[:2] == [per // 4, per // 2]  # the ramp
+    assert sizes[last[0] + 1:] == [per, per]  # the second piece in whole messages
+
+
+def test_the_flag_is_read_and_checked():
+    with overridden({"HOCKET_HOST_STAGE_CALLS": " Piece "}):
+        assert env.host_stage_calls() == "piece"
+    with overridden({"HOCKET_HOST_STAGE_CALLS": "each"}), pytest.raises(ValueError, match="HOCKET_HOST_STAGE_CALLS"):
+        env.host_stage_calls()
+
+
+@pytest.mark.parametrize("kind", ["ag_mm", "mm_rs"])
+@pytest.mark.parametrize("chunks", [2, 5, 8])
+def test_one_call_pieces_add_up_to_the_whole_call(kind, chunks):
+    """The pieces' transfer times are shares of one call's price (plus its fixed part once)."""
+    site = Site(kind=kind, m=8192, k=4096, n=1536, world=2, dtype="bf16")
+    plan = Plan(strategy="chunked", chunks=chunks, order="local_first", transport="host_staged")
+    whole = Plan(strategy="chunked", chunks=1, order="local_first", transport="host_staged")
+    with overridden({"HOCKET_HOST_STAGE_CALLS": "one"}):
+        moves = [s for s in pipeline_stages(site, plan, CLUSTER) if s.is_transfer]
+        one = [s for s in pipeline_stages(site, whole, CLUSTER) if s.is_transfer]
+    assert len(moves) == chunks and len(one) == 1
+    assert sum(s.duration_ms for s in moves) == pytest.approx(one[0].duration_ms, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["ag_mm", "mm_rs"])
+def test_one_call_spares_the_host_a_call_per_piece(kind):
+    """Eight pieces in one call issue one relay call instead of eight: the host's issue time drops by
+    at least the seven calls, and with costly calls the one-call pipeline is priced faster."""
+    from test_relay_signal_pricing import _issue_view
+
+    site = Site(kind=kind, m=8192, k=4096, n=1536, world=2, dtype="bf16")
+    plan = Plan(strategy="chunked", chunks=8, order="local_first", transport="host_staged")
+    table = dict(DEFAULT_ISSUE_US, relay_call=300.0)
+    priced = {}
+    for calls in ("one", "piece"):
+        with overridden({"HOCKET_HOST_STAGE_CALLS": calls}):
+            priced[calls] = predict(site, plan, CLUSTER, _issue_view(table), steady_state=True)
+    assert priced["piece"].busy_ms["issue"] - priced["one"].busy_ms["issue"] >= 7 * 0.3 * 0.99
+    assert priced["one"].total_ms < priced["piece"].total_ms

@@ -86,7 +86,8 @@ def hocket_plans(link: str, smoke: bool, budgets: tuple[int, ...] = ()) -> list[
         plans += [Plan(strategy="chunked", chunks=2, order="local_first", comm_sms=sms) for sms in budgets]
     else:
         plans = [Plan(strategy="chunked", chunks=4), Plan(strategy="chunked", chunks=4, transport="host_staged")]
-        plans += [Plan(strategy="chunked", chunks=c, transport="host_staged", order="local_first") for c in (1, 2, 4, 8)]
+        plans += [Plan(strategy="chunked", chunks=c, transport="host_staged", order="local_first")
+                  for c in (1, 2, 4, 8, 16)]
     if smoke:
         plans = [p for p in plans if p.chunks in (1, 2, 4)][:6] + [p for p in plans if p.strategy == "tile_fused"][:1]
     return list(dict.fromkeys(plans))
@@ -489,10 +490,11 @@ def parse_args(argv=None):
     p.add_argument("--calibrate", action="store_true", help="measure contention first, give it to the planner")
     p.add_argument("--smoke", action="store_true", help="the first case only, fewer plans and runs")
     p.add_argument("--time-budget-s", type=float, default=0.0, help="start no new case after this many seconds")
-    p.add_argument("--host-variants", default="", help="host_staged mode: extra PIECE_MB:THREAD[:SIGNAL[:PIPELINE[:SLOTS]]] "
+    p.add_argument("--host-variants", default="", help="host_staged mode: extra PIECE_MB:THREAD[:SIGNAL[:PIPELINE[:SLOTS[:CALLS]]]] "
                    "variants of the host-staged transport measured beside the default, e.g. 1024:0,8:0:host,8:0:device:batch "
                    "(1024:0 = the old single-message, calling-thread path; :host = the host handshake of runs 5-20; "
-                   ":device:batch = the batch-pipelined device-signalled relay of runs 26-27; 8:0:::8 = eight slots)")
+                   ":device:batch = the batch-pipelined device-signalled relay of runs 26-27; 8:0:::8 = eight slots; "
+                   "8:0::::piece = a relay call per piece of an own-data-first pipeline, as in runs 1-33)")
     p.add_argument("--peer-protocols", default="", help="nvlink mode: copy-engine plans measured again with "
                    "these HOCKET_PEER_PROTOCOL values (push, pull), named '<plan> ~<protocol>', e.g. push")
     p.add_argument("--sm-budgets", default="", help="NCCL SM caps (max CTAs) of communicators made up front, "

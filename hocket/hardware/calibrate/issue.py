@@ -187,9 +187,10 @@ RELAY_PIECES = 8
 def relay_piece_us(*, group, device: torch.device, dtype: torch.dtype, iters: int) -> float | None:
     """Host microseconds one more piece costs a relay pipeline inside the operator: a tiny
     ``hocket.ops.all_gather_matmul`` as ``chunked(RELAY_PIECES)/host_staged[local_first]`` against
-    ``chunked(1)``, the difference per extra piece. Each piece is a relay call of one message, a GEMM
-    launch and the pipeline's own bookkeeping (stage buffers, waits, arguments), which a relay call on
-    its own does not show (2xH200: ~240 us per piece in an operator against ~120 us for the bare call).
+    ``chunked(1)`` with ``HOCKET_HOST_STAGE_CALLS=piece``, the difference per extra piece. Each piece is
+    a relay call of one message, a GEMM launch and the pipeline's own bookkeeping (stage buffers, waits,
+    arguments), which a relay call on its own does not show (2xH200: ~240 us per piece in an operator
+    against ~120 us for the bare call).
     None where the operator cannot run it."""
     from hocket.ops import all_gather_matmul
     from hocket.plan.plan import Plan
@@ -201,7 +202,8 @@ def relay_piece_us(*, group, device: torch.device, dtype: torch.dtype, iters: in
     times = {}
     for chunks in (1, RELAY_PIECES):
         plan = Plan(strategy="chunked", chunks=chunks, order="local_first", transport="host_staged")
-        times[chunks] = _host_us(lambda plan=plan: all_gather_matmul(shard, [B], 0, pg, return_A=False, plan=plan),
-                                 iters)
+        with env.overridden({"HOCKET_HOST_STAGE_CALLS": "piece"}):  # a relay call per piece: the call's cost
+            times[chunks] = _host_us(lambda plan=plan: all_gather_matmul(shard, [B], 0, pg, return_A=False,
+                                                                         plan=plan), iters)
     torch.cuda.synchronize(device)
     return max(0.0, (times[RELAY_PIECES] - times[1]) / (RELAY_PIECES - 1))

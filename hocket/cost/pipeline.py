@@ -410,14 +410,15 @@ def _rs_own_block_last(b: _Builder, block_rows: int, pieces: list[int]) -> None:
     row_bytes = site.n * site.num_b * site.itemsize
     if one_relay_call(b):
         # hocket.ops.lowering.peer_chunked._own_block_last_scatter_one_call: every GEMM launched, then
-        # one call whose piece i leaves once piece i's partials are written
+        # one call whose piece i leaves once piece i's partials are written; the call's final sum reads
+        # the own partial and the peers' (one pass: own + received -> output)
         gemms = [b.add_gemm(f"gemm[{i}]", rows, piece=i, count=p - 1) for i, rows in enumerate(pieces)]
         own = b.add_gemm("gemm_own", block_rows, piece=len(pieces) - 1)
         moves = [b.add_transfer(f"reduce_scatter[{i}]", piece, deps=(gemms[i],), piece=i, op="reduce_scatter",
                                 nbytes=total * rows / block_rows, streamed=True, issue=items)
                  for i, (rows, (piece, items)) in enumerate(zip(pieces, relay_pieces(b, "reduce_scatter", total,
                                                                                      pieces)))]
-        b.add_memory("add_own", 3.0 * block_rows * row_bytes, deps=(own, *moves), piece=len(pieces) - 1)
+        b.add_memory("sum", (p + 1.0) * block_rows * row_bytes, deps=(own, *moves), piece=len(pieces) - 1)
         return
     lag = 1 if b.plan.transport == "host_staged" else 0  # GEMMs launched ahead of a piece's relay call
     gemms: list[int] = []

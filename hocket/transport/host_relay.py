@@ -243,14 +243,17 @@ class HostRelay:
         return self.post_marked(messages, *tensors, finish=finish, what=what, ready=ready)[0]
 
     def post_marked(self, messages, *tensors: torch.Tensor, finish=None, what: str,
-                    ready: torch.cuda.Event | None = None, ready_at: dict | None = None, marks=()
-                    ) -> tuple[ThreadPending | StreamPending, list]:
+                    ready: torch.cuda.Event | None = None, ready_at: dict | None = None, marks=(),
+                    finish_after: torch.cuda.Event | None = None) -> tuple[ThreadPending | StreamPending, list]:
         """:meth:`post`, plus: message ``i``'s device-to-host copy (and every later one's) also waits for
         ``ready_at[i]`` (e.g. the GEMM that wrote its rows); and one pending per index in ``marks`` that
         ends once that message (and every earlier one) was received. On the issue thread
         (``HOCKET_HOST_STAGE_THREAD=1``) each of those is the whole call's pending: an event the thread
-        records later could not be waited on now."""
+        records later could not be waited on now. ``finish()`` also waits for ``finish_after`` (e.g. the
+        GEMM of this rank's own block, which a reduce-scatter's sum reads)."""
         marks = tuple(marks)
+        if finish is not None and finish_after is not None:
+            finish = _after(finish_after, finish)
         if self.watchdog is not None:
             self.watchdog.check()
         if ready is None:
@@ -340,6 +343,14 @@ class HostRelay:
             self.watchdog.check()  # a call that timed out and was never raised for: say so now
 
 
+def _after(event: torch.cuda.Event, fn):
+    """``fn`` run on the current stream once ``event`` has fired."""
+    def run():
+        torch.cuda.current_stream().wait_event(event)
+        fn()
+    return run
+
+
 RELAYS: dict[tuple[str, int], PerGroup[HostRelay]] = {}
 """One relay per (group, device), signalling mode and slot count (``HOCKET_HOST_STAGE_SIGNAL`` and
 ``HOCKET_HOST_STAGE_SLOTS`` at the call): each keeps its own buffers and sequence numbers, so every
@@ -393,21 +404,22 @@ class HostStagedTransport:
         return self._all_gather(relay, out, inp, relay.pieces(n, inp.dtype), ready=ready)[0]
 
     def all_gather_split(self, out: torch.Tensor, inp: torch.Tensor, rows: list[tuple[int, int]], *,
-                         ready: torch.cuda.Event | None = None) -> list:
+                         ready: torch.cuda.Event | None = None, own_rows: bool = True) -> list:
         """All-gather ``inp`` (this rank's ``[R, ...]`` shard) into ``out`` (``[world, R, ...]``) in one
         relay call whose messages end on the edges of the row ranges ``rows`` (consecutive, covering
         ``R``); returns one pending per range: waiting on it orders the current stream after every
         peer's rows of that range (and of the ranges before it) landed in ``out``. The last one also
-        covers the call's end (this rank's own rows copied into ``out``)."""
+        covers the call's end (with ``own_rows``, this rank's own rows copied into ``out``; without, that
+        block of ``out`` is left as it was: for a caller that reads only the peers' rows)."""
         relay = self._relay(inp)
         per_row = inp[0].numel() if inp.dim() and inp.shape[0] else 0
         if not rows or rows[-1][1] != (inp.shape[0] if inp.dim() else 1):
             raise ValueError(f"rows={rows!r} must cover the shard's {inp.shape[0] if inp.dim() else 1} rows")
         pieces, last = relay.split_pieces([(lo * per_row, hi * per_row) for lo, hi in rows], inp.dtype)
-        done, marked = self._all_gather(relay, out, inp, pieces, ready=ready, marks=last[:-1])
+        done, marked = self._all_gather(relay, out, inp, pieces, ready=ready, marks=last[:-1], own_rows=own_rows)
         return [*marked, done]
 
-    def _all_gather(self, relay: HostRelay, out, inp, pieces, *, ready, marks=()):
+    def _all_gather(self, relay: HostRelay, out, inp, pieces, *, ready, marks=(), own_rows: bool = True):
         src, dst = inp.reshape(-1), out.view(-1)
         n, rank = src.numel(), relay.rank
         messages = []
@@ -422,11 +434,11 @@ class HostStagedTransport:
 
             messages.append((send, receive))
 
-        def own_rows():
+        def copy_own_rows():
             dst[rank * n:(rank + 1) * n].copy_(src)
 
-        return relay.post_marked(messages, src, dst, finish=own_rows, what="host-staged all-gather", ready=ready,
-                                 marks=marks)
+        return relay.post_marked(messages, src, dst, finish=copy_own_rows if own_rows else None,
+                                 what="host-staged all-gather", ready=ready, marks=marks)
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(inp)
@@ -435,11 +447,13 @@ class HostStagedTransport:
         return self._reduce_scatter(relay, out, inp, pieces, ready=ready)
 
     def reduce_scatter_split(self, out: torch.Tensor, inp: torch.Tensor, rows: list[tuple[int, int]],
-                             ready_each: list[torch.cuda.Event]):
+                             ready_each: list[torch.cuda.Event], *, own_ready: torch.cuda.Event | None = None):
         """Reduce-scatter ``inp`` (``[world, R, ...]``: one block per owner) into ``out`` (``[R, ...]``) in
         one relay call whose messages end on the edges of the row ranges ``rows``; the messages of
         range ``i`` leave only after ``ready_each[i]`` (an event recorded once the caller wrote those rows
-        of every peer's block), so the first rows travel while later ones are computed."""
+        of every peer's block), so the first rows travel while later ones are computed. This rank's own
+        block of ``inp`` is read by the final sum only, after ``own_ready`` (default: ``ready_each[-1]``),
+        so the caller may compute it after the peers' blocks, beside the transfer."""
         relay = self._relay(inp)
         if len(ready_each) != len(rows):
             raise ValueError(f"ready_each has {len(ready_each)} events for {len(rows)} row ranges; give one per range")
@@ -452,9 +466,10 @@ class HostStagedTransport:
         for event, end in zip(ready_each, last):
             ready_at[first] = event  # an empty range adds no message: the next range's (later) event wins
             first = end + 1
-        return self._reduce_scatter(relay, out, inp, pieces, ready=ready_each[0], ready_at=ready_at)
+        return self._reduce_scatter(relay, out, inp, pieces, ready=ready_each[0], ready_at=ready_at,
+                                    own_ready=own_ready or ready_each[-1])
 
-    def _reduce_scatter(self, relay: HostRelay, out, inp, pieces, *, ready, ready_at=None):
+    def _reduce_scatter(self, relay: HostRelay, out, inp, pieces, *, ready, ready_at=None, own_ready=None):
         w, rank = relay.world, relay.rank
         dst = out.view(-1)
         n = dst.numel()
@@ -478,11 +493,14 @@ class HostStagedTransport:
             messages.append((send, receive))
 
         def reduce():
+            if w == 2:  # one rounding, one pass: own block + the peer's partial
+                torch.add(blocks[rank], parts[1 - rank], out=dst)
+                return
             parts[rank].copy_(blocks[rank])
             torch.sum(parts, dim=0, out=dst)
 
         return relay.post_marked(messages, blocks, dst, finish=reduce, what="host-staged reduce-scatter",
-                                 ready=ready, ready_at=ready_at)[0]
+                                 ready=ready, ready_at=ready_at, finish_after=own_ready)[0]
 
     def all_reduce(self, tensor: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(tensor)

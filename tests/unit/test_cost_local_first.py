@@ -1,7 +1,8 @@
 """``chunked`` with ``order="local_first"``: the cost model prices what ``peer_chunked`` runs (own
 shard multiplied while every piece travels; own block last beside the last transfers; over
 ``host_staged`` the GEMM launched before the relay calls, whose later messages are issued while
-the earlier ones move)."""
+the earlier ones move: one call per piece with ``HOCKET_HOST_STAGE_CALLS=piece``, one call for all
+pieces with ``one``, the default)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import random
 import pytest
 
 from hocket.cost import pipeline_stages, predict, schedule
+from hocket.env import overridden
 from hocket.hardware import load_preset
 from hocket.plan.plan import Plan
 from hocket.site import Site
@@ -22,10 +24,54 @@ def _shape() -> tuple[int, int, int]:
     return RNG.choice([2048, 4096, 8192]), RNG.choice([2048, 4096, 8192, 12288]), RNG.choice([1536, 4096, 8192])
 
 
+@pytest.fixture(autouse=True)
+def relay_call_per_piece():
+    """The tests below price one relay call per piece unless they say otherwise."""
+    with overridden({"HOCKET_HOST_STAGE_CALLS": "piece"}):
+        yield
+
+
 def _timeline(site, plan, cluster=STAGED):
     stages = pipeline_stages(site, plan, cluster)
     timeline = schedule(stages)
     return {s.name: (start, end, s) for s, start, end in zip(stages, timeline.start_ms, timeline.end_ms)}, timeline
+
+
+@pytest.mark.parametrize("chunks", [1, 3, 8])
+def test_ag_mm_one_relay_call_issues_every_piece_before_the_peer_gemms(chunks):
+    m, k, n = _shape()
+    site = Site(kind="ag_mm", m=m, k=k, n=n, world=2)
+    plan = Plan(strategy="chunked", chunks=chunks, transport="host_staged", order="local_first")
+    with overridden({"HOCKET_HOST_STAGE_CALLS": "one"}):
+        by_name, timeline = _timeline(site, plan)
+    own_start, own_end, _ = by_name["gemm_own"]
+    moves = [by_name[f"all_gather[{i}]"] for i in range(chunks)]
+    assert own_start < moves[-1][1] and moves[0][0] < own_end  # the own-shard GEMM overlaps the call
+    last_issue = max(end for name, (_, end, _) in by_name.items() if name.startswith("issue:all_gather"))
+    for i in range(chunks):
+        assert by_name[f"issue:gemm[{i}]"][0] >= last_issue - 1e-9  # launched once the whole call is issued
+        assert by_name[f"gemm[{i}]"][0] >= moves[i][1] - 1e-9  # after its piece landed
+        if i:
+            assert moves[i][0] >= moves[i - 1][1] - 1e-9  # the pieces of one call, in order
+    assert timeline.total_ms >= moves[-1][1] + by_name[f"gemm[{chunks - 1}]"][2].duration_ms - 1e-9
+
+
+@pytest.mark.parametrize("chunks", [1, 3, 8])
+def test_mm_rs_one_relay_call_sends_each_piece_after_its_gemm_and_sums_once(chunks):
+    m, k, n = _shape()
+    site = Site(kind="mm_rs", m=m, k=k, n=n, world=2)
+    plan = Plan(strategy="chunked", chunks=chunks, transport="host_staged", order="local_first")
+    with overridden({"HOCKET_HOST_STAGE_CALLS": "one"}):
+        by_name, timeline = _timeline(site, plan)
+    moves = [by_name[f"reduce_scatter[{i}]"] for i in range(chunks)]
+    for i in range(chunks):
+        assert moves[i][0] >= by_name[f"gemm[{i}]"][1] - 1e-9
+    assert by_name["issue:reduce_scatter[0]"][0] >= by_name["issue:gemm_own"][1] - 1e-9  # every GEMM launched first
+    own_start, own_end, _ = by_name["gemm_own"]
+    assert any(start < own_end and own_start < end for start, end, _ in moves)  # the own block hides a transfer
+    sum_start = by_name["sum"][0]
+    assert sum_start >= max(own_end, moves[-1][1]) - 1e-9 and "add_own" not in by_name
+    assert timeline.total_ms == pytest.approx(by_name["sum"][1])
 
 
 @pytest.mark.parametrize("chunks", [1, 2, 4])

@@ -119,13 +119,13 @@ def _local_first_gather_one_call(g: GatherMatmul, rt, pieces) -> tuple:
     stage = g.A_c.view(w, g.R, g.Kc) if g.A_c is not None else rt.ctx.buffer("local_first.ag", (w, g.R, g.Kc))
     ready = torch.cuda.current_stream().record_event()
     g.compute_rows(rank, 0, g.R, g.local)
-    landed = rt.transport.all_gather_split(stage, g.local, pieces, ready=ready)
+    landed = rt.transport.all_gather_split(stage, g.local, pieces, ready=ready, own_rows=g.A_c is not None)
     for (lo, hi), pending in zip(pieces, landed):
         pending.wait()
         for src in range(w):
             if src != rank:
                 g.compute_rows(src, lo, hi, stage[src, lo:hi])
-    landed[-1].wait()  # the call's end: this rank's own rows are in the gathered A too
+    landed[-1].wait()  # the call's end (this rank's own rows are in the gathered A too, when it is asked for)
     return g.finish()
 
 
@@ -172,11 +172,11 @@ def own_block_last_scatter(A, B, reduce_op, dim, rt, plan):
 
 def _own_block_last_scatter_one_call(s: ScatterMatmul, reduce_op, rt, pieces):
     """:func:`own_block_last_scatter` in one relay call: every piece's peer partials are launched
-    (an event after each piece), then this rank's own partial, then the call, whose messages of a
-    piece wait on that piece's event; the own partial is added once the sums landed."""
+    (an event after each piece), then this rank's own partial (into its block of the same staging
+    buffer), then the call, whose messages of a piece wait on that piece's event; the call's final
+    sum adds the own partial once it is done (no separate pass)."""
     w, rank = rt.world, rt.rank
     stage = rt.ctx.buffer("own_last.rs", (w, s.rows, s.cols))
-    stage[rank].zero_()
     cur = torch.cuda.current_stream()
     written = []
     for lo, hi in pieces:
@@ -184,10 +184,9 @@ def _own_block_last_scatter_one_call(s: ScatterMatmul, reduce_op, rt, pieces):
             if b != rank:
                 s.partial(b, lo, hi, stage[b, lo:hi])
         written.append(cur.record_event())
-    own = rt.ctx.buffer("own_last.own", (s.rows, s.cols))
-    s.partial(rank, 0, s.rows, own)
-    rt.transport.reduce_scatter_split(s.out_c, stage, pieces, written).wait()
-    s.out_c.add_(own)
+    s.partial(rank, 0, s.rows, stage[rank])
+    own = cur.record_event()
+    rt.transport.reduce_scatter_split(s.out_c, stage, pieces, written, own_ready=own).wait()
     return s.finish(reduce_op)
 
 

@@ -141,8 +141,10 @@ class _Builder:
             first = not (self.host_queued if relay else any(s.is_issue and s.name != ENTRY_STAGE
                                                              for s in self.stages))
             self.host_queued = self.host_queued or any(op != "launch" for op, _ in issue)
+            cost = issue_ms(issue, self.issue)
             self.stages.append(Stage(name=f"issue:{stage.name}", resource="issue", kind="issue", op="issue",
-                                     duration_ms=0.0 if first else issue_ms(issue, self.issue), piece=stage.piece))
+                                     duration_ms=0.0 if first else cost, piece=stage.piece,
+                                     steady_ms=cost if first else None))
             stage = replace(stage, depends_on=stage.depends_on + (len(self.stages) - 1,))
         self.stages.append(stage)
         index = len(self.stages) - 1
@@ -341,14 +343,15 @@ def relay_pieces(b: _Builder, op: str, total: float, pieces: list[int]) -> list[
     ``pieces``), as (transfer, host issue items before and while it runs) per piece: the call's fixed
     part (its time at no bytes and its first message's device-to-host fill) goes to the first piece,
     the rest of its time to each piece by its share of the bytes; the host issues the call and the
-    first piece's messages (ramped like one call's), then each later piece's whole messages."""
+    first piece's messages (ramped like one call's), then each later piece's whole messages and its
+    own bookkeeping (``relay_split``)."""
     whole = b.collective(op, total)
     fixed = min(whole.ms, b.collective(op, 0.0).ms + whole.queued_saving_ms)
     rows_total = sum(pieces)
     down, up = comm_model.host_stage_directions(op, total, b.site.world)
     message_bytes = max(1.0, host_stage_piece_bytes())
-    call, message = ("relay_call", "relay_message") if host_stage_signal() == "device" else \
-        ("relay_call_host", "relay_message_host")
+    suffix = "" if host_stage_signal() == "device" else "_host"
+    call, message, split = f"relay_call{suffix}", f"relay_message{suffix}", f"relay_split{suffix}"
     out = []
     for i, rows in enumerate(pieces):
         share = rows / rows_total if rows_total else 1.0
@@ -358,7 +361,7 @@ def relay_pieces(b: _Builder, op: str, total: float, pieces: list[int]) -> list[
             items = (((call, 1), (message, 1)), ((message, count - 1),) if count > 1 else ())
         else:
             count = max(1, math.ceil(busier / message_bytes - 1e-9))
-            items = (((message, count),), ())
+            items = (((message, count), (split, 1)), ())
         piece = replace(whole, ms=(fixed if i == 0 else 0.0) + (whole.ms - fixed) * share,
                         egress_bytes=whole.egress_bytes * share, queued_saving_ms=0.0, messages=count)
         out.append((piece, items))

@@ -44,6 +44,10 @@ class Stage:
     nbytes: float = 0.0
     op: str = ""
     """what runs: gemm, reduce, flag_wait, all_gather, reduce_scatter, all_reduce, send_recv, ..."""
+    steady_ms: float | None = None
+    """an issue stage's host time in the steady state where it differs from ``duration_ms``: a call's
+    first item costs no wait from an idle GPU (its latency is in the item's own price) but the host
+    still spends it once per call (``hocket.cost.steady``)."""
 
     def __post_init__(self) -> None:
         if self.resource not in RESOURCES:

@@ -11,8 +11,8 @@ then costs whichever is longer:
 * its device work with no issue waits (the same stages, the issue stages taking no time),
   since consecutive calls do not overlap on the device (each starts by waiting for the
   caller's stream);
-* the host's time to issue one call (every issue stage, in order), since the host cannot
-  run further ahead than one call per that time.
+* the host's time to issue one call (every issue stage, in order, the first items' host time
+  included: ``Stage.steady_ms``), since the host cannot run further ahead than one call per that time.
 
 Benchmarks time this state by running several calls back to back per sample
 (``hocket.bench.timer``, ``reps > 1``).
@@ -30,8 +30,13 @@ def steady_state_total(stages: list[Stage]) -> tuple[float, dict[str, float], Sc
     call's ``stages``."""
     device_only = [replace(s, duration_ms=0.0) if s.is_issue else s for s in stages]
     timeline = schedule(device_only)
-    host_ms = sum(s.duration_ms for s in stages if s.is_issue)
+    host_ms = host_issue_ms(stages)
     busy = dict(timeline.busy_ms)
     if host_ms > 0.0:
         busy["issue"] = host_ms
     return max(timeline.total_ms, host_ms), busy, timeline
+
+
+def host_issue_ms(stages: list[Stage]) -> float:
+    """The host's time to issue one call in a loop: every issue stage, the first items' included."""
+    return sum(s.duration_ms if s.steady_ms is None else s.steady_ms for s in stages if s.is_issue)

@@ -318,7 +318,7 @@ def predict_cost_fn(cluster: object, profile: object = None, *, steady_state: bo
     from hocket.cost.calibration import calibration_view
     from hocket.cost.comm import group_topology
     from hocket.cost.predict import prediction_from
-    from hocket.cost.steady import steady_state_total
+    from hocket.cost.steady import host_issue_ms, steady_state_total
 
     view = calibration_view(profile)
     topologies: dict[tuple[int, ...], object] = {}
@@ -329,7 +329,7 @@ def predict_cost_fn(cluster: object, profile: object = None, *, steady_state: bo
         if topology is None:
             topology = topologies[ranks] = group_topology(cluster, ranks)
         stages = pipeline_stages(site, plan, cluster, view, topology=topology, steady_state=steady_state)
-        host_ms = sum(s.duration_ms for s in stages if s.is_issue)
+        host_ms = host_issue_ms(stages) if steady_state else sum(s.duration_ms for s in stages if s.is_issue)
         if steady_state:
             return PricedMs(steady_state_total(stages)[0], host_ms=host_ms)
         return PricedMs(prediction_from(stages, schedule(stages)).total_ms, host_ms=host_ms)

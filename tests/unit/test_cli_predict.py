@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
+
 from hocket.cli.main import main
 
 
@@ -68,5 +70,8 @@ def test_steady_state_prices_every_candidate_at_most_as_a_cold_call(capsys):
     shared = [c for c in steady["candidates"] if c["label"] in cold_by_label]  # each list keeps its best ones
     assert len(shared) >= 0.8 * len(steady["candidates"])
     for c in shared:
-        assert c["total_ms"] <= cold_by_label[c["label"]] + 1e-9
+        if c["busy_ms"].get("issue", 0.0) < c["total_ms"] - 1e-9:  # device-bound in the loop: never above a cold call
+            assert c["total_ms"] <= cold_by_label[c["label"]] + 1e-9
+        else:  # host-bound: the host's whole issue time per call, which a cold call partly hides behind the device
+            assert c["total_ms"] == pytest.approx(c["busy_ms"]["issue"])
     assert any(c["total_ms"] < cold_by_label[c["label"]] - 1e-6 for c in steady["candidates"])

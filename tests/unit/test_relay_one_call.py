@@ -88,7 +88,8 @@ def test_one_call_pieces_add_up_to_the_whole_call(kind, chunks):
 @pytest.mark.parametrize("kind", ["ag_mm", "mm_rs"])
 def test_one_call_spares_the_host_a_call_per_piece(kind):
     """Eight pieces in one call issue one relay call instead of eight: the host's issue time drops by
-    at least the seven calls, and with costly calls the one-call pipeline is priced faster."""
+    the seven calls (less each later piece's own bookkeeping), and with costly calls the one-call
+    pipeline is priced faster."""
     from test_relay_signal_pricing import _issue_view
 
     site = Site(kind=kind, m=8192, k=4096, n=1536, world=2, dtype="bf16")
@@ -98,5 +99,24 @@ def test_one_call_spares_the_host_a_call_per_piece(kind):
     for calls in ("one", "piece"):
         with overridden({"HOCKET_HOST_STAGE_CALLS": calls}):
             priced[calls] = predict(site, plan, CLUSTER, _issue_view(table), steady_state=True)
-    assert priced["piece"].busy_ms["issue"] - priced["one"].busy_ms["issue"] >= 7 * 0.3 * 0.99
+    split = DEFAULT_ISSUE_US["relay_split"] / 1e3  # what a later piece of one call costs instead of a call
+    assert priced["piece"].busy_ms["issue"] - priced["one"].busy_ms["issue"] >= 7 * (0.3 - split) * 0.99
     assert priced["one"].total_ms < priced["piece"].total_ms
+
+
+@pytest.mark.parametrize("signal,split", [("device", "relay_split"), ("host", "relay_split_host")])
+def test_each_later_piece_of_one_call_pays_its_bookkeeping(signal, split):
+    """``relay_split`` (calibrated: one more piece of a one-call pipeline, besides its message and GEMM
+    launch) is paid once per piece after the first, only by one-call pipelines of its signalling."""
+    from test_relay_signal_pricing import _issue_view
+
+    site = Site(kind="ag_mm", m=8192, k=4096, n=1536, world=2, dtype="bf16")
+    plan = Plan(strategy="chunked", chunks=8, order="local_first", transport="host_staged")
+
+    def issue(raised: float, calls: str = "one") -> float:
+        table = dict(DEFAULT_ISSUE_US, **{split: raised})
+        with overridden({"HOCKET_HOST_STAGE_CALLS": calls, "HOCKET_HOST_STAGE_SIGNAL": signal}):
+            return predict(site, plan, CLUSTER, _issue_view(table), steady_state=True).busy_ms["issue"]
+
+    assert issue(1000.0) - issue(0.0) == pytest.approx(7 * 1.0)
+    assert issue(1000.0, calls="piece") == pytest.approx(issue(0.0, calls="piece"))

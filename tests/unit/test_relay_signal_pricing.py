@@ -38,12 +38,12 @@ def test_each_signalling_prices_its_own_relay_issue_costs(signal, call, message)
 
     base = issue_ms(())
     assert issue_ms(other) == pytest.approx(base)  # the other signalling's costs do not apply
-    assert issue_ms((call,)) >= base + 7 * 0.1 * 0.99  # a relay call per piece (the first is in the transfer's price)
+    assert issue_ms((call,)) >= base + 8 * 0.1 * 0.99  # a relay call per piece, paid by the host in a loop
     assert issue_ms((message,)) >= base + 7 * 0.1 * 0.99  # at least one message per call
-    # one call for all pieces (the default): its cost is in the first piece's price, and every
-    # piece's messages are still issued (8 pieces of a 32 MiB shard: at least 8 messages)
+    # one call for all pieces (the default): the host pays the call once per call of the loop, and
+    # every piece's messages are still issued (8 pieces of a 32 MiB shard: at least 8 messages)
     one = issue_ms((), calls="one")
-    assert issue_ms((call,), calls="one") == pytest.approx(one)
+    assert issue_ms((call,), calls="one") == pytest.approx(one + 0.1)
     assert issue_ms((message,), calls="one") >= one + 7 * 0.1 * 0.99
     assert issue_ms(other, calls="one") == pytest.approx(one)
 

@@ -13,7 +13,8 @@ GPUs also the host-staged relay (``hocket.transport.host_relay``): an all-gather
 into about ten tiny messages give its cost per call (``relay_call``) and per message
 (``relay_message``), or ``relay_call_host``/``relay_message_host`` under ``HOCKET_HOST_STAGE_SIGNAL=host``;
 ``relay_call`` is raised to what one more relay piece costs an operator's pipeline where that is more
-(:func:`relay_piece_us`).
+(:func:`relay_piece_us`); ``relay_split`` is what one more piece costs a pipeline that moves all its
+pieces in one relay call, besides that piece's message and GEMM launch.
 Each item is issued
 ``iters`` times back to back and the host time (``perf_counter``) is divided by the count;
 the device is never synchronised inside the loop, so only the host side is measured. The
@@ -174,23 +175,29 @@ def relay_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: in
     message = max(0.0, (many_us - one_us) / (many - one))
     call_us = max(0.0, one_us - one * message)
     piece_us = relay_piece_us(group=group, device=device, dtype=dtype, iters=iters)
+    split_us = relay_piece_us(group=group, device=device, dtype=dtype, iters=iters, calls="one")
     launch_us = _host_us(lambda: torch.mm(shard.view(64, 64), shard.view(64, 64)), iters)
     if piece_us is not None:  # what one more relay call costs inside an operator's pipeline
         call_us = max(call_us, piece_us - message - launch_us)
     suffix = "" if signal == "device" else "_host"
-    return {f"relay_call{suffix}": call_us, f"relay_message{suffix}": message}
+    out = {f"relay_call{suffix}": call_us, f"relay_message{suffix}": message}
+    if split_us is not None:  # one more piece of one relay call: besides its message and its GEMM launch
+        out[f"relay_split{suffix}"] = max(0.0, split_us - message - launch_us)
+    return out
 
 
 RELAY_PIECES = 8
 
 
-def relay_piece_us(*, group, device: torch.device, dtype: torch.dtype, iters: int) -> float | None:
+def relay_piece_us(*, group, device: torch.device, dtype: torch.dtype, iters: int,
+                   calls: str = "piece") -> float | None:
     """Host microseconds one more piece costs a relay pipeline inside the operator: a tiny
     ``hocket.ops.all_gather_matmul`` as ``chunked(RELAY_PIECES)/host_staged[local_first]`` against
     ``chunked(1)`` with ``HOCKET_HOST_STAGE_CALLS=piece``, the difference per extra piece. Each piece is
     a relay call of one message, a GEMM launch and the pipeline's own bookkeeping (stage buffers, waits,
     arguments), which a relay call on its own does not show (2xH200: ~240 us per piece in an operator
-    against ~120 us for the bare call).
+    against ~120 us for the bare call). ``calls="one"``: the same pipeline in one relay call
+    (``HOCKET_HOST_STAGE_CALLS=one``), where a piece costs its message, its GEMM launch and its event.
     None where the operator cannot run it."""
     from hocket.ops import all_gather_matmul
     from hocket.plan.plan import Plan
@@ -202,7 +209,7 @@ def relay_piece_us(*, group, device: torch.device, dtype: torch.dtype, iters: in
     times = {}
     for chunks in (1, RELAY_PIECES):
         plan = Plan(strategy="chunked", chunks=chunks, order="local_first", transport="host_staged")
-        with env.overridden({"HOCKET_HOST_STAGE_CALLS": "piece"}):  # a relay call per piece: the call's cost
+        with env.overridden({"HOCKET_HOST_STAGE_CALLS": calls}):
             times[chunks] = _host_us(lambda plan=plan: all_gather_matmul(shard, [B], 0, pg, return_A=False,
                                                                          plan=plan), iters)
     torch.cuda.synchronize(device)

@@ -37,13 +37,18 @@ def _timeline(site, plan, cluster=STAGED):
     return {s.name: (start, end, s) for s, start, end in zip(stages, timeline.start_ms, timeline.end_ms)}, timeline
 
 
-@pytest.mark.parametrize("chunks", [1, 3, 8])
-def test_ag_mm_one_relay_call_issues_every_piece_before_the_peer_gemms(chunks):
+def _one_call_timeline(kind: str, chunks: int):
+    """A random shape's own-data-first pipeline of ``chunks`` pieces in one relay call, scheduled."""
     m, k, n = _shape()
-    site = Site(kind="ag_mm", m=m, k=k, n=n, world=2)
+    site = Site(kind=kind, m=m, k=k, n=n, world=2)
     plan = Plan(strategy="chunked", chunks=chunks, transport="host_staged", order="local_first")
     with overridden({"HOCKET_HOST_STAGE_CALLS": "one"}):
-        by_name, timeline = _timeline(site, plan)
+        return _timeline(site, plan)
+
+
+@pytest.mark.parametrize("chunks", [1, 3, 8])
+def test_ag_mm_one_relay_call_issues_every_piece_before_the_peer_gemms(chunks):
+    by_name, timeline = _one_call_timeline("ag_mm", chunks)
     own_start, own_end, _ = by_name["gemm_own"]
     moves = [by_name[f"all_gather[{i}]"] for i in range(chunks)]
     assert own_start < moves[-1][1] and moves[0][0] < own_end  # the own-shard GEMM overlaps the call
@@ -58,11 +63,7 @@ def test_ag_mm_one_relay_call_issues_every_piece_before_the_peer_gemms(chunks):
 
 @pytest.mark.parametrize("chunks", [1, 3, 8])
 def test_mm_rs_one_relay_call_sends_each_piece_after_its_gemm_and_sums_once(chunks):
-    m, k, n = _shape()
-    site = Site(kind="mm_rs", m=m, k=k, n=n, world=2)
-    plan = Plan(strategy="chunked", chunks=chunks, transport="host_staged", order="local_first")
-    with overridden({"HOCKET_HOST_STAGE_CALLS": "one"}):
-        by_name, timeline = _timeline(site, plan)
+    by_name, timeline = _one_call_timeline("mm_rs", chunks)
     moves = [by_name[f"reduce_scatter[{i}]"] for i in range(chunks)]
     for i in range(chunks):
         assert moves[i][0] >= by_name[f"gemm[{i}]"][1] - 1e-9

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from hocket.plan.plan import Plan
 from hocket.site import Site
+from hocket.transport.host_relay import SCRATCH_RING
 from hocket.transport.peer_protocol import peer_protocol_for
 
 GIB = 1 << 30
@@ -114,9 +115,9 @@ def estimate_extra_memory(site: Site, plan: Plan) -> MemoryEstimate:
         workspace += 2 * _ceil_div(full, max(c, 1))  # device side of the staging copies
     if plan.transport == "host_staged" and w > 1 and site.kind in ("mm_rs", "mm_ar"):
         # the relay's reduction scratch (hocket.transport.host_relay): every rank's part of each
-        # collective, summed once after its copies; one per call, and a pipeline's calls are all in
-        # flight at once
-        workspace += product * (w if site.kind == "mm_ar" else 1)
+        # collective, summed once after its copies; a ring of SCRATCH_RING buffers per size that the
+        # calls in flight take turns on (a pipeline of one call per piece: pieces of the product each)
+        workspace += SCRATCH_RING * product * (w if site.kind == "mm_ar" else 1)
     return MemoryEstimate(workspace_bytes=int(workspace), symmetric_bytes=int(symmetric),
                           host_pinned_bytes=int(host))
 

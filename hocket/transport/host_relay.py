@@ -54,6 +54,10 @@ from hocket.transport.stream_pending import StreamPending
 from hocket.transport.stream_switch import on_stream
 
 SLOTS = 4
+SCRATCH_RING = 2
+"""reduction scratch buffers a relay keeps per (size, dtype): the calls in flight take turns on them"""
+SCRATCH_SHAPES = 4
+"""(size, dtype) rings a relay keeps (the least recently used one goes first)"""
 POLL_S = 2e-5
 """host poll interval of the issue thread (a real sleep: a spinning thread would hold the GIL that the
 launching thread needs for every kernel launch)."""
@@ -96,6 +100,7 @@ class HostRelay:
                               for p in range(self.world) if p != self.rank}
         self.seq = 0
         self._slots: dict[tuple, torch.Tensor] = {}
+        self._scratch: dict[tuple, list] = {}
         self.issuer = IssueThread(device, name=f"host-relay-{group.name}-{device}")
         self.signal = signal
         self.watchdog: RelayWatchdog | None = None
@@ -244,13 +249,15 @@ class HostRelay:
 
     def post_marked(self, messages, *tensors: torch.Tensor, finish=None, what: str,
                     ready: torch.cuda.Event | None = None, ready_at: dict | None = None, marks=(),
-                    finish_after: torch.cuda.Event | None = None) -> tuple[ThreadPending | StreamPending, list]:
+                    finish_after: torch.cuda.Event | None = None, scratch_slot: list | None = None
+                    ) -> tuple[ThreadPending | StreamPending, list]:
         """:meth:`post`, plus: message ``i``'s device-to-host copy (and every later one's) also waits for
         ``ready_at[i]`` (e.g. the GEMM that wrote its rows); and one pending per index in ``marks`` that
         ends once that message (and every earlier one) was received. On the issue thread
         (``HOCKET_HOST_STAGE_THREAD=1``) each of those is the whole call's pending: an event the thread
         records later could not be waited on now. ``finish()`` also waits for ``finish_after`` (e.g. the
-        GEMM of this rank's own block, which a reduce-scatter's sum reads)."""
+        GEMM of this rank's own block, which a reduce-scatter's sum reads). ``scratch_slot``: the ring slot
+        of the call's :meth:`scratch` buffer, which records the call's end event."""
         marks = tuple(marks)
         if finish is not None and finish_after is not None:
             finish = _after(finish_after, finish)
@@ -264,9 +271,12 @@ class HostRelay:
                 t.record_stream(stream)
         if self.watchdog is not None:  # nothing waits on the host: enqueue here, in order
             done, marked = self._post_on_device(list(messages), finish, ready, ready_at, marks)
+            if scratch_slot is not None:
+                scratch_slot[1] = done
             self.watchdog.track(f"{what} (messages up to {self.seq})", done)
-            return StreamPending(done, what=what), [StreamPending(marked[i], what=f"{what} (to message {i})")
-                                                     for i in marks]
+            index = self.device.index
+            return StreamPending(done, what=what, device=index), [
+                StreamPending(marked[i], what=f"{what} (to message {i})", device=index) for i in marks]
         threaded = env.host_stage_issue_thread()
         marked: dict[int, torch.cuda.Event] = {}
 
@@ -288,19 +298,37 @@ class HostRelay:
             return pending, [pending] * len(marks)
         self.issuer.drain()  # messages stay in order when the flag changes between calls
         done = job()
-        return StreamPending(done, what=what), [StreamPending(marked[i], what=f"{what} (to message {i})")
-                                                for i in marks]
+        if scratch_slot is not None:
+            scratch_slot[1] = done
+        index = self.device.index
+        return StreamPending(done, what=what, device=index), [
+            StreamPending(marked[i], what=f"{what} (to message {i})", device=index) for i in marks]
 
-    def scratch(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        """A device buffer of ``numel`` elements for one call's receives (H2D stream) and its
-        ``finish`` (finish stream): one per call, from the caching allocator, kept until the work
-        queued on both streams is done, so a later call's receives never overwrite what an earlier
-        call's pending sum still reads."""
-        buf = torch.empty(numel, dtype=dtype, device=self.device)
-        buf.record_stream(self.h2d)
-        buf.record_stream(self.fin)
-        return buf
-
+    def scratch(self, numel: int, dtype: torch.dtype) -> tuple[torch.Tensor, list | None]:
+        """A device buffer of ``numel`` elements for one call's receives (H2D stream) and its ``finish``
+        (finish stream), and its ring slot (pass it to :meth:`post_marked` as ``scratch_slot``). Calls
+        issued on the calling thread take turns on ``SCRATCH_RING`` buffers per (size, dtype): before a
+        buffer is written again, the H2D stream waits for the end of the call that used it last, so a
+        later call's receives never overwrite what an earlier call's pending sum still reads, and no
+        call allocates. On the issue thread (whose end event does not exist yet) each call allocates
+        its own, kept by the caching allocator until both streams are done with it."""
+        if self.watchdog is None and env.host_stage_issue_thread():
+            buf = torch.empty(numel, dtype=dtype, device=self.device)
+            buf.record_stream(self.h2d)
+            buf.record_stream(self.fin)
+            return buf, None
+        key = (numel, dtype)
+        ring = self._scratch.pop(key, None)
+        if ring is None:
+            if len(self._scratch) >= SCRATCH_SHAPES:  # forget the least recently used size
+                self._scratch.pop(next(iter(self._scratch)))
+            ring = [[torch.empty(numel, dtype=dtype, device=self.device), None] for _ in range(SCRATCH_RING)]
+        self._scratch[key] = ring  # most recently used last
+        ring.append(ring.pop(0))
+        slot = ring[-1]
+        if slot[1] is not None:
+            self.h2d.wait_event(slot[1])
+        return slot[0], slot
 
     def message(self, send, receive, *, ready: torch.cuda.Event, poll_s: float = 0.0) -> None:
         """One message (on the issue thread): ``send(slot)`` enqueues D2H copies into this rank's
@@ -337,6 +365,7 @@ class HostRelay:
         self.h2d.synchronize()
         self.fin.synchronize()
         self._slots.clear()
+        self._scratch.clear()
         self.buf.close()
         if self.watchdog is not None:
             self.watchdog.close()
@@ -474,7 +503,8 @@ class HostStagedTransport:
         dst = out.view(-1)
         n = dst.numel()
         blocks = inp.reshape(w, n)
-        parts = relay.scratch(w * n, dst.dtype).view(w, n)
+        scratch, scratch_slot = relay.scratch(w * n, dst.dtype)
+        parts = scratch.view(w, n)
         messages = []
         for lo, hi in pieces:
             size = hi - lo
@@ -500,14 +530,15 @@ class HostStagedTransport:
             torch.sum(parts, dim=0, out=dst)
 
         return relay.post_marked(messages, blocks, dst, finish=reduce, what="host-staged reduce-scatter",
-                                 ready=ready, ready_at=ready_at, finish_after=own_ready)[0]
+                                 ready=ready, ready_at=ready_at, finish_after=own_ready, scratch_slot=scratch_slot)[0]
 
     def all_reduce(self, tensor: torch.Tensor, *, ready: torch.cuda.Event | None = None):
         relay = self._relay(tensor)
         w, rank = relay.world, relay.rank
         flat = tensor.view(-1)
         n = flat.numel()
-        parts = relay.scratch(w * n, flat.dtype).view(w, n)
+        scratch, scratch_slot = relay.scratch(w * n, flat.dtype)
+        parts = scratch.view(w, n)
         messages = []
         for lo, hi in relay.pieces(n, flat.dtype):
             size = hi - lo
@@ -526,7 +557,8 @@ class HostStagedTransport:
             parts[rank].copy_(flat)
             torch.sum(parts, dim=0, out=flat)
 
-        return relay.post(messages, flat, finish=reduce, what="host-staged all-reduce", ready=ready)
+        return relay.post_marked(messages, flat, finish=reduce, what="host-staged all-reduce", ready=ready,
+                                 scratch_slot=scratch_slot)[0]
 
     def exchange(self, sends, recvs):
         raise ValueError("transport='host_staged' carries whole collectives, not peer-to-peer ring steps; use "

@@ -83,6 +83,13 @@ def _check(result: int, what: str) -> None:
                            f"(HOCKET_HOST_STAGE_SIGNAL=host for the host-staged relay)")
 
 
+@functools.lru_cache(maxsize=256)
+def _handle(cuda_stream: int) -> ctypes.c_void_p:
+    """The driver handle of a stream (``torch.cuda.Stream.cuda_stream``), made once per stream: the
+    relay issues several memory operations per message on the same few streams."""
+    return ctypes.c_void_p(cuda_stream)
+
+
 def device_pointer(host_ptr: int) -> int:
     """The device address of registered (``HOST_REGISTER_FLAGS``) host memory at ``host_ptr``; the
     calling thread must have the device's context current (any torch CUDA call on it does that)."""
@@ -101,14 +108,15 @@ def _check_value(value: int) -> int:
 def wait_value_geq(stream: torch.cuda.Stream, address: int, value: int) -> None:
     """Work enqueued on ``stream`` after this starts once the 32-bit word at device ``address`` is >=
     ``value`` (sequence-number comparison). Unbounded: the caller must arrange a release."""
-    _check(_driver()["cuStreamWaitValue32"](ctypes.c_void_p(stream.cuda_stream), address,
-                                            _check_value(value), WAIT_GEQ),
-           f"cuStreamWaitValue32(address 0x{address:x}, >= {value})")
+    result = _driver()["cuStreamWaitValue32"](_handle(stream.cuda_stream), address, _check_value(value), WAIT_GEQ)
+    if result:  # the message only on failure: this runs several times per relay message
+        _check(result, f"cuStreamWaitValue32(address 0x{address:x}, >= {value})")
 
 
 def write_value(stream: torch.cuda.Stream, address: int, value: int) -> None:
     """Write ``value`` to the 32-bit word at device ``address`` once ``stream``'s earlier work is done
     (after a system-wide fence)."""
-    _check(_driver()["cuStreamWriteValue32"](ctypes.c_void_p(stream.cuda_stream), address,
-                                             _check_value(value), WRITE_DEFAULT),
-           f"cuStreamWriteValue32(address 0x{address:x}, {value})")
+    result = _driver()["cuStreamWriteValue32"](_handle(stream.cuda_stream), address, _check_value(value),
+                                               WRITE_DEFAULT)
+    if result:
+        _check(result, f"cuStreamWriteValue32(address 0x{address:x}, {value})")

@@ -120,3 +120,29 @@ def test_each_later_piece_of_one_call_pays_its_bookkeeping(signal, split):
 
     assert issue(1000.0) - issue(0.0) == pytest.approx(7 * 1.0)
     assert issue(1000.0, calls="piece") == pytest.approx(issue(0.0, calls="piece"))
+
+
+def test_reduction_scratch_takes_turns_and_waits_for_the_call_that_used_it_last():
+    """The relay's reduction scratch: SCRATCH_RING buffers per (size, dtype), taken in turn; reusing one
+    makes the H2D stream wait for the end event of the call that used it before (stream-ordered)."""
+    from types import SimpleNamespace
+
+    from hocket.transport.host_relay import SCRATCH_RING, SCRATCH_SHAPES
+
+    waited = []
+    r = relay(slot_bytes=1 << 20)
+    r.device, r.watchdog, r._scratch = torch.device("cpu"), object(), {}
+    r.h2d = SimpleNamespace(wait_event=waited.append)
+    taken = []
+    for call in range(SCRATCH_RING + 1):
+        buf, slot = r.scratch(64, torch.float32)
+        slot[1] = f"end of call {call}"  # what post_marked records
+        taken.append(buf)
+    assert len({b.data_ptr() for b in taken[:SCRATCH_RING]}) == SCRATCH_RING  # distinct buffers in turn
+    assert taken[SCRATCH_RING].data_ptr() == taken[0].data_ptr()  # then the first again ...
+    assert waited == ["end of call 0"]  # ... once the call that used it has ended
+    other, _ = r.scratch(32, torch.float32)
+    assert other.numel() == 32 and len(r._scratch) == 2
+    for size in range(SCRATCH_SHAPES + 1):
+        r.scratch(100 + size, torch.bfloat16)
+    assert len(r._scratch) == SCRATCH_SHAPES and (64, torch.float32) not in r._scratch  # least recently used went

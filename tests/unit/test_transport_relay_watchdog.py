@@ -148,3 +148,30 @@ def test_stream_memop_values_must_fit_32_bits(value):
 def test_memops_are_reported_unavailable_without_cuda(monkeypatch):
     monkeypatch.setattr(stream_memops.torch.cuda, "is_available", lambda: False)
     assert stream_memops.available() is False
+
+
+def test_memops_pass_the_stream_handle_and_raise_only_on_a_driver_error(monkeypatch):
+    """The driver calls get the stream's handle, the address and the value; a nonzero CUresult becomes an
+    error naming the operation and the fix, a zero one nothing (no message is built per call)."""
+    from types import SimpleNamespace
+
+    calls, result = [], {"code": 0}
+
+    def fake(name):
+        def call(handle, address, value, flags):
+            calls.append((name, handle.value, address, value, flags))
+            return result["code"]
+        return call
+
+    monkeypatch.setattr(stream_memops, "_driver", lambda: {n: fake(n) for n in ("cuStreamWaitValue32",
+                                                                                "cuStreamWriteValue32")})
+    stream = SimpleNamespace(cuda_stream=0x1234)
+    stream_memops.wait_value_geq(stream, 0x100, 7)
+    stream_memops.write_value(stream, 0x104, 8)
+    assert calls == [("cuStreamWaitValue32", 0x1234, 0x100, 7, stream_memops.WAIT_GEQ),
+                     ("cuStreamWriteValue32", 0x1234, 0x104, 8, stream_memops.WRITE_DEFAULT)]
+    result["code"] = 801
+    with pytest.raises(RuntimeError, match=r"cuStreamWaitValue32\(address 0x100, >= 9\).*801.*HOCKET_HOST_STAGE_SIGNAL"):
+        stream_memops.wait_value_geq(stream, 0x100, 9)
+    with pytest.raises(RuntimeError, match=r"cuStreamWriteValue32\(address 0x104, 9\)"):
+        stream_memops.write_value(stream, 0x104, 9)

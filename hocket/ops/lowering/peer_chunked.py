@@ -117,7 +117,7 @@ def _local_first_gather_one_call(g: GatherMatmul, rt, pieces) -> tuple:
     its piece's last message. The gathered ``A`` (when asked for) is the call's output itself."""
     w, rank = g.world, g.rank
     stage = g.A_c.view(w, g.R, g.Kc) if g.A_c is not None else rt.ctx.buffer("local_first.ag", (w, g.R, g.Kc))
-    ready = torch.cuda.current_stream().record_event()
+    ready = torch.cuda.current_stream(g.local.device.index).record_event()
     g.compute_rows(rank, 0, g.R, g.local)
     landed = rt.transport.all_gather_split(stage, g.local, pieces, ready=ready, own_rows=g.A_c is not None)
     for (lo, hi), pending in zip(pieces, landed):
@@ -177,7 +177,7 @@ def _own_block_last_scatter_one_call(s: ScatterMatmul, reduce_op, rt, pieces):
     sum adds the own partial once it is done (no separate pass)."""
     w, rank = rt.world, rt.rank
     stage = rt.ctx.buffer("own_last.rs", (w, s.rows, s.cols))
-    cur = torch.cuda.current_stream()
+    cur = torch.cuda.current_stream(stage.device.index)
     written = []
     for lo, hi in pieces:
         for b in range(w):

@@ -28,6 +28,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from hocket.env import overridden
 from hocket.hardware import fingerprint, list_presets, load_cluster, load_preset, probe
 from hocket.plan.regret import planner_regret
 from hocket.plan.report import plan_label
@@ -90,27 +91,53 @@ def site_machine(record) -> tuple[str, str]:
     return record.site.key, str(hardware.get("hash", "unknown"))
 
 
-def one_protocol_per_site(records) -> tuple[list, dict[tuple[str, str], str], list[str]]:
-    """The lines to score, the peer protocol of each site (``site_machine`` key) that has copy-engine
-    lines, and notes. Where a site's copy-engine lines ran several protocols, the one of the line read
-    last is kept and the copy-engine lines of the others are left out (noted), so that the plan chosen
-    on prices of that protocol is looked up among lines of that protocol."""
-    from validate_cost import line_protocol  # sibling module, as in held_out_keys
-
+def one_mode_per_site(records, mode_of, what: str) -> tuple[list, dict[tuple[str, str], str], list[str]]:
+    """The lines to score, the mode (``mode_of(line)``: None where the line has none) of each site
+    (``site_machine`` key) that has lines with one, and notes. Where a site's lines ran several modes, the
+    one of the line read last is kept and the lines of the others are left out (noted), so that the plan
+    chosen on prices of that mode is looked up among lines of that mode."""
     seen: dict[tuple[str, str], list[str]] = {}
     for r in records:
-        protocol = line_protocol(r)
-        if protocol is not None:
-            seen.setdefault(site_machine(r), []).append(protocol)
+        mode = mode_of(r)
+        if mode is not None:
+            seen.setdefault(site_machine(r), []).append(mode)
     chosen = {key: ran[-1] for key, ran in seen.items()}
-    kept = [r for r in records if line_protocol(r) in (None, chosen.get(site_machine(r)))]
+    kept = [r for r in records if mode_of(r) in (None, chosen.get(site_machine(r)))]
     notes = []
     for key, ran in seen.items():
         if len(set(ran)) > 1:
-            left = sum(p != chosen[key] for p in ran)
-            notes.append(f"{key[0]} on hardware {key[1]}: copy-engine lines of protocols {sorted(set(ran))}; "
+            left = sum(m != chosen[key] for m in ran)
+            notes.append(f"{key[0]} on hardware {key[1]}: {what} lines of {sorted(set(ran))}; "
                          f"scored with {chosen[key]} (the newest line's), {left} lines of the others left out")
     return kept, chosen, notes
+
+
+def one_protocol_per_site(records) -> tuple[list, dict[tuple[str, str], str], list[str]]:
+    """:func:`one_mode_per_site` for the copy-engine peer protocol (``validate_cost.line_protocol``)."""
+    from validate_cost import line_protocol  # sibling module, as in held_out_keys
+
+    return one_mode_per_site(records, line_protocol, "copy-engine")
+
+
+def one_relay_calls_per_site(records) -> tuple[list, dict[tuple[str, str], str], list[str]]:
+    """:func:`one_mode_per_site` for how the relay lines' pipelines called the relay
+    (``HOCKET_HOST_STAGE_CALLS``: ``validate_cost.line_calls``; ``piece`` for every line before run34)."""
+    from validate_cost import line_calls  # sibling module, as in held_out_keys
+
+    return one_mode_per_site(records, line_calls, "host-staged (relay calls)")
+
+
+def with_relay_calls(calls: str | None, cost):
+    """``cost`` pricing every plan under ``HOCKET_HOST_STAGE_CALLS=calls`` (restored after each call);
+    ``cost`` itself for None."""
+    if calls is None:
+        return cost
+
+    def priced(site, plan):
+        with overridden({"HOCKET_HOST_STAGE_CALLS": calls}):
+            return cost(site, plan)
+
+    return priced
 
 
 def with_protocol(protocol: str | None, cost):
@@ -131,10 +158,12 @@ class ClusterFinder:
     """Hardware fingerprint of a results line -> a CostFn on the matching ClusterSpec (pricing copy-engine
     plans with the peer protocol of the line's site: ``protocols``, keyed by ``site_machine``)."""
 
-    def __init__(self, forced: str | None, profile: object = None, protocols: dict | None = None) -> None:
+    def __init__(self, forced: str | None, profile: object = None, protocols: dict | None = None,
+                 relay_calls: dict | None = None) -> None:
         self.forced = load_cluster(forced) if forced else None
         self.profile = profile
         self.protocols = dict(protocols or {})
+        self.relay_calls = dict(relay_calls or {})
         self._by_shape: dict[str, object] = {}
         self._costs: dict[tuple, object] = {}
 
@@ -174,10 +203,11 @@ class ClusterFinder:
         profile = self.profile_for(record)
         steady = steady_line(record)
         protocol = self.protocols.get(site_machine(record))
-        key = (id(cluster), id(profile), steady, protocol)
+        calls = self.relay_calls.get(site_machine(record))
+        key = (id(cluster), id(profile), steady, protocol, calls)
         if key not in self._costs:
             cost = through_host(cluster, predict_cost_fn(cluster, profile, steady_state=steady))
-            self._costs[key] = with_protocol(protocol, cost)
+            self._costs[key] = with_relay_calls(calls, with_protocol(protocol, cost))
         return self._costs[key]
 
     def uncertainty_for(self, record):
@@ -243,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
 
     records, skipped = read_current(paths, all_relays=args.all_relays, strict=bool(args.paths))
     records, protocols, protocol_notes = one_protocol_per_site(records)
-    skipped += protocol_notes
+    records, relay_calls, calls_notes = one_relay_calls_per_site(records)
+    skipped += protocol_notes + calls_notes
     if not records:
         print(f"no results lines found in {', '.join(map(str, paths)) or RESULTS}; run `hocket bench ... --out` first")
         return 0
@@ -252,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         from hocket.hardware.profile import load_profile
 
         profile = load_profile(args.profile, expected=None)
-    finder = ClusterFinder(args.cluster, profile, protocols)
+    finder = ClusterFinder(args.cluster, profile, protocols, relay_calls)
     rows, notes = planner_regret(records, finder.cost_for, top_k=args.top_k, margin=args.margin,
                                  uncertainty_for=None if args.no_uncertainty else finder.uncertainty_for)
     if args.holdout != "all":

@@ -139,8 +139,8 @@ def line_signal(record) -> str | None:
 def line_calls(record) -> str | None:
     """How a multi-rank host_staged line's own-data-first pipeline called the relay
     (``run.host_stage_calls``; ``"piece"``, one call per piece, for lines written before the field
-    existed: runs 1-33), None for every other line."""
-    if not is_relay_line(record):
+    existed: runs 1-33), None for every other line (the flag changes only those pipelines)."""
+    if not is_relay_line(record) or record.plan.strategy != "chunked" or record.plan.order != "local_first":
         return None
     run = record.run if isinstance(record.run, dict) else {}
     return run.get("host_stage_calls") or "piece"
@@ -150,7 +150,9 @@ def line_calls(record) -> str | None:
 def priced_as_ran(record) -> Iterator[None]:
     """Price ``record``'s plan with the copy-engine protocol and the relay signalling and calls it ran."""
     signal, calls = line_signal(record), line_calls(record)
-    relay = {"HOCKET_HOST_STAGE_SIGNAL": signal, "HOCKET_HOST_STAGE_CALLS": calls} if signal else {}
+    relay = {"HOCKET_HOST_STAGE_SIGNAL": signal} if signal else {}
+    if calls:
+        relay["HOCKET_HOST_STAGE_CALLS"] = calls
     with priced_with_protocol(line_protocol(record)), overridden(relay):
         yield
 

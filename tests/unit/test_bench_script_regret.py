@@ -176,3 +176,28 @@ def test_through_host_prices_nccl_as_host_staged_where_gpus_meet_through_host_me
     pr.through_host(load_preset("h200x2"), cost)(site, Plan(strategy="chunked", chunks=4))
     pr.through_host(load_preset("h200-host-staged"), cost)(site, Plan(strategy="ring", transport="p2p"))
     assert asked == ["host_staged", "collective", "p2p"]
+
+
+def test_relay_sites_are_scored_with_the_relay_calls_of_their_newest_line(monkeypatch):
+    """Host-staged lines written before ``run.host_stage_calls`` existed ran one relay call per piece;
+    a site whose newer lines ran one call per pipeline keeps those and prices every plan so."""
+    from hocket.cost import predict
+    from hocket.env import overridden
+
+    rng = random.Random(91)
+    site = Site(kind="ag_mm", m=8192, k=4096, n=1536, world=2, dtype="bf16")
+    plan = Plan(strategy="chunked", chunks=8, order="local_first", transport="host_staged")
+    base = baselines(rng)
+    lines = [record(site=site, plan=Plan(transport="host_staged"), median_ms=base.sequential_ms, base=base,
+                    cluster="h200-host-staged"),
+             record(site=site, plan=plan, median_ms=2.5, base=base, cluster="h200-host-staged"),  # per piece (old)
+             record(site=site, plan=plan, median_ms=1.2, base=base, cluster="h200-host-staged",
+                    run={"host_stage_calls": "one"})]
+    kept, calls, notes = pr.one_relay_calls_per_site(lines)
+    assert calls == {pr.site_machine(lines[0]): "one"}
+    assert kept == [lines[0], lines[2]] and len(notes) == 1 and "scored with one" in notes[0]  # sequential stays
+    monkeypatch.setenv("HOCKET_HOST_STAGE_CALLS", "piece")  # the caller's environment does not decide
+    finder = pr.ClusterFinder("h200-host-staged", None, {}, calls)
+    with overridden({"HOCKET_HOST_STAGE_CALLS": "one"}):
+        expected = predict(site, plan, load_preset("h200-host-staged"), steady_state=False).total_ms
+    assert finder.cost_for(lines[2])(site, plan) == pytest.approx(expected, rel=1e-9)

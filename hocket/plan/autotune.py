@@ -43,6 +43,9 @@ class AutotuneConfig:
     """measured saving over sequential a plan needs to be chosen."""
     reps: int = 1
     """calls back to back per timed sample (``hocket.bench.timer``): > 1 times the steady state."""
+    extra_rounds: int = 2
+    """rounds more for the two front-runners while their quartile ranges overlap (the choice is then
+    decided by noise: on 2xH200 run36, 12 samples made a 19% slower plan look best on a noisy site)."""
     clear_win: bool = True
     """compare a plan's 75th percentile with sequential's 25th (not median with median): only a win the
     noise cannot explain is chosen (on a loaded 2-core machine, medians of 6 runs of a 3 ms site differed
@@ -50,7 +53,7 @@ class AutotuneConfig:
     4-7% faster in every other statistic (one slow sample in ten decides a p90)."""
 
     def __post_init__(self) -> None:
-        for name, low in (("top_k", 1), ("warmup", 0), ("iters", 1), ("rounds", 1), ("reps", 1)):
+        for name, low in (("top_k", 1), ("warmup", 0), ("iters", 1), ("rounds", 1), ("reps", 1), ("extra_rounds", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"AutotuneConfig.{name}={value!r} must be an int >= {low}")
@@ -149,6 +152,20 @@ def _judged_ms(samples: list[float], *, baseline: bool, clear_win: bool) -> floa
     return float(np.percentile(np.asarray(samples, dtype=np.float64), q))
 
 
+def _overlapping_front_runners(samples: dict[str, list[float]], plans: list[Plan]) -> list[str]:
+    """The two plans with the lowest median when their interquartile ranges overlap (which of them is
+    faster is still noise), else none."""
+    stats = {}
+    for plan in plans:
+        values = np.asarray(samples[plan.to_json()], dtype=np.float64)
+        stats[plan.to_json()] = (float(np.median(values)), float(np.percentile(values, 25)),
+                                 float(np.percentile(values, 75)))
+    if len(stats) < 2:
+        return []
+    first, second = sorted(stats, key=lambda name: stats[name][0])[:2]
+    return [first, second] if stats[first][2] >= stats[second][1] else []
+
+
 def autotune(site: Site, candidates: Sequence[Plan], make_runner: RunnerFactory, *, group=None,
              device="cpu", config: AutotuneConfig | None = None, cache: PlanCache | None = None,
              cache_key: str | None = None) -> AutotuneResult:
@@ -184,6 +201,16 @@ def autotune(site: Site, candidates: Sequence[Plan], make_runner: RunnerFactory,
     runners = {plan.to_json(): make_runner(plan) for plan in plans}
     timing = TimingConfig(warmup=config.warmup, iters=config.iters, reps=config.reps)
     samples = interleaved_samples_ms(runners, config=timing, rounds=config.rounds, group=group, device=device)
+    per_round = TimingConfig(warmup=0, iters=max(1, -(-config.iters // config.rounds)), reps=config.reps)
+    for _ in range(config.extra_rounds):
+        contenders = _overlapping_front_runners(samples, plans) if is_root else None
+        contenders = broadcast_json(contenders, group=group, device=device)
+        if not contenders:
+            break
+        more = interleaved_samples_ms({name: runners[name] for name in contenders}, config=per_round, rounds=1,
+                                      group=group, device=device)
+        for name, values in more.items():
+            samples[name] += values
     timings = {name: summarize(values).median_ms for name, values in samples.items()}
     decision = None
     if is_root:

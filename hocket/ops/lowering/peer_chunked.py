@@ -120,12 +120,11 @@ def _local_first_gather_one_call(g: GatherMatmul, rt, pieces) -> tuple:
     ready = torch.cuda.current_stream(g.local.device.index).record_event()
     g.compute_rows(rank, 0, g.R, g.local)
     landed = rt.transport.all_gather_split(stage, g.local, pieces, ready=ready, own_rows=g.A_c is not None)
-    for (lo, hi), pending in zip(pieces, landed):
+    for (lo, hi), pending in zip(pieces, landed):  # the last one is the call's end (own rows in A too)
         pending.wait()
         for src in range(w):
             if src != rank:
                 g.compute_rows(src, lo, hi, stage[src, lo:hi])
-    landed[-1].wait()  # the call's end (this rank's own rows are in the gathered A too, when it is asked for)
     return g.finish()
 
 

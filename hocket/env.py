@@ -119,6 +119,15 @@ def host_stage_issue_thread() -> bool:
     return raw == "1"
 
 
+def _choice(name: str, choices: tuple[str, ...]) -> str:
+    """Environment variable ``name``: one of ``choices`` (case and spaces ignored), the first when unset
+    or empty; anything else is an error naming the variable, the value and the choices."""
+    raw = os.environ.get(name, "").strip().lower() or choices[0]
+    if raw not in choices:
+        raise ValueError(f"{name}={raw!r} must be one of {choices}")
+    return raw
+
+
 HOST_STAGE_SIGNALS = ("device", "host")
 
 
@@ -128,10 +137,7 @@ def host_stage_signal() -> str:
     the copy streams write and wait for sequence numbers in that buffer themselves (CUDA stream memory
     operations), so no thread waits for a peer; ``host``: the calling thread publishes and polls them
     and orders the streams with inter-process events (the relay of runs 5-20)."""
-    raw = os.environ.get("HOCKET_HOST_STAGE_SIGNAL", "device").strip().lower() or "device"
-    if raw not in HOST_STAGE_SIGNALS:
-        raise ValueError(f"HOCKET_HOST_STAGE_SIGNAL={raw!r} must be one of {HOST_STAGE_SIGNALS}")
-    return raw
+    return _choice("HOCKET_HOST_STAGE_SIGNAL", HOST_STAGE_SIGNALS)
 
 
 HOST_STAGE_PIPELINES = ("message", "batch")
@@ -144,10 +150,7 @@ def host_stage_pipeline() -> str:
     the call's ``finish`` (an all-reduce's sum overwrites what it sent) waits for this rank's own
     device-to-host copies. ``batch``: each batch of ``SLOTS`` messages is read only after this rank's
     own copies of that batch ended (the relay of runs 26-27: a pipeline of batches)."""
-    raw = os.environ.get("HOCKET_HOST_STAGE_PIPELINE", "message").strip().lower() or "message"
-    if raw not in HOST_STAGE_PIPELINES:
-        raise ValueError(f"HOCKET_HOST_STAGE_PIPELINE={raw!r} must be one of {HOST_STAGE_PIPELINES}")
-    return raw
+    return _choice("HOCKET_HOST_STAGE_PIPELINE", HOST_STAGE_PIPELINES)
 
 
 HOST_STAGE_CALLS = ("one", "piece")
@@ -160,10 +163,7 @@ def host_stage_calls() -> str:
     an event recorded after the piece's last message landed, a reduce-scatter's message waits on the
     GEMM of its piece, so the host pays one call however many pieces there are. ``piece``: one relay
     call per piece (runs 1-33; each call costs its own host time)."""
-    raw = os.environ.get("HOCKET_HOST_STAGE_CALLS", "one").strip().lower() or "one"
-    if raw not in HOST_STAGE_CALLS:
-        raise ValueError(f"HOCKET_HOST_STAGE_CALLS={raw!r} must be one of {HOST_STAGE_CALLS}")
-    return raw
+    return _choice("HOCKET_HOST_STAGE_CALLS", HOST_STAGE_CALLS)
 
 
 def host_stage_slots() -> int:

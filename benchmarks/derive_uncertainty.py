@@ -14,7 +14,13 @@ constant is the ``--percentile`` (default 75th) of ``e``, floored at 0 (a class 
 model over-prices keeps no allowance) and capped below ``max_error``. Classes without
 a calibration point keep the constant in the module (said so in the output).
 
-  python benchmarks/derive_uncertainty.py --profile benchmarks/results/calibration/h200x2-nccl-full.json
+  python benchmarks/derive_uncertainty.py --lease-profiles --profile benchmarks/results/calibration/h200x2-nccl-full.json
+
+``--lease-profiles`` prices each results file with the profile ``hocket calibrate`` measured on its
+own lease (``validate_cost.lease_profile_path``) where it kept one, ``--profile`` elsewhere. A plan
+whose profile did not measure its class (``hocket.plan.uncertainty.calibrated_classes``: e.g. a relay
+between ranks priced without the relay's curve) does not count toward the constant; those plans'
+percentile is printed apart (``DEFAULT_UNCALIBRATED_REL_ERROR``).
 
 A copy-engine ``chunked`` line is priced with the peer protocol it ran (validate_cost.line_protocol).
 Predictions use the profile alone (as the planner does on that machine), never the
@@ -31,9 +37,10 @@ from hocket.cost import predict
 from hocket.cost.calibration import calibration_view
 from hocket.hardware import load_cluster
 from hocket.hardware.profile import load_profile
-from hocket.plan.uncertainty import (DEFAULT_MAX_ERROR, DEFAULT_PER_PIECE_ERROR, DEFAULT_REL_ERROR, PLAN_CLASSES,
-                                     plan_class, plan_pieces)
-from validate_cost import (RESULTS, group_sites, line_label, machine_of, priced_as_ran,
+from hocket.plan.uncertainty import (DEFAULT_MAX_ERROR, DEFAULT_PER_PIECE_ERROR, DEFAULT_REL_ERROR,
+                                     DEFAULT_UNCALIBRATED_FACTOR, PLAN_CLASSES,
+                                     calibrated_classes, plan_class, plan_pieces)
+from validate_cost import (RESULTS, group_sites, lease_profile_path, line_label, machine_of, priced_as_ran,
                            profile_for, read_current, split_holdout)
 
 
@@ -63,9 +70,13 @@ def derive_constants(errors: dict[str, list[float]], q: float) -> dict[str, floa
     return derived
 
 
-def class_errors(groups, profiles, *, per_piece_error: float) -> tuple[dict[str, list[float]], list[str]]:
-    """Per plan class: the under-pricing ``e`` (module doc) of every priced plan of ``groups``."""
+def class_errors(groups, profiles, *, per_piece_error: float
+                 ) -> tuple[dict[str, list[float]], dict[str, list[float]], list[str]]:
+    """Per plan class: the under-pricing ``e`` (module doc) of every priced plan of ``groups`` whose
+    profile measured that class (``calibrated_classes``; every plan without profiles), and of those
+    whose profile did not (what ``DEFAULT_UNCALIBRATED_REL_ERROR`` is derived from)."""
     errors: dict[str, list[float]] = {c: [] for c in PLAN_CLASSES if c != "sequential"}
+    uncalibrated: dict[str, list[float]] = {}
     notes: list[str] = []
     for g in groups:
         profile = profile_for(machine_of(g), profiles)
@@ -85,6 +96,7 @@ def class_errors(groups, profiles, *, per_piece_error: float) -> tuple[dict[str,
             cls = plan_class(plan)
             if cls == "sequential":
                 continue
+            measured_class = profile is None or cls in calibrated_classes(profile, g.site.world)
             try:
                 with priced_as_ran(r):  # the copy-engine protocol and relay signalling the line ran
                     predicted = predict(g.site, plan, g.cluster, view, steady_state=g.steady).total_ms
@@ -92,8 +104,9 @@ def class_errors(groups, profiles, *, per_piece_error: float) -> tuple[dict[str,
                 notes.append(f"{g.site.key} {line_label(r)}: not priced: {str(exc)[:120]}")
                 continue
             ratio = (r.median_ms / measured_seq) / (predicted / predicted_seq)
-            errors[cls].append(ratio - 1.0 - per_piece_error * (plan_pieces(plan) - 1))
-    return errors, notes
+            e = ratio - 1.0 - per_piece_error * (plan_pieces(plan) - 1)
+            (errors[cls] if measured_class else uncalibrated.setdefault(cls, [])).append(e)
+    return errors, uncalibrated, notes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,17 +115,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="append", default=[], help="machine calibration profile (repeatable)")
     parser.add_argument("--cluster", default=None, help="cluster preset or YAML every line was measured on")
     parser.add_argument("--percentile", type=float, default=75.0, help="percentile of e per class (default 75)")
+    parser.add_argument("--lease-profiles", action="store_true",
+                        help="price each results file with the profile calibrated on its own lease "
+                             "(validate_cost.lease_profile_path) where it left one; --profile for the rest")
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
-    records, read_notes = read_current(paths)
-    for note in read_notes:
-        print(f"note: {note}")
-    groups, notes = group_sites(records, load_cluster(args.cluster) if args.cluster else None)
-    calibration, held_out = split_holdout(groups, 1 / 3)
-    profiles = [p for p in (load_profile(path, expected=None) for path in args.profile) if p is not None]
-    errors, more = class_errors(calibration, profiles, per_piece_error=DEFAULT_PER_PIECE_ERROR)
-    print(f"calibration site runs: {len(calibration)} (held-out runs left unread: {len(held_out)}); "
-          f"profiles: {', '.join(args.profile) or 'none'}; per-piece allowance {DEFAULT_PER_PIECE_ERROR}")
+    fallback = [p for p in (load_profile(path, expected=None) for path in args.profile) if p is not None]
+    batches: list[tuple[list[Path], list, str]] = []  # (files, profiles, profile names) priced together
+    rest = list(paths)
+    if args.lease_profiles:
+        rest = []
+        for path in paths:
+            lease = lease_profile_path(path)
+            profile = load_profile(lease, expected=None) if lease is not None else None
+            if profile is None:
+                rest.append(path)
+            else:
+                batches.append(([path], [profile], str(lease)))
+    if rest:
+        batches.append((rest, fallback, ", ".join(args.profile) or "none"))
+    errors: dict[str, list[float]] = {c: [] for c in PLAN_CLASSES if c != "sequential"}
+    uncalibrated: dict[str, list[float]] = {}
+    notes: list[str] = []
+    runs = held = 0
+    for files, profiles, names in batches:
+        records, read_notes = read_current(files)
+        notes += read_notes
+        groups, more = group_sites(records, load_cluster(args.cluster) if args.cluster else None)
+        calibration, held_out = split_holdout(groups, 1 / 3)
+        found, unmeasured, priced = class_errors(calibration, profiles, per_piece_error=DEFAULT_PER_PIECE_ERROR)
+        for cls, values in found.items():
+            errors.setdefault(cls, []).extend(values)
+        for cls, values in unmeasured.items():
+            uncalibrated.setdefault(cls, []).extend(values)
+        notes += more + priced
+        runs, held = runs + len(calibration), held + len(held_out)
+    print(f"calibration site runs: {runs} (held-out runs left unread: {held}); profiles: "
+          f"{'each lease its own where it left one, else ' if args.lease_profiles else ''}"
+          f"{', '.join(args.profile) or 'none'}; per-piece allowance {DEFAULT_PER_PIECE_ERROR}")
     print(f"{'class':<12} {'plans':>5} {'median e':>9} {f'p{args.percentile:g} e':>8} {'constant':>9} {'was':>6}")
     derived = derive_constants(errors, args.percentile)
     for cls, values in errors.items():
@@ -122,7 +162,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"{cls:<12} {0:>5} {'-':>9} {'-':>8} {derived[cls]:>9.2f} {DEFAULT_REL_ERROR[cls]:>6.2f}  (no points: kept)")
     print("DEFAULT_REL_ERROR = {" + ", ".join(f'"{c}": {derived[c]}' for c in PLAN_CLASSES) + "}")
-    for note in sorted(set(notes + more)):
+    if uncalibrated:
+        print(f"plans whose profile did not measure their class (the planner's error there: "
+              f"DEFAULT_UNCALIBRATED_REL_ERROR, else {DEFAULT_UNCALIBRATED_FACTOR} x the constant):")
+        for cls, values in sorted(uncalibrated.items()):
+            print(f"{cls:<12} {len(values):>5} {statistics.median(values):>+9.3f} "
+                  f"{percentile(values, args.percentile):>+8.3f} "
+                  f"{min(max(percentile(values, args.percentile), 0.0), DEFAULT_MAX_ERROR):>9.2f}")
+    for note in sorted(set(notes)):
         print(f"note: {note}")
     return 0
 

@@ -159,9 +159,11 @@ class ClusterFinder:
     plans with the peer protocol of the line's site: ``protocols``, keyed by ``site_machine``)."""
 
     def __init__(self, forced: str | None, profile: object = None, protocols: dict | None = None,
-                 relay_calls: dict | None = None) -> None:
+                 relay_calls: dict | None = None, lease_profiles: dict | None = None) -> None:
         self.forced = load_cluster(forced) if forced else None
         self.profile = profile
+        self.lease_profiles = dict(lease_profiles or {})
+        """``site_machine`` key -> the profile calibrated on the lease of that site's newest line"""
         self.protocols = dict(protocols or {})
         self.relay_calls = dict(relay_calls or {})
         self._by_shape: dict[str, object] = {}
@@ -184,8 +186,12 @@ class ClusterFinder:
         return self._by_shape[shape]
 
     def profile_for(self, record) -> object:
-        """``--profile`` for lines measured on the profile's device models, else None (an H200
+        """The profile of the lease of the site's newest line (``lease_profiles``) where it kept one,
+        else ``--profile`` for lines measured on the profile's device models, else None (an H200
         profile says nothing about CPU ranks)."""
+        lease = self.lease_profiles.get(site_machine(record))
+        if lease is not None:
+            return lease
         if self.profile is None:
             return None
         hardware = record.hardware if isinstance(record.hardware, dict) else {}
@@ -211,7 +217,25 @@ class ClusterFinder:
         return self._costs[key]
 
     def uncertainty_for(self, record):
-        return uncertainty_from_profile(self.profile_for(record))
+        return uncertainty_from_profile(self.profile_for(record), world=record.site.world)
+
+
+def newest_lease_profiles(paths) -> dict[tuple[str, str], object]:
+    """``site_machine`` key -> the calibration profile of the lease (``validate_cost.lease_profile_path``)
+    of the site's last line in ``paths`` (read in order), for the sites whose newest line's lease kept one."""
+    from validate_cost import lease_profile_path, read_current  # sibling module, as in held_out_keys
+    from hocket.hardware.profile import load_profile
+
+    loaded: dict[Path, object] = {}
+    newest: dict[tuple[str, str], object] = {}
+    for path in paths:
+        lease = lease_profile_path(path)
+        if lease is not None and lease not in loaded:
+            loaded[lease] = load_profile(lease, expected=None)
+        for r in read_current([path])[0]:
+            key = site_machine(r)
+            newest[key] = loaded.get(lease) if lease is not None else None
+    return {key: profile for key, profile in newest.items() if profile is not None}
 
 
 def protocol_label(plan, protocol: str | None) -> str:
@@ -266,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all-relays", action="store_true",
                         help="also score host_staged lines of earlier relays (validate_cost.py's CURRENT_RELAY "
                              "rule; by default they are skipped: no executor runs them any more)")
+    parser.add_argument("--lease-profiles", action="store_true",
+                        help="price each site with the profile calibrated on the lease of its newest line "
+                             "(validate_cost.lease_profile_path) where that lease kept one; --profile elsewhere")
     parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
@@ -283,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         from hocket.hardware.profile import load_profile
 
         profile = load_profile(args.profile, expected=None)
-    finder = ClusterFinder(args.cluster, profile, protocols, relay_calls)
+    leases = newest_lease_profiles(paths) if args.lease_profiles else {}
+    finder = ClusterFinder(args.cluster, profile, protocols, relay_calls, leases)
     rows, notes = planner_regret(records, finder.cost_for, top_k=args.top_k, margin=args.margin,
                                  uncertainty_for=None if args.no_uncertainty else finder.uncertainty_for)
     if args.holdout != "all":
@@ -291,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if (r.site.key in held) == (args.holdout == "held-out")]
     allowance = ("no model-error allowance" if args.no_uncertainty else
                  "model-error allowance per plan class (hocket.plan.uncertainty; larger where no profile applies)")
-    print(f"prediction alone: margin {args.margin:.0%}, {allowance}; profile: {args.profile or 'none'} "
+    where = (f"the newest line's lease's where it kept one ({len(leases)} sites), else " if args.lease_profiles else "")
+    print(f"prediction alone: margin {args.margin:.0%}, {allowance}; profile: {where}{args.profile or 'none'} "
           f"(for lines of its device models); sites: {args.holdout}")
     header = (f"{'site':<34} {'n':>3} {'best':<22} {'best ms':>9} {'predicted':<22} {'regret':>6} {'vs seq':>6} "
               f"{'tuned':<22} {'regret':>6} {'vs seq':>6} {'noise':>6}")

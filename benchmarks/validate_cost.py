@@ -579,6 +579,25 @@ def profile_for(machine: str, profiles: list[CalibrationProfile]) -> Calibration
     return None
 
 
+LEASE_PROFILES = (("host_staged", "profile_host.json"), ("", "profile.json"))
+"""Which profile beside a results file was calibrated in the same lease for it: a file whose name holds
+``host_staged`` (the slow-link phase of ``benchmarks/run_multigpu.sh``, NCCL with ``NCCL_P2P_DISABLE=1``)
+reads ``profile_host.json`` (``PHASES=calibrate_host``); any other reads ``profile.json``
+(``PHASES=calibrate``). The first entry whose name part the file's name holds decides."""
+
+
+def lease_profile_path(results: Path | str) -> Path | None:
+    """The calibration profile measured on the same lease as the results file ``results`` (its folder,
+    ``LEASE_PROFILES``), or None when that lease left none: what ``hocket plan`` would have priced with
+    had it run there after ``hocket calibrate``."""
+    results = Path(results)
+    for part, name in LEASE_PROFILES:
+        if part in results.name:
+            candidate = results.parent / name
+            return candidate if candidate.is_file() else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", help="results JSON-lines files (default: every *.jsonl under results/)")

@@ -230,13 +230,14 @@ class SearchConfig:
             raise ValueError(f"SearchConfig.chunk_patience={self.chunk_patience!r} must be an int >= 1")
 
 
-def resolve_uncertainty(config: SearchConfig, profile: object = None) -> Uncertainty:
-    """The Uncertainty ``config`` asks for, given the calibration profile predictions use."""
+def resolve_uncertainty(config: SearchConfig, profile: object = None, *, world: int = 1) -> Uncertainty:
+    """The Uncertainty ``config`` asks for, given the calibration profile predictions use and the
+    site's rank count ``world``."""
     if config.uncertainty is None:
         return NO_UNCERTAINTY
     if isinstance(config.uncertainty, Uncertainty):
         return config.uncertainty
-    return uncertainty_from_profile(profile)
+    return uncertainty_from_profile(profile, world=world)
 
 
 def family_key(plan: Plan) -> tuple:
@@ -296,7 +297,7 @@ def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | Non
     """Price the candidates of ``space`` with ``cost_fn`` and select (``profile``: the
     calibration profile ``cost_fn`` predicts with; it decides which classes count as measured)."""
     config = config or SearchConfig()
-    uncertainty = resolve_uncertainty(config, profile)
+    uncertainty = resolve_uncertainty(config, profile, world=space.site.world)
     priced, skipped = _price(space, cost_fn, config)
     priced, skipped = drop_unmodelled_splits(priced, skipped)
     chosen, chosen_ms, ranked = select(priced, baseline=space.baseline, margin=config.margin,

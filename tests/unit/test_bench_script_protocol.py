@@ -159,8 +159,8 @@ def test_derive_uncertainty_prices_each_line_with_its_protocol(monkeypatch):
                     run={"peer_protocol": "put"})]
     groups, _ = vc.group_sites(lines, None)
     monkeypatch.setenv(ENV, "pull")
-    errors, notes = du.class_errors(groups, [], per_piece_error=DEFAULT_PER_PIECE_ERROR)
-    assert os.environ[ENV] == "pull" and not notes
+    errors, uncalibrated, notes = du.class_errors(groups, [], per_piece_error=DEFAULT_PER_PIECE_ERROR)
+    assert os.environ[ENV] == "pull" and not notes and not uncalibrated
     allowance = DEFAULT_PER_PIECE_ERROR * (plan_pieces(PEER_ONE) - 1)
     expected = [(r.median_ms / base.sequential_ms) / (prices[p] / seq_price) - 1.0 - allowance
                 for r, p in ((lines[1], "push"), (lines[2], "put"))]

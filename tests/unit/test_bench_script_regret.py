@@ -201,3 +201,26 @@ def test_relay_sites_are_scored_with_the_relay_calls_of_their_newest_line(monkey
     with overridden({"HOCKET_HOST_STAGE_CALLS": "one"}):
         expected = predict(site, plan, load_preset("h200-host-staged"), steady_state=False).total_ms
     assert finder.cost_for(lines[2])(site, plan) == pytest.approx(expected, rel=1e-9)
+
+
+def test_lease_profiles_follow_the_lease_of_each_sites_newest_line(tmp_path):
+    from hocket.hardware.profile import CalibrationProfile, CurvePoint, save_profile
+
+    rng = random.Random(26)
+    site, other = _site(rng), _site(rng)
+    base = baselines(rng)
+    runs = tmp_path / "h200x2"
+    old = write(runs / "run41" / "bench_multigpu_nvlink.jsonl",
+                [record(site=s, plan=SEQ, median_ms=base.sequential_ms, base=base) for s in (site, other)])
+    new = write(runs / "run42" / "bench_multigpu_nvlink.jsonl",
+                [record(site=site, plan=SEQ, median_ms=base.sequential_ms, base=base)])
+    save_profile(CalibrationProfile(fingerprint="lease41", p2p=(CurvePoint(bytes=1 << 20, ms=0.3),)),
+                 path=runs / "run41" / "profile.json")
+    key, other_key = (pr.site_machine(record(site=s, plan=SEQ, median_ms=1.0, base=base)) for s in (site, other))
+    leases = pr.newest_lease_profiles([old, new])
+    # site's newest line is run42's, whose lease kept no profile; the other site's lease did
+    assert key not in leases and leases[other_key].fingerprint == "lease41"
+    leases = pr.newest_lease_profiles([new, old])  # read in this order, run41's line is the newest
+    assert leases[key].fingerprint == "lease41"
+    finder = pr.ClusterFinder(None, None, lease_profiles=leases)
+    assert finder.profile_for(record(site=site, plan=SEQ, median_ms=1.0, base=base)).fingerprint == "lease41"

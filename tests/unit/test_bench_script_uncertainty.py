@@ -90,10 +90,10 @@ def test_class_errors_recover_the_planted_errors_and_note_unpriced_plans():
     lines += [record(site=staged_site, plan=p, median_ms=base.sequential_ms, base=base, cluster="h200-host-staged")
               for p in (SEQ, BY_CLASS["ring"])]  # p2p is not offered through host memory: not priced
     groups, _ = vc.group_sites(lines, None)
-    errors, notes = du.class_errors(groups, [], per_piece_error=DEFAULT_PER_PIECE_ERROR)
+    errors, uncalibrated, notes = du.class_errors(groups, [], per_piece_error=DEFAULT_PER_PIECE_ERROR)
     for cls, values in planted.items():
         assert sorted(errors[cls]) == pytest.approx(sorted(values), abs=1e-9)
-    assert errors["copy_engine"] == [] and errors["host_staged"] == []
+    assert errors["copy_engine"] == [] and errors["host_staged"] == [] and uncalibrated == {}
     assert any(staged_site.key in note and "not priced" in note for note in notes)
 
 
@@ -118,3 +118,64 @@ def test_main_derives_from_calibration_sites_only(tmp_path, capsys):
         assert float(derived[cls]) == pytest.approx(expected), cls
     assert float(derived["copy_engine"]) == DEFAULT_REL_ERROR["copy_engine"]
     assert re.search(r"copy_engine\s+0 .*\(no points: kept\)", out)
+
+
+def _relay_profile(tmp_path, *, relay: bool):
+    from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, save_profile
+
+    point = (CurvePoint(bytes=1 << 20, ms=0.05),)
+    profile = CalibrationProfile(fingerprint="toy", host_link=point, host_relay=point if relay else (),
+                                 contention={"host_link": ContentionPoint(gemm_slowdown=1.05, transfer_slowdown=1.1)})
+    return save_profile(profile, path=tmp_path / ("relay.json" if relay else "no_relay.json"))
+
+
+def _relay_lines(rng, sites):
+    staged = Plan(strategy="chunked", chunks=4, transport="host_staged", order="local_first")
+    lines = []
+    for site in sites:
+        base = baselines(rng)
+        lines += [record(site=site, plan=SEQ, median_ms=base.sequential_ms, base=base, cluster="h200-host-staged"),
+                  record(site=site, plan=staged, median_ms=base.sequential_ms * rng.uniform(0.6, 0.9), base=base,
+                         cluster="h200-host-staged")]
+    return lines
+
+
+def test_relay_points_of_a_profile_without_the_relay_curve_are_kept_apart(tmp_path):
+    from hocket.hardware.profile import load_profile
+
+    rng = random.Random(34)
+    groups, _ = vc.group_sites(_relay_lines(rng, _calibration_sites(rng, 3)), None)
+    for relay, measured, apart in ((True, 3, 0), (False, 0, 3)):
+        profile = load_profile(_relay_profile(tmp_path, relay=relay), expected=None)
+        errors, uncalibrated, _ = du.class_errors(groups, [profile], per_piece_error=DEFAULT_PER_PIECE_ERROR)
+        assert len(errors["host_staged"]) == measured
+        assert len(uncalibrated.get("host_staged", [])) == apart
+
+
+def test_lease_profiles_price_each_file_with_the_profile_of_its_lease(tmp_path, capsys):
+    rng = random.Random(35)
+    sites = _calibration_sites(rng, 4)
+    runs = tmp_path / "h200x2"  # folders of today's relay (validate_cost.CURRENT_RELAY_RUNS)
+    leased = write(runs / "run41" / "bench_multigpu_host_staged.jsonl", _relay_lines(rng, sites[:2]))
+    (runs / "run41" / "profile_host.json").write_text(_relay_profile(tmp_path, relay=False).read_text())
+    bare = write(runs / "run42" / "bench_multigpu_host_staged.jsonl", _relay_lines(rng, sites[2:]))
+    assert vc.lease_profile_path(leased) == runs / "run41" / "profile_host.json"
+    assert vc.lease_profile_path(bare) is None
+    assert du.main([str(leased), str(bare), "--lease-profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "each lease its own where it left one" in out
+    # run41's lease profile has no relay curve: its 2 plans count apart; run42 has none (presets): measured
+    assert re.search(r"^host_staged\s+2 ", out, re.M)
+    tail = out.split("did not measure their class")[1]
+    assert re.search(r"^host_staged\s+2 ", tail, re.M)
+    # without the flag neither file has a profile: all 4 plans count
+    assert du.main([str(leased), str(bare)]) == 0
+    assert re.search(r"^host_staged\s+4 ", capsys.readouterr().out, re.M)
+
+
+def test_lease_profile_path_reads_the_phase_of_the_file(tmp_path):
+    (tmp_path / "profile.json").write_text("{}")
+    assert vc.lease_profile_path(tmp_path / "bench_multigpu_nvlink.jsonl") == tmp_path / "profile.json"
+    assert vc.lease_profile_path(tmp_path / "bench_multigpu_host_staged.jsonl") is None  # profile_host.json missing
+    (tmp_path / "profile_host.json").write_text("{}")
+    assert vc.lease_profile_path(tmp_path / "bench_multigpu_host_staged.jsonl") == tmp_path / "profile_host.json"

@@ -104,3 +104,36 @@ def test_predicted_prices_carry_the_host_issue_time():
         priced = cost(site, plan)
         host = sum(s.duration_ms for s in pipeline_stages(site, plan, cluster) if s.is_issue)
         assert priced.host_ms == pytest.approx(host) and 0 < priced.host_ms <= float(priced)
+
+
+def _host_profile(*, relay: bool) -> CalibrationProfile:
+    point = (CurvePoint(bytes=1 << 20, ms=0.05),)
+    return CalibrationProfile(fingerprint="toy", host_link=point, host_relay=point if relay else (),
+                              contention={"host_link": ContentionPoint(gemm_slowdown=1.05, transfer_slowdown=1.1)})
+
+
+def test_a_relay_between_ranks_counts_as_measured_only_with_its_own_curve():
+    staged = CH4.with_(transport="host_staged")
+    without, with_relay = _host_profile(relay=False), _host_profile(relay=True)
+    # one device's host copies need only the host link; a relay between ranks also its own curve
+    assert "host_staged" in calibrated_classes(without, 1)
+    assert "host_staged" not in calibrated_classes(without, 2)
+    assert "host_staged" in calibrated_classes(with_relay, 2)
+    toy = Uncertainty(rel_error=TOY.rel_error, per_piece_error=0.01, uncalibrated_rel_error={"host_staged": 0.15})
+    # measured: the class constant plus three more pieces; not measured: the derived uncalibrated error instead
+    assert uncertainty_from_profile(with_relay, toy, world=2).error_of(staged) == pytest.approx(0.02 + 0.03)
+    assert uncertainty_from_profile(without, toy, world=2).error_of(staged) == pytest.approx(0.15 + 0.03)
+    assert uncertainty_from_profile(without, toy, world=1).error_of(staged) == pytest.approx(0.02 + 0.03)
+    # a class without a derived uncalibrated error keeps the factor
+    assert uncertainty_from_profile(without, toy, world=2).error_of(RING) == pytest.approx(0.20 * toy.uncalibrated_factor)
+    with pytest.raises(ValueError, match="world"):
+        calibrated_classes(with_relay, 0)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(uncalibrated_rel_error={"warp": 0.1}), "unknown class 'warp'"),
+    (dict(uncalibrated_rel_error={"host_staged": 1.2}), r"uncalibrated_rel_error\['host_staged'\]"),
+])
+def test_bad_uncalibrated_error_is_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Uncertainty(**kwargs)

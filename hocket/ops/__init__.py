@@ -8,6 +8,7 @@ any torch.distributed backend; ``plan=None`` lets hocket choose how to run them.
 from hocket.ops import _library  # noqa: F401  (registers the torch.ops.hocket custom ops)
 from hocket.ops.agreement import AgreementError, RankInputError
 from hocket.ops.all_gather_matmul import all_gather_matmul
+from hocket.ops.captured import CapturedCall
 from hocket.ops.context import close_contexts
 from hocket.ops.matmul_all_reduce import matmul_all_reduce
 from hocket.ops.matmul_reduce_scatter import matmul_reduce_scatter
@@ -18,7 +19,7 @@ from hocket.ops.tolerance import Tolerance, assert_close, max_error, tolerance
 from hocket.transport.pending import TransportError
 
 __all__ = [
-    "SUPPORTED", "AgreementError", "OffloadContext", "RankInputError", "Tolerance", "TransportError",
+    "SUPPORTED", "AgreementError", "CapturedCall", "OffloadContext", "RankInputError", "Tolerance", "TransportError",
     "all_gather_matmul", "assert_close", "choose_plan", "close_contexts", "close_offload_contexts",
     "matmul_all_reduce", "matmul_from_host", "matmul_reduce_scatter", "matmul_to_host", "max_error",
     "site_for_call", "tolerance",

@@ -21,11 +21,15 @@ their side of a message, so that each cross-process event wait refers to the rig
    ``landed`` events, copies (and reduces) their slots into the output, records
    ``consumed`` and publishes "read ``seq``".
 
-With ``HOCKET_HOST_STAGE_SIGNAL=device`` (default) no thread waits for a peer at all: the header's
-"sent"/"read" words are written by the copy streams themselves (``cuStreamWriteValue32`` after the
-copies, a system-wide fence first) and waited for by the peers' copy streams (``cuStreamWaitValue32``,
-done by the GPU's stream front end, no SM), so both steps above become stream-ordered and the
-launching thread only enqueues. Those waits have no timeout of their own: a
+With ``HOCKET_HOST_STAGE_SIGNAL=device`` (default) no thread waits for a peer at all: one header
+word per (sender, slot, reader) is set to 1 by the sender's D2H stream after its copy into the slot
+and reset to 0 by the reader's H2D stream after its copy out (``cuStreamWriteValue32``, a system-wide
+fence first); the reader waits for 1 and the sender, before it reuses the slot, for 0
+(``cuStreamWaitValue32``, done by the GPU's stream front end, no SM). Both steps above become
+stream-ordered, the launching thread only enqueues, and since every awaited or written value is a
+constant, a call captured in a CUDA graph (``hocket.graphs``) replays correctly, interleaved with
+eager calls as long as every rank makes the same calls and replays in the same order. Those waits
+have no timeout of their own: a
 :class:`~hocket.transport.relay_watchdog.RelayWatchdog` thread times out a call that does not finish
 within ``HOCKET_TIMEOUT_S``, writes values that release every wait, and makes the relay raise.
 ``HOCKET_HOST_STAGE_SIGNAL=host`` keeps the host handshake with IPC events described above.
@@ -39,6 +43,8 @@ every host wait is bounded by ``HOCKET_TIMEOUT_S``.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.distributed as dist
@@ -54,6 +60,8 @@ from hocket.transport.stream_pending import StreamPending
 from hocket.transport.stream_switch import on_stream
 
 SLOTS = 4
+RELEASE_S = 2.0
+"""How long the watchdog's release keeps every wait of a timed-out relay satisfied while its streams drain."""
 SCRATCH_RING = 2
 """reduction scratch buffers a relay keeps per (size, dtype): the calls in flight take turns on them"""
 SCRATCH_SHAPES = 4
@@ -80,7 +88,7 @@ class HostRelay:
         dist.broadcast_object_list(token, src=group.ranks[0], group=group.pg)
         if self.rank == 0:
             self.buf = SharedHostBuffer.create(token[0], nbytes=self.world * slots * slot_bytes,
-                                               num_chunks=2 * self.world)
+                                               num_chunks=max(2 * self.world, self.world * slots * self.world))
         dist.barrier(group=group.pg, device_ids=[device.index])
         if self.rank != 0:
             self.buf = SharedHostBuffer.attach(token[0])
@@ -117,31 +125,49 @@ class HostRelay:
                                "driver with cuStreamWaitValue32), which this process cannot issue; set "
                                "HOCKET_HOST_STAGE_SIGNAL=host")
         with torch.cuda.device(self.device):
-            self._word = [stream_memops.device_pointer(self.buf.ready_word_ptr(c)) for c in range(2 * self.world)]
+            self._word = [stream_memops.device_pointer(self.buf.ready_word_ptr(c)) for c in range(self.buf.num_chunks)]
         self.watchdog = RelayWatchdog(
             name=f"host relay of group {group_name!r} on {self.device}", timeout_s=env.wait_timeout_s(),
             release=self._release_waits, describe=self._lagging,
             on_start=lambda: torch.cuda.set_device(self.device)).start()
 
+    def flag(self, sender: int, k: int, receiver: int) -> int:
+        """The header word of slot ``k`` of ``sender`` as read by ``receiver`` (device signals): 1 once the
+        sender's copy into the slot landed, 0 once the receiver copied it out."""
+        return (sender * self.slots + k) * self.world + receiver
+
     def _release_waits(self) -> None:
-        """Satisfy every stream wait of this relay (the watchdog's last resort): each peer's "sent" and
-        "read" words jump far ahead of any sequence number this relay will reach before it raises."""
-        for p in range(self.world):
-            if p != self.rank:
-                for chunk in (p, self.world + p):
-                    self.buf.publish(chunk, (self.buf.ready_value(chunk) + 2**30) % 2**31)
+        """Satisfy every stream wait of this relay (the watchdog's last resort): until this rank's copy
+        streams have drained (at most ``RELEASE_S``), keep every slot this rank sends through marked
+        read and every slot it receives from marked written, so each wait they reach passes."""
+        deadline = time.monotonic() + RELEASE_S
+        peers = [p for p in range(self.world) if p != self.rank]
+        while True:
+            for p in peers:
+                for k in range(self.slots):
+                    self.buf.publish(self.flag(self.rank, k, p), 0)
+                    self.buf.publish(self.flag(p, k, self.rank), 1)
+            if all(s.query() for s in (self.d2h, self.h2d, self.fin)) or time.monotonic() > deadline:
+                return
+            time.sleep(1e-3)
 
     def _lagging(self) -> str:
-        """Which peer's counters lag this rank's (for the watchdog's error)."""
-        w = self.world
-        parts = [f"rank {p} sent {self.buf.ready_value(p)}, read {self.buf.ready_value(w + p)}"
-                 for p in range(w) if p != self.rank]
-        return f"this rank (rank {self.rank}) is at message {self.seq}; " + "; ".join(parts)
+        """The slots' flags (for the watchdog's error): which sends a peer has not read, and which
+        receives it has not written."""
+        unread, unwritten = [], []
+        for p in range(self.world):
+            if p != self.rank:
+                unread += [f"{k}->{p}" for k in range(self.slots) if self.buf.ready_value(self.flag(self.rank, k, p))]
+                unwritten += [f"{p}->{k}" for k in range(self.slots) if not self.buf.ready_value(self.flag(p, k, self.rank))]
+        return (f"this rank (rank {self.rank}) is at message {self.seq}; its slots still unread by a peer: "
+                f"{', '.join(unread) or 'none'}; peer slots (rank->slot) not written: {', '.join(unwritten) or 'none'}")
 
     def _post_on_device(self, messages, finish, ready: torch.cuda.Event, ready_at=None,
                         marks=()) -> tuple[torch.cuda.Event, dict[int, torch.cuda.Event]]:
-        """Enqueue ``messages`` (see :meth:`message`) with stream-written and stream-awaited sequence
-        numbers, in batches of at most ``SLOTS`` messages: a batch's device-to-host sides on the D2H
+        """Enqueue ``messages`` (see :meth:`message`) with stream-written and stream-awaited slot flags
+        (:meth:`flag`: the sender's D2H stream waits until every reader reset the slot's flags to 0,
+        copies, sets them to 1; a reader's H2D stream waits for 1, copies, resets to 0. Every value is a
+        constant, so a call captured in a CUDA graph replays correctly), in batches of at most ``SLOTS`` messages: a batch's device-to-host sides on the D2H
         stream, then its host-to-device sides on the H2D stream (one stream switch each). Receives only
         write device scratch or outputs that are not sent, so with ``HOCKET_HOST_STAGE_PIPELINE=message``
         (default) only ``finish()`` (an all-reduce's sum overwrites what it sent) waits for this rank's
@@ -159,6 +185,7 @@ class HostRelay:
         marked: dict[int, torch.cuda.Event] = {}
         self.d2h.wait_event(ready)
         self.h2d.wait_event(ready)
+        flag = self.flag
         for start in range(0, len(messages), self.slots):
             batch = messages[start:start + self.slots]
             first = self.seq + 1
@@ -167,21 +194,22 @@ class HostRelay:
                     if ready_at and index in ready_at:
                         self.d2h.wait_event(ready_at[index])
                     self.seq += 1
-                    seq, k = self.seq, self.seq % self.slots
-                    if seq > self.slots:  # every peer has read this slot's previous message out of every rank's slot
-                        for p in peers:
-                            stream_memops.wait_value_geq(self.d2h, words[w + p], seq - self.slots)
+                    k = self.seq % self.slots
+                    for p in peers:  # every peer has read this slot's previous message
+                        stream_memops.wait_value_eq(self.d2h, words[flag(rank, k, p)], 0)
                     send(lambda dtype, k=k: self.slot(rank, k, dtype))
-                    stream_memops.write_value(self.d2h, words[rank], seq)
+                    for p in peers:
+                        stream_memops.write_value(self.d2h, words[flag(rank, k, p)], 1)
                 if per_batch:
                     self.h2d.wait_event(self.d2h.record_event())
             with on_stream(self.h2d):
                 for seq, (_, receive) in enumerate(batch, start=first):
                     k = seq % self.slots
                     for p in peers:
-                        stream_memops.wait_value_geq(self.h2d, words[p], seq)
+                        stream_memops.wait_value_eq(self.h2d, words[flag(p, k, rank)], 1)
                     receive(lambda r, dtype, k=k: self.slot(r, k, dtype))
-                    stream_memops.write_value(self.h2d, words[w + rank], seq)
+                    for p in peers:
+                        stream_memops.write_value(self.h2d, words[flag(p, k, rank)], 0)
                     if seq - first + start in marks:
                         marked[seq - first + start] = self.h2d.record_event()
         with on_stream(self.h2d):
@@ -261,6 +289,12 @@ class HostRelay:
         marks = tuple(marks)
         if finish is not None and finish_after is not None:
             finish = _after(finish_after, finish)
+        capturing = _capturing(self.device)
+        if capturing and (self.watchdog is None or env.host_stage_issue_thread()):
+            raise RuntimeError(f"a {what} is being captured in a CUDA graph, which needs the relay's device "
+                               f"signals on the calling thread: set HOCKET_HOST_STAGE_SIGNAL=device and "
+                               f"HOCKET_HOST_STAGE_THREAD=0 (now {env.host_stage_signal()!r} and "
+                               f"{int(env.host_stage_issue_thread())}), or call it outside the capture")
         if self.watchdog is not None:
             self.watchdog.check()
         if ready is None:
@@ -271,9 +305,12 @@ class HostRelay:
                 t.record_stream(stream)
         if self.watchdog is not None:  # nothing waits on the host: enqueue here, in order
             done, marked = self._post_on_device(list(messages), finish, ready, ready_at, marks)
-            if scratch_slot is not None:
-                scratch_slot[1] = done
-            self.watchdog.track(f"{what} (messages up to {self.seq})", done)
+            if capturing:  # the graph's replays are tracked instead (hocket.graphs)
+                CAPTURED.append(self)
+            else:
+                if scratch_slot is not None:
+                    scratch_slot[1] = done
+                self.watchdog.track(f"{what} (messages up to {self.seq})", done)
             index = self.device.index
             return StreamPending(done, what=what, device=index), [
                 StreamPending(marked[i], what=f"{what} (to message {i})", device=index) for i in marks]
@@ -311,8 +348,10 @@ class HostRelay:
         buffer is written again, the H2D stream waits for the end of the call that used it last, so a
         later call's receives never overwrite what an earlier call's pending sum still reads, and no
         call allocates. On the issue thread (whose end event does not exist yet) each call allocates
-        its own, kept by the caching allocator until both streams are done with it."""
-        if self.watchdog is None and env.host_stage_issue_thread():
+        its own, kept by the caching allocator until both streams are done with it; so does a call
+        captured in a CUDA graph (from the graph's memory pool, which its replays keep)."""
+        if _capturing(self.device) or (self.watchdog is None and env.host_stage_issue_thread()):
+            # captured: the graph's own memory, for every replay; issue thread: see above
             buf = torch.empty(numel, dtype=dtype, device=self.device)
             buf.record_stream(self.h2d)
             buf.record_stream(self.fin)
@@ -357,6 +396,12 @@ class HostRelay:
             self.consumed[k].record(self.h2d)
         self.buf.publish(w + self.rank, seq)
 
+    def track_replay(self, event: torch.cuda.Event, what: str) -> None:
+        """Bound a CUDA graph replay that runs calls of this relay (``hocket.graphs``): the watchdog
+        times it out like an eager call, ending at ``event``."""
+        if self.watchdog is not None:
+            self.watchdog.track(what, event)
+
     def close(self) -> None:
         self.issuer.close()
         if self.watchdog is not None:  # the watchdog releases the streams if a peer never signals
@@ -372,6 +417,11 @@ class HostRelay:
             self.watchdog.check()  # a call that timed out and was never raised for: say so now
 
 
+def _capturing(device: torch.device) -> bool:
+    """Whether the current stream of ``device`` is being captured into a CUDA graph."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def _after(event: torch.cuda.Event, fn):
     """``fn`` run on the current stream once ``event`` has fired."""
     def run():
@@ -380,9 +430,13 @@ def _after(event: torch.cuda.Event, fn):
     return run
 
 
+CAPTURED: list[HostRelay] = []
+"""Relays that enqueued a call while a CUDA graph was being captured (``hocket.graphs`` reads and
+clears it around a capture, to bound each replay with those relays' watchdogs)."""
+
 RELAYS: dict[tuple[str, int], PerGroup[HostRelay]] = {}
 """One relay per (group, device), signalling mode and slot count (``HOCKET_HOST_STAGE_SIGNAL`` and
-``HOCKET_HOST_STAGE_SLOTS`` at the call): each keeps its own buffers and sequence numbers, so every
+``HOCKET_HOST_STAGE_SLOTS`` at the call): each keeps its own buffers, flags and slot order, so every
 rank may switch between calls (all ranks alike)."""
 
 

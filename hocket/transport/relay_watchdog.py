@@ -1,7 +1,7 @@
 """A watchdog that bounds the stream waits of the host-staged relay's device signals.
 
-With ``HOCKET_HOST_STAGE_SIGNAL=device`` the relay's copy streams wait for the peers' sequence
-numbers with ``cuStreamWaitValue32`` (``hocket.transport.stream_memops``), which has no timeout: a
+With ``HOCKET_HOST_STAGE_SIGNAL=device`` the relay's copy streams wait for the peers' slot
+flags with ``cuStreamWaitValue32`` (``hocket.transport.stream_memops``), which has no timeout: a
 peer that stops would leave this rank's streams, and any host sync behind them, waiting forever.
 
 The :class:`RelayWatchdog` thread (one per relay, a daemon polling every ``poll_s``) watches the
@@ -11,7 +11,7 @@ oldest call has not finished within ``timeout_s`` (``HOCKET_TIMEOUT_S``), the wa
 ``release()`` (the relay writes values into the shared header that satisfy every wait, so the
 streams drain and no sync hangs), records why, and from then on :meth:`check` raises
 :class:`~hocket.transport.pending.TransportError` naming the call and what ``describe()`` says
-(which peer's counter lagged). The relay checks at every call and when it closes; outputs of the
+(which slots a peer left unread or unwritten). The relay checks at every call and when it closes; outputs of the
 timed-out call are invalid, as NCCL's are after its watchdog aborts a communicator.
 """
 

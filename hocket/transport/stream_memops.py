@@ -4,9 +4,9 @@ host waiting.
 
 :mod:`hocket.kernels.stream_wait` holds a copy stream until a producer GEMM's flag rises with the
 same wait. The host-staged relay (``hocket.transport.host_relay``, ``HOCKET_HOST_STAGE_SIGNAL=device``) uses them
-as its cross-process signals: after a rank's device-to-host copy of a message its copy stream writes
-the message's sequence number into the shared header; a peer's host-to-device stream waits until
-that word is at least the number, then copies. The wait is done by the GPU's stream front end
+as its cross-process signals: after a rank's device-to-host copy of a message its copy stream sets
+the slot's flag in the shared header to 1; a peer's host-to-device stream waits until it is 1, copies,
+and resets it to 0, which the sender waits for before it reuses the slot. The wait is done by the GPU's stream front end
 (``cuStreamWaitValue32``), not by a spinning kernel, so it neither needs a free SM beside a GEMM
 that fills them all nor holds the launching thread.
 
@@ -27,6 +27,8 @@ import torch
 WAIT_GEQ = 0x0
 """``CU_STREAM_WAIT_VALUE_GEQ``: wait until ``(int32_t)(*addr - value) >= 0`` (wraps like a
 sequence number)."""
+WAIT_EQ = 0x1
+"""``CU_STREAM_WAIT_VALUE_EQ``: wait until ``*addr == value``."""
 WRITE_DEFAULT = 0x0
 """``CU_STREAM_WRITE_VALUE_DEFAULT``: a system-wide memory fence before the write, so the stream's
 earlier copies are visible to any reader that sees the value."""
@@ -111,6 +113,15 @@ def wait_value_geq(stream: torch.cuda.Stream, address: int, value: int) -> None:
     result = _driver()["cuStreamWaitValue32"](_handle(stream.cuda_stream), address, _check_value(value), WAIT_GEQ)
     if result:  # the message only on failure: this runs several times per relay message
         _check(result, f"cuStreamWaitValue32(address 0x{address:x}, >= {value})")
+
+
+def wait_value_eq(stream: torch.cuda.Stream, address: int, value: int) -> None:
+    """Work enqueued on ``stream`` after this starts once the 32-bit word at device ``address`` equals
+    ``value`` (a flag that toggles: the value is a constant, so a CUDA graph may capture the wait).
+    Unbounded: the caller must arrange a release."""
+    result = _driver()["cuStreamWaitValue32"](_handle(stream.cuda_stream), address, _check_value(value), WAIT_EQ)
+    if result:
+        _check(result, f"cuStreamWaitValue32(address 0x{address:x}, == {value})")
 
 
 def write_value(stream: torch.cuda.Stream, address: int, value: int) -> None:

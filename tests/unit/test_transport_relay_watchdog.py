@@ -168,10 +168,14 @@ def test_memops_pass_the_stream_handle_and_raise_only_on_a_driver_error(monkeypa
     stream = SimpleNamespace(cuda_stream=0x1234)
     stream_memops.wait_value_geq(stream, 0x100, 7)
     stream_memops.write_value(stream, 0x104, 8)
+    stream_memops.wait_value_eq(stream, 0x108, 0)
     assert calls == [("cuStreamWaitValue32", 0x1234, 0x100, 7, stream_memops.WAIT_GEQ),
-                     ("cuStreamWriteValue32", 0x1234, 0x104, 8, stream_memops.WRITE_DEFAULT)]
+                     ("cuStreamWriteValue32", 0x1234, 0x104, 8, stream_memops.WRITE_DEFAULT),
+                     ("cuStreamWaitValue32", 0x1234, 0x108, 0, stream_memops.WAIT_EQ)]
     result["code"] = 801
     with pytest.raises(RuntimeError, match=r"cuStreamWaitValue32\(address 0x100, >= 9\).*801.*HOCKET_HOST_STAGE_SIGNAL"):
         stream_memops.wait_value_geq(stream, 0x100, 9)
+    with pytest.raises(RuntimeError, match=r"cuStreamWaitValue32\(address 0x108, == 1\)"):
+        stream_memops.wait_value_eq(stream, 0x108, 1)
     with pytest.raises(RuntimeError, match=r"cuStreamWriteValue32\(address 0x104, 9\)"):
         stream_memops.write_value(stream, 0x104, 9)

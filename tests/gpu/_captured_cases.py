@@ -1,0 +1,71 @@
+"""Rank-side helpers of tests/gpu/test_captured_nccl.py: an operator call captured in a CUDA graph
+(hocket.ops.CapturedCall) is replayed with fresh operands, interleaved with eager calls of the same
+plan, and every result is checked against the one-process reference."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+import hocket.ops as H
+from hocket.env import overridden
+from hocket.launch.same_case import rank_generator
+from hocket.ops.reference import all_gather_matmul_global, matmul_all_reduce_global, matmul_reduce_scatter_global
+
+
+def _operand(seed: int, rank: int, shape, dtype: str, device, *, salt: int = 0) -> torch.Tensor:
+    gen = rank_generator(seed * 7 + salt, rank=rank)
+    return torch.randn(tuple(shape), generator=gen, dtype=torch.float32).to(getattr(torch, dtype)).to(device)
+
+
+def _operands(case: dict, seed: int, device):
+    """(this rank's inputs, the reference output) of one call of ``case``."""
+    w, rank = dist.get_world_size(), dist.get_rank()
+    kind, dtype, rows, k, n = case["kind"], case["dtype"], case["rows"], case["k"], case["n"]
+    if kind == "ag_mm":
+        shards = [_operand(seed, r, (rows, k), dtype, device) for r in range(w)]
+        B = _operand(seed, 0, (k, n), dtype, device, salt=1)
+        return (shards[rank], B), all_gather_matmul_global(shards, [B], 0)[1][0]
+    As = [_operand(seed, r, (rows * (w if kind == "mm_rs" else 1), k), dtype, device) for r in range(w)]
+    Bs = [_operand(seed, r, (k, n), dtype, device, salt=1) for r in range(w)]
+    if kind == "mm_rs":
+        return (As[rank], Bs[rank]), matmul_reduce_scatter_global(As, Bs, "sum", 0)[rank]
+    return (As[rank], Bs[rank]), matmul_all_reduce_global(As, Bs, "sum")
+
+
+def _call(kind: str, plan: dict):
+    group = dist.group.WORLD
+    if kind == "ag_mm":
+        return lambda a, b: H.all_gather_matmul(a, [b], 0, group, return_A=False, plan=plan)[1][0]
+    if kind == "mm_rs":
+        return lambda a, b: H.matmul_reduce_scatter(a, b, "sum", 0, group, plan=plan)
+    return lambda a, b: H.matmul_all_reduce(a, b, "sum", group, plan=plan)
+
+
+def run_captured(case: dict) -> int:
+    """Capture one call of ``case["plan"]``, then ``case["calls"]`` times: replay it with fresh operands,
+    and (every other time) run an eager call too, no sync between calls; checks every result at the end."""
+    with overridden(case.get("env") or {}):
+        device = torch.device("cuda", torch.cuda.current_device())
+        fn = _call(case["kind"], case["plan"])
+        inputs, _ = _operands(case, case["seed"], device)
+        step = H.CapturedCall(fn, *inputs, what=f"{case['kind']} test")
+        results = []
+        for call in range(case["calls"]):
+            inputs, expected = _operands(case, case["seed"] + 101 * (call + 1), device)
+            results.append((step(*inputs).clone(), expected, f"replay {call}"))
+            if call % 2:
+                results.append((fn(*inputs), expected, f"eager call {call}"))
+        torch.cuda.synchronize()
+        w = dist.get_world_size()
+        for got, expected, what in results:
+            H.assert_close(got, expected, world=w, what=f"{what} {case['plan']} {case['kind']}")
+        return len(results)
+
+
+def run_captured_host_signal(case: dict) -> None:
+    """A relay call with host handshakes cannot be captured: the error says which setting to change."""
+    with overridden({"HOCKET_HOST_STAGE_SIGNAL": "host"}):
+        device = torch.device("cuda", torch.cuda.current_device())
+        inputs, _ = _operands(case, case["seed"], device)
+        H.CapturedCall(_call(case["kind"], case["plan"]), *inputs)

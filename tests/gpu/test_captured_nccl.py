@@ -1,0 +1,56 @@
+"""Operator calls captured in CUDA graphs (hocket.ops.CapturedCall) on 2 GPUs with NCCL: the
+host-staged relay's device signals and NCCL collectives replayed with fresh operands, interleaved
+with eager calls, against the reference; and the refusal of a relay with host handshakes.
+
+Run on a machine with >= 2 GPUs: ``python -m pytest tests/gpu/test_captured_nccl.py -q``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+    pytest.skip("needs >= 2 CUDA GPUs", allow_module_level=True)
+if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
+    pytest.skip("TRITON_INTERPRET is set: run GPU tests in their own process", allow_module_level=True)
+
+from _captured_cases import run_captured, run_captured_host_signal  # noqa: E402
+from hocket.launch import RankPool  # noqa: E402
+
+pytestmark = pytest.mark.timeout(600)
+SEED = int.from_bytes(os.urandom(4), "little")
+RELAY = {"strategy": "chunked", "transport": "host_staged"}
+
+
+@pytest.fixture(scope="module")
+def pool2():
+    with RankPool(2, backend="nccl", timeout_s=240, start_method="spawn") as pool:
+        yield pool
+
+
+PLANS = [
+    {"strategy": "sequential"},
+    {"strategy": "chunked", "chunks": 3},
+    {**RELAY, "chunks": 1, "order": "local_first"},
+    {**RELAY, "chunks": 4, "order": "local_first"},
+    {**RELAY, "chunks": 3},
+    {"strategy": "sequential", "transport": "host_staged"},
+]
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: "-".join(str(v) for v in p.values()))
+@pytest.mark.parametrize("kind,rows,k,n", [("ag_mm", 200, 96, 136), ("mm_rs", 130, 64, 96), ("mm_ar", 70, 48, 40)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_captured_call_matches_the_reference(pool2, kind, rows, k, n, plan, dtype):
+    case = dict(kind=kind, rows=rows, k=k, n=n, dtype=dtype, plan=plan, seed=SEED, calls=5,
+                env={"HOCKET_HOST_STAGE_PIECE_MB": "0.01"})  # several relay messages, slots reused within a call
+    counts = pool2.run(run_captured, case)
+    assert counts[0] == counts[1] == 7
+
+
+def test_a_relay_with_host_handshakes_is_not_captured(pool2):
+    case = dict(kind="ag_mm", rows=64, k=32, n=32, dtype="bfloat16", plan={**RELAY, "chunks": 2}, seed=SEED)
+    pool2.run_expect_error(run_captured_host_signal, case, exc_type=RuntimeError,
+                           match="HOCKET_HOST_STAGE_SIGNAL=device")

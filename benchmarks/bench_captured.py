@@ -33,13 +33,17 @@ from hocket.bench.tp_cases import case_sites
 from hocket.launch import init_torchrun
 import hocket.ops as H
 from hocket.ops import CapturedCall
+from hocket.env import overridden
+from hocket.hardware import load_cluster
+from hocket.hardware.profile import load_profile
 from hocket.plan.plan import Plan
+from hocket.plan.search import SearchConfig, search
 from hocket.transport.host_relay import close_relays
 from hocket.transport.registry import get_transport
 
 
-def methods(case: Case, chunks: tuple[int, ...]) -> dict:
-    """name -> (eager callable of the case's inputs A, B, whether its output is checked)."""
+def methods(case: Case, chunks: tuple[int, ...], piece_mbs: tuple[float, ...], planned: dict) -> dict:
+    """name -> (callable of the case's inputs A, B, whether its output is checked, env meanwhile, modes)."""
     relay = get_transport("host_staged", case.handle)
     if case.site.kind == "ag_mm":
         def comm(a, b):
@@ -47,6 +51,7 @@ def methods(case: Case, chunks: tuple[int, ...]) -> dict:
     else:
         def comm(a, b):
             relay.reduce_scatter(case.comm_out, case.comm_in).wait()
+    both = ("eager", "captured")
 
     def plan_call(plan):
         def call(a, b):
@@ -55,21 +60,34 @@ def methods(case: Case, chunks: tuple[int, ...]) -> dict:
             return H.matmul_reduce_scatter(a, b, "sum", 0, case.group, plan=plan)
         return call
 
-    out = {"compute_alone": (lambda a, b: case.compute_alone(), False),
-           "sequential": (plan_call(Plan()), True),
-           "comm_host_staged": (comm, False)}
+    out = {"compute_alone": (lambda a, b: case.compute_alone(), False, {}, both),
+           "sequential": (plan_call(Plan()), True, {}, both)}
+    for mb in piece_mbs:  # the relay alone in messages of each size: the fastest is the comm baseline
+        out[f"comm_host_staged@{mb:g}MB"] = (comm, False, {"HOCKET_HOST_STAGE_PIECE_MB": repr(mb)}, both)
     for c in chunks:
         plan = Plan(strategy="chunked", chunks=c, transport="host_staged", order="local_first")
         if runnable(plan, case.site.kind):
-            out[plan.describe()] = (plan_call(plan), True)
+            out[plan.describe()] = (plan_call(plan), True, {}, both)
+    for mode, plan in planned.items():  # the planner's choice, priced for that mode, measured in it
+        out[f"planner[{mode}] {plan.describe()}"] = (plan_call(plan), True, {}, (mode,))
     return out
+
+
+def planner_choices(site, profile) -> dict:
+    """The plan hocket's planner picks by prediction for an eager loop (steady state) and for a loop of
+    CUDA graph replays (``SearchConfig(captured=True)``), on the slow-link cluster."""
+    cluster = load_cluster("h200-host-staged")
+    return {"eager": search(site, cluster, profile=profile, config=SearchConfig(steady_state=True)).chosen,
+            "captured": search(site, cluster, profile=profile, config=SearchConfig(captured=True)).chosen}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", default="issue6")
     p.add_argument("--pick", default="", help="comma-separated case indices of the set (default: all)")
-    p.add_argument("--chunks", default="1,2,4,8", help="local_first chunk counts of the relay plans")
+    p.add_argument("--chunks", default="1,2,4,8,16", help="local_first chunk counts of the relay plans")
+    p.add_argument("--piece-mb", default="2,4,8", help="relay message sizes the relay alone is timed with (MB)")
+    p.add_argument("--profile", default=None, help="calibration profile JSON the planner rows price with")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=4)
@@ -80,8 +98,10 @@ def main(argv=None) -> int:
         p.error(f"--iters {args.iters} and --reps {args.reps} must be >= 1")
     try:
         chunks = tuple(int(c) for c in args.chunks.split(","))
+        piece_mbs = tuple(float(c) for c in args.piece_mb.split(","))
     except ValueError:
-        p.error(f"--chunks={args.chunks!r}: write comma-separated chunk counts, e.g. 1,2,4")
+        p.error(f"--chunks={args.chunks!r} / --piece-mb={args.piece_mb!r}: write comma-separated numbers, e.g. 1,2,4")
+    profile = load_profile(args.profile, expected=None) if args.profile else None
     ctx = init_torchrun(backend="nccl")
     group, device = dist.group.WORLD, ctx.device
     rank0 = dist.get_rank() == 0
@@ -93,29 +113,20 @@ def main(argv=None) -> int:
         site = sites[index]
         case = Case(site, group=group, device=device, seed=args.seed)
         log(f"{site.kind} m={site.m} k={site.k} n={site.n} world {site.world}")
-        row = {"site": site.to_dict(), "eager": {}, "captured": {}, "max_error": {}}
-        for name, (fn, check) in methods(case, chunks).items():
-            for mode in ("eager", "captured"):
-                call = (lambda fn=fn: fn(case.A, case.B)) if mode == "eager" else None
-                if mode == "captured":
-                    step = CapturedCall(fn, case.A, case.B, what=f"{name} (bench)")
-                    call = (lambda step=step: step(*step.inputs))
-                if check:
-                    ok, err, message = checked(case, call, f"{name} {mode}")
-                    if not ok:
-                        log(f"    {name:40s} {mode:8s} FAILED: {message}")
-                        continue
-                    row["max_error"][f"{name} {mode}"] = err
-                s = summarize(sample_ms(call, iters=args.iters, warmup=args.warmup, group=group, device=device,
-                                        reps=args.reps))
-                row[mode][name] = s.to_dict()
-                log(f"    {name:40s} {mode:8s} {s.median_ms:7.3f} ms (p10 {s.p10_ms:.3f}, p90 {s.p90_ms:.3f})")
+        planned = planner_choices(site, profile)
+        row = {"site": site.to_dict(), "eager": {}, "captured": {}, "max_error": {},
+               "planner": {mode: plan.to_dict() for mode, plan in planned.items()}}
+        for name, (fn, check, env, modes) in methods(case, chunks, piece_mbs, planned).items():
+            with overridden(env):
+                for mode in modes:
+                    measure_one(row, case, name, fn, check, mode, args, log)
             torch.cuda.synchronize(device)
         rows.append(row)
         close_relays()
         torch.cuda.empty_cache()
     if rank0:
         table(rows)
+        plot(rows, Path(args.out).with_suffix(".png"))
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         provenance = {"git_hash": git_hash(), "versions": versions(), "environment": transport_environment(),
                       "command": command_line()}
@@ -127,30 +138,95 @@ def main(argv=None) -> int:
     return 0
 
 
+def measure_one(row: dict, case: Case, name: str, fn, check: bool, mode: str, args, log) -> None:
+    """Check (where the method has an output) and time one method in one mode into ``row``."""
+    call = lambda: fn(case.A, case.B)  # noqa: E731
+    if mode == "captured":
+        step = CapturedCall(fn, case.A, case.B, what=f"{name} (bench)")
+        call = lambda: step(*step.inputs)  # noqa: E731
+    if check:
+        ok, err, message = checked(case, call, f"{name} {mode}")
+        if not ok:
+            log(f"    {name:44s} {mode:8s} FAILED: {message}")
+            return
+        row["max_error"][f"{name} {mode}"] = err
+    s = summarize(sample_ms(call, iters=args.iters, warmup=args.warmup, group=case.group, device=case.device,
+                            reps=args.reps))
+    row[mode][name] = s.to_dict()
+    log(f"    {name:44s} {mode:8s} {s.median_ms:7.3f} ms (p10 {s.p10_ms:.3f}, p90 {s.p90_ms:.3f})")
+
+
+def scores(row: dict) -> dict | None:
+    """The row's baselines and, per mode, the planner's and the best relay plan's (ms, efficiency, name)."""
+    e, c = row["eager"], row["captured"]
+    seq, mm = e.get("sequential", {}).get("median_ms"), e.get("compute_alone", {}).get("median_ms")
+    comms = {f"{k} {mode}": v["median_ms"] for mode, d in (("eager", e), ("captured", c)) for k, v in d.items()
+             if k.startswith("comm_")}
+    if not (seq and mm and comms):
+        return None
+    comm_name = min(comms, key=comms.get)
+    out = {"sequential_ms": seq, "compute_ms": mm, "comm_ms": comms[comm_name], "comm": comm_name}
+    for mode, d in (("eager", e), ("captured", c)):
+        for what, keep in (("planner", lambda k: k.startswith("planner[")),
+                           ("best", lambda k: "/host_staged" in k and not k.startswith("planner["))):
+            plans = {k: v["median_ms"] for k, v in d.items() if keep(k)}
+            if plans:
+                name = min(plans, key=plans.get)
+                score = overlap_score(measured_ms=plans[name], sequential_ms=seq, compute_alone_ms=mm,
+                                      comm_alone_ms=out["comm_ms"])
+                out[f"{what}_{mode}"] = (plans[name], score.overlap_efficiency, name.split("] ")[-1].split("/")[0])
+    return out
+
+
 def table(rows: list) -> None:
-    print("\ncase (m k n)                seq    mm  comm(e) comm(c)  best eager (ms, eff)              "
-          "best captured (ms, eff)")
+    """The summary: efficiency against max(compute alone, the fastest relay-alone or NCCL time measured)."""
+    print("\nslow link; eff = (seq - T) / (seq - max(mm, comm)); comm = fastest relay alone, eager or captured")
+    print(f"{'case (m k n)':26s} {'seq':>6s} {'mm':>6s} {'comm':>6s}  {'planner eager':>22s}  "
+          f"{'planner captured':>22s}  {'best eager':>22s}  {'best captured':>22s}")
     for row in rows:
-        s = row["site"]
-        e, c = row["eager"], row["captured"]
-        med = lambda d, k: d.get(k, {}).get("median_ms")  # noqa: E731
-        seq, mm = med(e, "sequential"), med(e, "compute_alone")
-        comms = [v for v in (med(e, "comm_host_staged"), med(c, "comm_host_staged")) if v]
-        if not (seq and mm and comms):
-            print(f"{s['kind']} {s['m']} {s['k']} {s['n']}: baselines missing")
+        s, got = row["site"], scores(row)
+        label = f"{s['kind']} {s['m']} {s['k']} {s['n']}"
+        if got is None:
+            print(f"{label:26s} baselines missing")
             continue
+        cells = []
+        for key in ("planner_eager", "planner_captured", "best_eager", "best_captured"):
+            if key in got:
+                ms, eff, name = got[key]
+                cells.append(f"{ms:6.3f} {eff:4.2f} {name:>10s}")
+            else:
+                cells.append(f"{'-':>22s}")
+        print(f"{label:26s} {got['sequential_ms']:6.3f} {got['compute_ms']:6.3f} {got['comm_ms']:6.3f}  "
+              + "  ".join(cells))
 
-        def best(d):
-            plans = {k: v["median_ms"] for k, v in d.items() if "/host_staged" in k}
-            if not plans:
-                return "-"
-            name = min(plans, key=plans.get)
-            score = overlap_score(measured_ms=plans[name], sequential_ms=seq, compute_alone_ms=mm,
-                                  comm_alone_ms=min(comms))
-            return f"{plans[name]:.3f} {score.overlap_efficiency:.2f} {name.split('/')[0]}"
 
-        print(f"{s['kind']} {s['m']} {s['k']} {s['n']:<8} {seq:6.3f} {mm:5.3f} {med(e, 'comm_host_staged') or 0:7.3f} "
-              f"{med(c, 'comm_host_staged') or 0:7.3f}  {best(e):34s} {best(c)}")
+def plot(rows: list, path: Path) -> None:
+    """Bars per case: sequential, the ideal max(mm, comm), and the planner's choice eager and captured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    got = [(r["site"], scores(r)) for r in rows]
+    got = [(s, g) for s, g in got if g is not None]
+    if not got:
+        return
+    bars = (("sequential (NCCL via host)", lambda g: g["sequential_ms"]),
+            ("ideal max(mm, comm)", lambda g: max(g["compute_ms"], g["comm_ms"])),
+            ("planner, eager", lambda g: g.get("planner_eager", (0,))[0]),
+            ("planner, CUDA graph", lambda g: g.get("planner_captured", (0,))[0]))
+    fig, ax = plt.subplots(figsize=(1.6 * len(got) + 2, 4))
+    width = 0.8 / len(bars)
+    for i, (label, value) in enumerate(bars):
+        ax.bar([x + i * width for x in range(len(got))], [value(g) for _, g in got], width, label=label)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(got))],
+                  [f"{s['kind']}\n{s['m']}x{s['k']}x{s['n']}" for s, _ in got], fontsize=8)
+    ax.set_ylabel("ms per call (median)")
+    ax.set_title("slow link (through pinned host memory): eager vs CUDA graph", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

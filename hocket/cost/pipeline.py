@@ -730,11 +730,19 @@ def group_facts(cluster, ranks: tuple[int, ...], dtype: str):
             cores_per_rank(cluster, ranks), offered)
 
 
+CAPTURED_REPLAY_US = 30.0
+"""Host microseconds of one call replayed from a CUDA graph (``hocket.ops.CapturedCall``: the inputs'
+copies and ``CUDAGraph.replay``), the only issue cost a captured call pays (an estimate: torch's
+replay of a graph is ~10 us, and a copy launch ~10 us per input on the 2xH200 hosts)."""
+
+
 def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.GroupTopology | None = None,
-                    steady_state: bool = False) -> list[Stage]:
+                    steady_state: bool = False, captured: bool = False) -> list[Stage]:
     """The stages of ``site`` run with ``plan`` on ``cluster`` (one rank's view; the group's
     slowest device computes, the group's bottleneck links carry). ``steady_state``: the GEMMs
-    run at the profile's sustained level (``hocket.cost.compute``, "Sustained level")."""
+    run at the profile's sustained level (``hocket.cost.compute``, "Sustained level").
+    ``captured``: the call is replayed from a CUDA graph, so no item costs the host anything to
+    issue; the entry stage holds the replay (``CAPTURED_REPLAY_US``)."""
     from hocket.cost.calibration import calibration_view
 
     ranks = check_site_on_cluster(site, plan, cluster)
@@ -744,12 +752,15 @@ def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.G
     view = calibration_view(profile)
     if steady_state and view is not None:  # collectives timed back to back, where the profile has them
         view = view.for_steady_state()
+    issue = issue_table(view) if device.sm_count is not None else None
+    if issue is not None and captured:
+        issue = dict.fromkeys(issue, 0.0)
     builder = _Builder(site=site, plan=plan, device=device, topo=topo, calibration=view, cores_per_rank=cores,
-                       stages=[], issue=issue_table(view) if device.sm_count is not None else None,
-                       sustained=steady_state)
+                       stages=[], issue=issue, sustained=steady_state)
     if builder.issue is not None:  # the operator's entry: the GPU idles until the first piece is issued
+        entry_ms = CAPTURED_REPLAY_US / 1e3 if captured else \
+            issue_ms((("entry", 1), ("group_entry", int(site.world > 1))), builder.issue)
         builder.stages.append(Stage(name=ENTRY_STAGE, resource="issue", kind="issue", op="issue",
-                                    duration_ms=issue_ms((("entry", 1), ("group_entry", int(site.world > 1))),
-                                                         builder.issue)))
+                                    duration_ms=entry_ms))
     _BUILDERS[site.kind](builder)
     return builder.finish()

@@ -56,12 +56,13 @@ def prediction_from(stages: list[Stage], timeline: Schedule, *, total_ms: float 
 
 
 def predict(site: Site, plan: Plan | dict | str | None, cluster, profile=None, *,
-            steady_state: bool = False) -> Prediction:
+            steady_state: bool = False, captured: bool = False) -> Prediction:
     """Price ``site`` under ``plan`` on ``cluster`` (a ``ClusterSpec``), optionally scaled
     by a calibration ``profile`` of that cluster. ``plan=None`` means sequential.
     ``steady_state``: one call of a loop with the host ahead (``hocket.cost.steady``), its
     GEMMs at the profile's sustained level (``hocket.cost.compute``), instead of one call from
-    an idle GPU."""
+    an idle GPU. ``captured``: one call of a loop of CUDA graph replays (``hocket.ops.CapturedCall``:
+    no host issue cost but the replay's); implies ``steady_state``."""
     if not isinstance(site, Site):
         raise TypeError(f"site={site!r} must be a hocket.Site")
     plan = as_plan(plan) or Plan()
@@ -69,7 +70,10 @@ def predict(site: Site, plan: Plan | dict | str | None, cluster, profile=None, *
         raise TypeError(f"cluster={cluster!r} must be a ClusterSpec (hocket.hardware.load_cluster(name))")
     if not isinstance(steady_state, bool):
         raise TypeError(f"steady_state={steady_state!r} must be True or False")
-    stages = pipeline_stages(site, plan, cluster, profile, steady_state=steady_state)
+    if not isinstance(captured, bool):
+        raise TypeError(f"captured={captured!r} must be True or False")
+    steady_state = steady_state or captured
+    stages = pipeline_stages(site, plan, cluster, profile, steady_state=steady_state, captured=captured)
     if not steady_state:
         return prediction_from(stages, schedule(stages))
     total, busy, timeline = steady_state_total(stages)

@@ -216,12 +216,18 @@ class SearchConfig:
     is longer), as a training step runs it; False prices a call that starts from an idle GPU
     (what a benchmark with a barrier before every call times). Applies when the search builds
     its own cost function (no ``cost_fn`` given)."""
+    captured: bool = False
+    """price each candidate as one call of a loop of CUDA graph replays (``hocket.ops.CapturedCall``):
+    the steady state with no host issue cost but the replay's, so plans of many pieces are not held
+    back by the host. Applies when the search builds its own cost function."""
 
     def __post_init__(self) -> None:
         _check_margin(self.margin)
-        if not isinstance(self.steady_state, bool):
-            raise TypeError(f"SearchConfig.steady_state={self.steady_state!r} must be a bool (True: price the "
-                            f"steady state of a loop; False: a call from an idle GPU)")
+        for name in ("steady_state", "captured"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"SearchConfig.{name}={getattr(self, name)!r} must be a bool (steady_state: price "
+                                f"the steady state of a loop, else a call from an idle GPU; captured: of a loop "
+                                f"of CUDA graph replays)")
         if not (self.uncertainty is None or self.uncertainty == "profile" or isinstance(self.uncertainty, Uncertainty)):
             raise ValueError(f"SearchConfig.uncertainty={self.uncertainty!r} must be 'profile', an "
                              f"hocket.plan.uncertainty.Uncertainty, or None (plain margin)")
@@ -308,8 +314,9 @@ def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | Non
                         margin=config.margin, uncertainty=uncertainty)
 
 
-def predict_cost_fn(cluster: object, profile: object = None, *, steady_state: bool = False) -> CostFn:
-    """A CostFn equal to ``hocket.cost.predict(site, plan, cluster, profile, steady_state=...).total_ms``.
+def predict_cost_fn(cluster: object, profile: object = None, *, steady_state: bool = False,
+                    captured: bool = False) -> CostFn:
+    """A CostFn equal to ``hocket.cost.predict(site, plan, cluster, profile, steady_state=..., captured=...).total_ms``.
 
     It runs predict's two steps itself (``pipeline_stages`` then ``schedule``) so that the
     calibration view and each group's topology are built once, not once per candidate;
@@ -323,13 +330,15 @@ def predict_cost_fn(cluster: object, profile: object = None, *, steady_state: bo
 
     view = calibration_view(profile)
     topologies: dict[tuple[int, ...], object] = {}
+    steady_state = steady_state or captured
 
     def cost(site: Site, plan: Plan) -> float:
         ranks = site.group_ranks
         topology = topologies.get(ranks)
         if topology is None:
             topology = topologies[ranks] = group_topology(cluster, ranks)
-        stages = pipeline_stages(site, plan, cluster, view, topology=topology, steady_state=steady_state)
+        stages = pipeline_stages(site, plan, cluster, view, topology=topology, steady_state=steady_state,
+                                 captured=captured)
         host_ms = host_issue_ms(stages) if steady_state else sum(s.duration_ms for s in stages if s.is_issue)
         if steady_state:
             return PricedMs(steady_state_total(stages)[0], host_ms=host_ms)
@@ -348,7 +357,7 @@ def search(site: Site, cluster: object, *, profile: object = None, config: Searc
     """
     space = enumerate_plans(site, group_facts(site, cluster, free_memory_bytes=free_memory_bytes), space_config)
     config = config or SearchConfig()
-    cost = cost_fn or predict_cost_fn(cluster, profile, steady_state=config.steady_state)
+    cost = cost_fn or predict_cost_fn(cluster, profile, steady_state=config.steady_state, captured=config.captured)
     return price_space(space, cost, config=config, profile=profile)
 
 
@@ -367,7 +376,7 @@ def search_sites(sites: Iterable[Site], cluster: object, *, profile: object = No
                  cost_fn: CostFn | None = None) -> Mapping[str, SearchResult]:
     """Plan many Sites, searching each distinct group signature once. Returns ``Site.key`` -> result."""
     config = config or SearchConfig()
-    cost = cost_fn or predict_cost_fn(cluster, profile, steady_state=config.steady_state)
+    cost = cost_fn or predict_cost_fn(cluster, profile, steady_state=config.steady_state, captured=config.captured)
     by_signature: dict[tuple, SearchResult] = {}
     results: dict[str, SearchResult] = {}
     for site in sites:

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -26,7 +27,11 @@ import torch.distributed as dist
 
 from bench_multigpu import Case, checked, runnable  # same folder
 from hocket.bench.efficiency import overlap_score
-from hocket.bench.provenance import command_line, git_hash, transport_environment, versions
+from hocket.bench.provenance import Provenance, command_line, git_hash, transport_environment, versions
+from hocket.bench.record import Baselines, make_record, write_records
+from hocket.bench.stats import Summary
+from hocket.hardware.fingerprint import fingerprint
+from hocket.site import Site
 from hocket.bench.stats import summarize
 from hocket.bench.timer import sample_ms
 from hocket.bench.tp_cases import case_sites
@@ -127,6 +132,13 @@ def main(argv=None) -> int:
     if rank0:
         table(rows)
         plot(rows, Path(args.out).with_suffix(".png"))
+        cluster = load_cluster("h200-host-staged")
+        provenance = Provenance(hardware=fingerprint(cluster), environment=transport_environment(), versions=versions(),
+                                git_hash=git_hash(), command=command_line(),
+                                extra={"world": dist.get_world_size(), "backend": "nccl", "cluster": cluster.name,
+                                       "iters": args.iters, "reps": args.reps, "seed": args.seed,
+                                       "profile": str(args.profile or ""), "link": "host_staged"})
+        write_records(Path(args.out).with_suffix(".jsonl"), records(rows, provenance), append=False)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         provenance = {"git_hash": git_hash(), "versions": versions(), "environment": transport_environment(),
                       "command": command_line()}
@@ -156,17 +168,60 @@ def measure_one(row: dict, case: Case, name: str, fn, check: bool, mode: str, ar
     log(f"    {name:44s} {mode:8s} {s.median_ms:7.3f} ms (p10 {s.p10_ms:.3f}, p90 {s.p90_ms:.3f})")
 
 
+def records(rows: list, provenance: Provenance) -> list:
+    """The rows as results lines (``hocket.bench.record`` schema) for validate_cost.py and planner_regret.py:
+    one line per measured plan and mode, judged against that mode's own sequential and compute-alone times
+    and the fastest relay-alone time of the mode; ``run.captured`` marks the CUDA graph replays."""
+    lines = []
+    for row in rows:
+        site = Site.from_dict(row["site"])
+        plans = {"sequential": Plan()}
+        plans.update({f"planner[{mode}] {Plan.from_dict(d).describe()}": Plan.from_dict(d)
+                      for mode, d in row.get("planner", {}).items()})
+        for mode in ("eager", "captured"):
+            got = row[mode]
+            comms = [v["median_ms"] for k, v in got.items() if k.startswith("comm_")]
+            if "sequential" not in got or "compute_alone" not in got or not comms:
+                continue
+            base = Baselines(sequential_ms=got["sequential"]["median_ms"], compute_alone_ms=got["compute_alone"]["median_ms"],
+                             comm_alone_ms=min(comms), comm_alone_transport="host_staged")
+            seen = set()
+            for name, timing in got.items():
+                plan = plans.get(name) or (Plan.from_dict(_plan_of(name)) if "/host_staged" in name else None)
+                if plan is None or plan in seen:  # the planner's pick is a plan measured under its own name too
+                    continue
+                seen.add(plan)
+                extra = {**provenance.extra, "captured": mode == "captured", "method": name,
+                         "host_stage_signal": "device", "host_stage_calls": "one"}
+                lines.append(make_record(site=site, plan=plan, timing=Summary(**timing), baselines=base,
+                                         provenance=replace(provenance, extra=extra),
+                                         max_error=row["max_error"].get(f"{name} {mode}")))
+    return lines
+
+
+def _plan_of(name: str) -> dict:
+    """The plan of a method named ``chunked(c)/host_staged[local_first]``."""
+    chunks = int(name.split("(")[1].split(")")[0])
+    return {"strategy": "chunked", "chunks": chunks, "transport": "host_staged", "order": "local_first"}
+
+
 def scores(row: dict) -> dict | None:
     """The row's baselines and, per mode, the planner's and the best relay plan's (ms, efficiency, name)."""
     e, c = row["eager"], row["captured"]
-    seq, mm = e.get("sequential", {}).get("median_ms"), e.get("compute_alone", {}).get("median_ms")
     comms = {f"{k} {mode}": v["median_ms"] for mode, d in (("eager", e), ("captured", c)) for k, v in d.items()
              if k.startswith("comm_")}
+    seq = e.get("sequential", {}).get("median_ms")
+    alone = [d["compute_alone"]["median_ms"] for d in (e, c) if "compute_alone" in d]
+    mm = min(alone) if alone else None
     if not (seq and mm and comms):
         return None
     comm_name = min(comms, key=comms.get)
     out = {"sequential_ms": seq, "compute_ms": mm, "comm_ms": comms[comm_name], "comm": comm_name}
     for mode, d in (("eager", e), ("captured", c)):
+        # each mode against its own sequential (a captured one is a little faster), and the ideal
+        # max(fastest compute alone, fastest comm alone) of either mode
+        seq = d.get("sequential", {}).get("median_ms") or out["sequential_ms"]
+        out[f"sequential_{mode}_ms"] = seq
         for what, keep in (("planner", lambda k: k.startswith("planner[")),
                            ("best", lambda k: "/host_staged" in k and not k.startswith("planner["))):
             plans = {k: v["median_ms"] for k, v in d.items() if keep(k)}
@@ -180,7 +235,8 @@ def scores(row: dict) -> dict | None:
 
 def table(rows: list) -> None:
     """The summary: efficiency against max(compute alone, the fastest relay-alone or NCCL time measured)."""
-    print("\nslow link; eff = (seq - T) / (seq - max(mm, comm)); comm = fastest relay alone, eager or captured")
+    print("\nslow link; eff = (seq - T) / (seq - max(mm, comm)): seq of the same mode (eager or CUDA graph), "
+          "mm and comm the fastest of either mode (comm: relay alone at any message size)")
     print(f"{'case (m k n)':26s} {'seq':>6s} {'mm':>6s} {'comm':>6s}  {'planner eager':>22s}  "
           f"{'planner captured':>22s}  {'best eager':>22s}  {'best captured':>22s}")
     for row in rows:

@@ -86,7 +86,8 @@ def class_errors(groups, profiles, *, per_piece_error: float
         view = calibration_view(profile)
         seq_plan = g.sequential_plan()
         try:
-            predicted_seq = predict(g.site, seq_plan, g.cluster, view, steady_state=g.steady).total_ms
+            predicted_seq = predict(g.site, seq_plan, g.cluster, view, steady_state=g.steady,
+                                    captured=g.captured).total_ms
         except ValueError as exc:
             notes.append(f"{g.site.key}: sequential not priced: {str(exc)[:120]}")
             continue
@@ -99,7 +100,8 @@ def class_errors(groups, profiles, *, per_piece_error: float
             measured_class = profile is None or cls in calibrated_classes(profile, g.site.world)
             try:
                 with priced_as_ran(r):  # the copy-engine protocol and relay signalling the line ran
-                    predicted = predict(g.site, plan, g.cluster, view, steady_state=g.steady).total_ms
+                    predicted = predict(g.site, plan, g.cluster, view, steady_state=g.steady,
+                                        captured=g.captured).total_ms
             except ValueError as exc:
                 notes.append(f"{g.site.key} {line_label(r)}: not priced: {str(exc)[:120]}")
                 continue

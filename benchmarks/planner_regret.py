@@ -204,15 +204,15 @@ class ClusterFinder:
         cluster = self.cluster_for(record)
         if cluster is None:
             return None
-        from validate_cost import steady_line  # sibling module, as in held_out_keys
+        from validate_cost import captured_line, steady_line  # sibling module, as in held_out_keys
 
         profile = self.profile_for(record)
-        steady = steady_line(record)
+        steady, captured = steady_line(record), captured_line(record)
         protocol = self.protocols.get(site_machine(record))
         calls = self.relay_calls.get(site_machine(record))
-        key = (id(cluster), id(profile), steady, protocol, calls)
+        key = (id(cluster), id(profile), steady, captured, protocol, calls)
         if key not in self._costs:
-            cost = through_host(cluster, predict_cost_fn(cluster, profile, steady_state=steady))
+            cost = through_host(cluster, predict_cost_fn(cluster, profile, steady_state=steady, captured=captured))
             self._costs[key] = with_relay_calls(calls, with_protocol(protocol, cost))
         return self._costs[key]
 
@@ -293,12 +293,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease-profiles", action="store_true",
                         help="price each site with the profile calibrated on the lease of its newest line "
                              "(validate_cost.lease_profile_path) where that lease kept one; --profile elsewhere")
+    parser.add_argument("--captured", action="store_true",
+                        help="score the lines of calls replayed from CUDA graphs (benchmarks/bench_captured.py), "
+                             "priced as such, instead of the eager ones")
     parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
     from validate_cost import read_current  # sibling module, as in held_out_keys
 
     records, skipped = read_current(paths, all_relays=args.all_relays, strict=bool(args.paths))
+    from validate_cost import captured_line  # sibling module, as in held_out_keys
+
+    other = [r for r in records if captured_line(r) != args.captured]
+    if other:  # one site's eager and captured lines are different measurements of its plans
+        records = [r for r in records if captured_line(r) == args.captured]
+        skipped.append(f"{len(other)} lines of {'eager' if args.captured else 'CUDA graph'} calls left out "
+                       f"({'drop' if args.captured else 'add'} --captured to score them)")
     records, protocols, protocol_notes = one_protocol_per_site(records)
     records, relay_calls, calls_notes = one_relay_calls_per_site(records)
     skipped += protocol_notes + calls_notes

@@ -78,6 +78,13 @@ def steady_line(record) -> bool:
     return isinstance(reps, int) and reps > 1
 
 
+def captured_line(record) -> bool:
+    """A results line of calls replayed from a CUDA graph (``run.captured``, benchmarks/bench_captured.py):
+    priced with ``predict(..., captured=True)``."""
+    run = record.run if isinstance(record.run, dict) else {}
+    return run.get("captured") is True
+
+
 PEER_PROTOCOL_KINDS = ("ag_mm", "mm_rs", "mm_ar")
 PROTOCOL_BEFORE_RUN14 = "push"
 """What every ``chunked``/``copy_engine`` line without ``run.peer_protocol`` ran: the flag-raising push
@@ -159,10 +166,11 @@ def priced_as_ran(record) -> Iterator[None]:
 
 def line_label(record) -> str:
     """The plan of a line as the tables print it: ``Plan.describe()``, plus `` ~pull``/`` ~put`` for a
-    copy-engine line of another protocol than push (unmarked copy-engine lines ran push)."""
+    copy-engine line of another protocol than push (unmarked copy-engine lines ran push), and `` [graph]``
+    for a CUDA graph replay (``captured_line``)."""
     protocol = line_protocol(record)
     suffix = f" ~{protocol}" if protocol not in (None, PROTOCOL_BEFORE_RUN14) else ""
-    return record.plan.describe() + suffix
+    return record.plan.describe() + suffix + (" [graph]" if captured_line(record) else "")
 
 
 NOISE_FLOOR = 0.02
@@ -187,6 +195,11 @@ class SiteGroup:
         """Whether the run timed calls back to back (``run.reps > 1``, the steady state): its lines
         are priced with ``predict(..., steady_state=True)``; one call per barrier otherwise."""
         return steady_line(self.records[0])
+
+    @property
+    def captured(self) -> bool:
+        """Whether the run replayed its calls from CUDA graphs (``captured_line``)."""
+        return captured_line(self.records[0])
 
     def sequential_plan(self) -> Plan:
         for r in self.records:
@@ -308,7 +321,7 @@ def group_sites(records, forced) -> tuple[list[SiteGroup], list[str]]:
             continue
         hw = record.hardware.get("hash", "") if isinstance(record.hardware, dict) else ""
         # one group per run of a site: the plans of one run share their baselines
-        key = f"{record.site.key}@{hw}#{record.baselines.sequential_ms:.6g}"
+        key = f"{record.site.key}@{hw}#{record.baselines.sequential_ms:.6g}{'@graph' if captured_line(record) else ''}"
         groups.setdefault(key, SiteGroup(key=key, site=record.site, cluster=cluster)).records.append(record)
     return list(groups.values()), sorted(set(notes))
 
@@ -436,7 +449,8 @@ def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
     points, signs, bests, unpriced = [], [], [], []
     for g in groups:
         try:
-            predicted_seq = predict(g.site, g.sequential_plan(), g.cluster, view, steady_state=g.steady).total_ms
+            predicted_seq = predict(g.site, g.sequential_plan(), g.cluster, view, steady_state=g.steady,
+                                    captured=g.captured).total_ms
         except ValueError as exc:  # e.g. NCCL through host memory on a cluster that offers only host_staged
             predicted_seq = None
             unpriced.append(f"{g.site.key} sequential on {g.cluster.name} (no saving signs for this run): {exc}")
@@ -446,7 +460,8 @@ def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
             label = line_label(r)
             try:
                 with priced_as_ran(r):  # the peer protocol and relay signalling the line ran
-                    pred = predict(g.site, g.priced(r.plan), g.cluster, view, steady_state=g.steady).total_ms
+                    pred = predict(g.site, g.priced(r.plan), g.cluster, view, steady_state=g.steady,
+                                   captured=g.captured).total_ms
             except ValueError as exc:  # a plan the model does not price (named in the message)
                 unpriced.append(f"{g.site.key} {label}: {exc}")
                 continue
@@ -494,7 +509,7 @@ def summary(result: dict) -> dict:
 
 
 IMPLEMENTATION_KEYS = ("method", "variant", "tile_config", "chunk_flags", "copy_streams", "copy_wait", "dynamic",
-                       "edge_pieces", "side_waits", "link", "backend", "threads_per_rank", "peer_protocol")
+                       "edge_pieces", "side_waits", "link", "backend", "threads_per_rank", "peer_protocol", "captured")
 """Fields of a results line's ``run`` that name how a plan was implemented (benchmarks add them
 when they compare kernel variants of one plan); lines that differ in them are different things.
 ``peer_protocol`` is read through :func:`line_protocol` (a copy-engine line without it ran push)."""
@@ -579,9 +594,10 @@ def profile_for(machine: str, profiles: list[CalibrationProfile]) -> Calibration
     return None
 
 
-LEASE_PROFILES = (("host_staged", "profile_host.json"), ("", "profile.json"))
+LEASE_PROFILES = (("host_staged", "profile_host.json"), ("bench_captured", "profile_host.json"), ("", "profile.json"))
 """Which profile beside a results file was calibrated in the same lease for it: a file whose name holds
 ``host_staged`` (the slow-link phase of ``benchmarks/run_multigpu.sh``, NCCL with ``NCCL_P2P_DISABLE=1``)
+or ``bench_captured`` (benchmarks/bench_captured.py, the same link mode)
 reads ``profile_host.json`` (``PHASES=calibrate_host``); any other reads ``profile.json``
 (``PHASES=calibrate``). The first entry whose name part the file's name holds decides."""
 

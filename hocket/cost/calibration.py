@@ -116,9 +116,11 @@ class CalibrationView:
 
     def for_steady_state(self) -> "CalibrationView":
         """The view steady-state predictions price with: collective curves measured back to back
-        (``collectives_steady``) replace the from-idle ones, op by op, where the profile has them;
+        (``collectives_steady``) replace the from-idle ones, op by op, and the relay's
+        (``host_relay_steady``) the relay's, where the profile has them;
         ``self`` where it has none (old profiles). Built once per view."""
-        if self.steady or not (getattr(self.profile, "collectives_steady", None) or {}):
+        if self.steady or not ((getattr(self.profile, "collectives_steady", None) or {})
+                               or getattr(self.profile, "host_relay_steady", ())):
             return self
         key = ("steady_view",)
         if key not in self._memo:
@@ -133,7 +135,9 @@ class CalibrationView:
         if key in self._memo:
             return self._memo[key]  # type: ignore[return-value]
         raw = None
-        if transfer in ("p2p", "copy_engine", "host_link", "host_relay"):
+        if transfer == "host_relay" and self.steady:  # back to back where measured, else from idle
+            raw = getattr(self.profile, "host_relay_steady", None) or getattr(self.profile, "host_relay", None)
+        elif transfer in ("p2p", "copy_engine", "host_link", "host_relay"):
             raw = getattr(self.profile, transfer, None)
         else:
             steady = (getattr(self.profile, "collectives_steady", None) or {}) if self.steady else {}

@@ -45,7 +45,8 @@ import math
 from typing import Mapping
 
 ISSUE_OPS = ("entry", "group_entry", "launch", "collective", "p2p", "copy_engine", "host_copy", "relay_call",
-             "relay_message", "relay_call_host", "relay_message_host", "relay_split", "relay_split_host")
+             "relay_message", "relay_call_host", "relay_message_host", "relay_split", "relay_split_host",
+             "relay_piece", "relay_piece_host")
 """What the host issues: the operator's entry (``group_entry``: what an operator on a process
 group adds to it: the torch.library dispatch of its schema, the plan and group lookups and the
 cross-rank agreement check; 2xH200 run10 measured a whole sequential ag_mm call at 167-189 us of
@@ -59,7 +60,11 @@ watchdog entry and stream switches), ``relay_call_host``/``relay_message_host`` 
 ``HOCKET_HOST_STAGE_SIGNAL=host`` (IPC event records and waits, header publications and the
 bounded wait for peers to have enqueued theirs); ``relay_split``/``relay_split_host``: what one more
 piece of an own-data-first pipeline in *one* relay call costs the host besides its message and its
-GEMM launch (the piece's event, the wait on it, its slices and bookkeeping; ``HOCKET_HOST_STAGE_CALLS=one``)."""
+GEMM launch (the piece's event, the wait on it, its slices and bookkeeping; ``HOCKET_HOST_STAGE_CALLS=one``);
+``relay_piece``/``relay_piece_host``: what an own-data-first pipeline of one relay call per piece
+(``HOCKET_HOST_STAGE_CALLS=piece``) pays per piece besides the bare call, its message and its GEMM
+launch (stage buffers, events, argument handling). Profiles written before ``relay_piece`` existed
+hold that cost inside ``relay_call`` (then raised to it), and price it 0 here."""
 
 DEFAULT_ISSUE_US: Mapping[str, float] = {
     "entry": 20.0,
@@ -75,6 +80,8 @@ DEFAULT_ISSUE_US: Mapping[str, float] = {
     "relay_message_host": 50.0,
     "relay_split": 30.0,
     "relay_split_host": 30.0,
+    "relay_piece": 0.0,
+    "relay_piece_host": 0.0,
 }
 """Host microseconds per issued item when the profile has no ``issue_us`` (see module docstring)."""
 

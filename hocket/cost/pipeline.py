@@ -216,6 +216,15 @@ class _Builder:
             return ((call, calls), (message, calls)), (((message, rest),) if rest else ())
         return (("p2p" if transfer.algorithm == "ring_step" else "collective", calls),), ()
 
+    def piece_issue(self, transfer: comm_model.Transfer
+                    ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+        """:meth:`issue_of` one call, plus, for a relay call of an own-data-first pipeline of one call per
+        piece (``HOCKET_HOST_STAGE_CALLS=piece``), that pipeline's own cost per piece (``relay_piece``)."""
+        head, rest = self.issue_of(transfer, 1)
+        if self.plan.transport == "host_staged" and transfer.algorithm != "copy":
+            head += (("relay_piece" if host_stage_signal() == "device" else "relay_piece_host", 1),)
+        return head, rest
+
     def collective(self, op: str, nbytes: float) -> comm_model.Transfer:
         return comm_model.collective(op, nbytes, self.transfer_topology(), transport=self.plan.transport,
                                      hierarchy=self.plan.hierarchy, calibration=self.calibration,
@@ -392,8 +401,9 @@ def _ag_local_first(b: _Builder, shard_rows: int, pieces: list[int]) -> None:
     moves = []
     for i, rows in enumerate(pieces):
         nbytes = total * rows / shard_rows
-        moves.append(b.add_transfer(f"all_gather[{i}]", b.collective("all_gather", nbytes), piece=i,
-                                    op="all_gather", nbytes=nbytes))
+        transfer = b.collective("all_gather", nbytes)
+        moves.append(b.add_transfer(f"all_gather[{i}]", transfer, piece=i, op="all_gather", nbytes=nbytes,
+                                    issue=b.piece_issue(transfer) if own_first else None))
     if not own_first:
         b.add_gemm("gemm_own", shard_rows)
     for i, (rows, t) in enumerate(zip(pieces, moves)):
@@ -429,8 +439,9 @@ def _rs_own_block_last(b: _Builder, block_rows: int, pieces: list[int]) -> None:
 
     def issue(i: int) -> None:
         nbytes = total * pieces[i] / block_rows
-        moves.append(b.add_transfer(f"reduce_scatter[{i}]", b.collective("reduce_scatter", nbytes),
-                                    deps=(gemms[i],), piece=i, op="reduce_scatter", nbytes=nbytes))
+        transfer = b.collective("reduce_scatter", nbytes)
+        moves.append(b.add_transfer(f"reduce_scatter[{i}]", transfer, deps=(gemms[i],), piece=i, op="reduce_scatter",
+                                    nbytes=nbytes, issue=b.piece_issue(transfer) if lag else None))
 
     for i, rows in enumerate(pieces):
         gemms.append(b.add_gemm(f"gemm[{i}]", rows, piece=i, count=p - 1))

@@ -22,7 +22,10 @@ Byte conventions of the curves (match ``Site.comm_bytes``):
   device -> shared pinned host memory and host -> device at once, in pipelined messages), timed
   from idle. What the PCIe links of the node give when every rank stages at once in both directions
   (2xH200: 32 MiB per rank each way in ~1.0 ms, against ~0.6 ms for one direction of one GPU
-  alone). Absent where not measured (CPU ranks, a single GPU, profiles written before it existed).
+  alone). Absent where not measured (CPU ranks, a single GPU, profiles written before it existed);
+* ``host_relay_steady``: the same relay all-gathers timed back to back (a loop's per-call cost: the
+  host issues the next call while one runs, so no point holds a call's launch latency, which at small
+  sizes is most of a from-idle point). Steady-state predictions read it where present.
 
 ``contention`` is keyed by the cost model's transfer kinds (``sm_collective``,
 ``copy_engine``, ``host_link``, ``cpu_collective``; extra kinds may be present).
@@ -138,6 +141,7 @@ class CalibrationProfile:
     copy_engine: tuple[CurvePoint, ...] = ()
     host_link: tuple[CurvePoint, ...] = ()
     host_relay: tuple[CurvePoint, ...] = ()
+    host_relay_steady: tuple[CurvePoint, ...] = ()
     contention: Mapping[str, ContentionPoint] = field(default_factory=dict)
     issue_us: Mapping[str, float] = field(default_factory=dict)
     gemm_sustained: SustainedGemm | None = None
@@ -161,6 +165,8 @@ class CalibrationProfile:
             out["collectives_steady"] = {op: curve(points) for op, points in sorted(self.collectives_steady.items())}
         if self.host_relay:  # absent where not measured (old files read and write the same)
             out["host_relay"] = curve(self.host_relay)
+        if self.host_relay_steady:
+            out["host_relay_steady"] = curve(self.host_relay_steady)
         if self.gemm_sustained is not None:  # absent, not null, where not measured (old files read the same)
             out["gemm_sustained"] = self.gemm_sustained.to_dict()
         return out
@@ -216,7 +222,8 @@ class CalibrationProfile:
                    collectives=collectives, collectives_steady=steady, p2p=_curve(data.get("p2p", []), "p2p"),
                    copy_engine=_curve(data.get("copy_engine", []), "copy_engine"),
                    host_link=_curve(data.get("host_link", []), "host_link"),
-                   host_relay=_curve(data.get("host_relay", []), "host_relay"), contention=contention,
+                   host_relay=_curve(data.get("host_relay", []), "host_relay"),
+                   host_relay_steady=_curve(data.get("host_relay_steady", []), "host_relay_steady"), contention=contention,
                    issue_us=issue_us, gemm_sustained=sustained, version=version)
 
 

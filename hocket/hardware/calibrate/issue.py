@@ -12,7 +12,8 @@ argument handling and output allocation) less the collective and the launch it i
 GPUs also the host-staged relay (``hocket.transport.host_relay``): an all-gather of one message and one cut
 into about ten tiny messages give its cost per call (``relay_call``) and per message
 (``relay_message``), or ``relay_call_host``/``relay_message_host`` under ``HOCKET_HOST_STAGE_SIGNAL=host``;
-``relay_call`` is raised to what one more relay piece costs an operator's pipeline where that is more
+``relay_piece`` is what one more relay call costs an own-data-first pipeline of one call per piece
+(``HOCKET_HOST_STAGE_CALLS=piece``) besides the bare call, its message and its GEMM launch
 (:func:`relay_piece_us`); ``relay_split`` is what one more piece costs a pipeline that moves all its
 pieces in one relay call, besides that piece's message and GEMM launch.
 Each item is issued
@@ -177,10 +178,10 @@ def relay_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: in
     piece_us = relay_piece_us(group=group, device=device, dtype=dtype, iters=iters)
     split_us = relay_piece_us(group=group, device=device, dtype=dtype, iters=iters, calls="one")
     launch_us = _host_us(lambda: torch.mm(shard.view(64, 64), shard.view(64, 64)), iters)
-    if piece_us is not None:  # what one more relay call costs inside an operator's pipeline
-        call_us = max(call_us, piece_us - message - launch_us)
     suffix = "" if signal == "device" else "_host"
     out = {f"relay_call{suffix}": call_us, f"relay_message{suffix}": message}
+    if piece_us is not None:  # what one more relay call costs a per-piece pipeline besides the bare call
+        out[f"relay_piece{suffix}"] = max(0.0, piece_us - message - launch_us - call_us)
     if split_us is not None:  # one more piece of one relay call: besides its message and its GEMM launch
         out[f"relay_split{suffix}"] = max(0.0, split_us - message - launch_us)
     return out

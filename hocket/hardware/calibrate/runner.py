@@ -19,6 +19,8 @@ from hocket.hardware.calibrate.transfers import make_transfer
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint, SustainedGemm
 
 CURVE_TRANSFERS = ("p2p", "copy_engine", "host_link", "host_relay")
+STEADY_TRANSFERS = ("host_relay",)
+"""transfers besides the collectives timed back to back too (``host_relay_steady``)"""
 
 
 @dataclass(kw_only=True)
@@ -40,7 +42,7 @@ def _steps(config: CalibrateConfig, device: torch.device) -> int:
     gemm = sum(1 for m, _, _ in config.gemm_shapes for c in config.gemm_chunks if c <= m)
     issue = 1 if device.type == "cuda" else 0
     sustained = 1 if device.type == "cuda" and config.sustained_s > 0 else 0
-    steady = len(config.collectives) * len(config.steady_sizes_bytes)
+    steady = (len(config.collectives) + len(STEADY_TRANSFERS)) * len(config.steady_sizes_bytes)
     return gemm + sustained + steady + (len(config.collectives) + len(CURVE_TRANSFERS)) * len(config.sizes_bytes) + \
         len(kinds_for(device)) + issue
 
@@ -92,8 +94,8 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
                         into.setdefault(name, []).append(CurvePoint(bytes=made[1], ms=ms))
 
         curve(config.collectives + CURVE_TRANSFERS, config.sizes_bytes, timing, "", out.curves)
-        # the collectives again, calls back to back: a loop's per-call cost
-        curve(config.collectives, config.steady_sizes_bytes, replace(timing, reps=config.steady_reps),
+        # the collectives (and the host relay) again, calls back to back: a loop's per-call cost
+        curve(config.collectives + STEADY_TRANSFERS, config.steady_sizes_bytes, replace(timing, reps=config.steady_reps),
               f", {config.steady_reps} calls back to back", out.steady_curves)
         m, k, n = config.contention_shape
         gemm = gemm_call(m, k, n, dtype=config.dtype, device=device)
@@ -117,7 +119,9 @@ def build_profile(measured: Measurements, *, config: CalibrateConfig, fingerprin
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gemm=tuple(measured.gemm),
         collectives={op: curves[op] for op in config.collectives if op in curves},
-        collectives_steady={op: tuple(points) for op, points in measured.steady_curves.items()},
+        collectives_steady={op: tuple(points) for op, points in measured.steady_curves.items()
+                            if op not in STEADY_TRANSFERS},
+        host_relay_steady=tuple(measured.steady_curves.get("host_relay", ())),
         p2p=curves.get("p2p", ()), copy_engine=curves.get("copy_engine", ()), host_link=curves.get("host_link", ()),
         host_relay=curves.get("host_relay", ()), contention=dict(measured.contention), issue_us=dict(measured.issue_us),
         gemm_sustained=measured.gemm_sustained)

@@ -1,0 +1,67 @@
+"""The relay's back-to-back curve (``host_relay_steady``) and its per-piece pipeline cost (``relay_piece``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from hocket.cost import pipeline_stages, predict
+from hocket.cost.calibration import calibration_view
+from hocket.cost.steady import host_issue_ms
+from hocket.env import overridden
+from hocket.hardware import load_preset
+from hocket.hardware.calibrate.config import default_config
+from hocket.hardware.calibrate.runner import Measurements, build_profile
+from hocket.hardware.profile import CalibrationProfile, CurvePoint
+from hocket.plan.plan import Plan
+from hocket.site import Site
+
+CLUSTER = load_preset("h200-host-staged")
+SITE = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
+MiB = 1 << 20
+IDLE = tuple(CurvePoint(bytes=b * MiB, ms=ms) for b, ms in ((4, 0.45), (16, 0.60), (64, 1.30), (256, 4.0)))
+STEADY = tuple(CurvePoint(bytes=b * MiB, ms=ms) for b, ms in ((4, 0.10), (16, 0.30), (64, 0.95), (256, 3.5)))
+
+
+def _profile(**extra) -> CalibrationProfile:
+    return CalibrationProfile(fingerprint="toy", world_size=2, host_relay=IDLE, **extra)
+
+
+def test_steady_prices_read_the_back_to_back_relay_curve():
+    with_steady = _profile(host_relay_steady=STEADY)
+    assert calibration_view(with_steady).curve("host_relay") == [(p.bytes, p.ms) for p in IDLE]
+    assert calibration_view(with_steady).for_steady_state().curve("host_relay") == [(p.bytes, p.ms) for p in STEADY]
+    assert calibration_view(_profile()).for_steady_state().curve("host_relay") == [(p.bytes, p.ms) for p in IDLE]
+    bulk = Plan(transport="host_staged")
+    # the relay moves 64 MiB gathered here: the steady curve is ~27% faster there, so is the price
+    idle, steady = (predict(SITE, bulk, CLUSTER, p, steady_state=True).total_ms for p in (_profile(), with_steady))
+    assert steady < idle
+    assert predict(SITE, bulk, CLUSTER, with_steady).total_ms == pytest.approx(
+        predict(SITE, bulk, CLUSTER, _profile()).total_ms)  # a call from idle keeps the from-idle curve
+    again = CalibrationProfile.from_dict(with_steady.to_dict())
+    assert again.host_relay_steady == STEADY and "host_relay_steady" not in _profile().to_dict()
+
+
+def test_calibration_keeps_the_relay_apart_from_the_steady_collectives():
+    measured = Measurements(steady_curves={"all_gather": [CurvePoint(bytes=MiB, ms=0.1)], "host_relay": list(STEADY)},
+                            world_size=2, backend="nccl", device_type="cuda")
+    profile = build_profile(measured, config=default_config(quick=True, device_type="cuda"),
+                            fingerprint={"hash": "toy"})
+    assert set(profile.collectives_steady) == {"all_gather"} and profile.host_relay_steady == STEADY
+
+
+@pytest.mark.parametrize("calls", ["piece", "one"])
+def test_a_per_piece_pipeline_pays_relay_piece_for_every_call(calls):
+    costs = {"relay_call": 100.0, "relay_message": 40.0, "launch": 20.0}
+    base, extra = _profile(issue_us=costs), _profile(issue_us={**costs, "relay_piece": 150.0})
+    pipelined = Plan(strategy="chunked", chunks=4, transport="host_staged", order="local_first")
+    natural = replace(pipelined, order="natural")
+    with overridden({"HOCKET_HOST_STAGE_CALLS": calls}):
+        def host(plan, profile):
+            return host_issue_ms(pipeline_stages(SITE, plan, CLUSTER, profile, steady_state=True))
+
+        added = host(pipelined, extra) - host(pipelined, base)
+        # one relay call per piece pays it 4 times; one call for every piece, or the natural order, never
+        assert added == pytest.approx(4 * 0.150 if calls == "piece" else 0.0)
+        assert host(natural, extra) == pytest.approx(host(natural, base))

@@ -16,6 +16,10 @@ same order as the others, as with eager calls (a replay's collectives and relay 
 peers' replays). The output tensor is the graph's own: the next call overwrites it (clone to keep
 it). ``fn`` runs ``warmup`` times eagerly on a side stream first (the torch recipe: first calls
 plan, agree across ranks, build transports and compile kernels, none of which a capture can do).
+Operator calls in ``fn`` with ``plan=None`` are planned for replays
+(:func:`hocket.ops.planning.captured_planning`: priced with no host issue cost but the replay's, by
+prediction alone, cached apart from the same site's eager calls), so a pipeline of many pieces that the
+host could not keep fed eagerly can be chosen here.
 
 What a capture holds: NCCL collectives (PyTorch captures them) and the host-staged relay with its
 device signals (``HOCKET_HOST_STAGE_SIGNAL=device``, the default; host handshakes and the issue
@@ -59,18 +63,19 @@ class CapturedCall:
         self.what = what
         self.inputs = tuple(t.detach().clone() for t in inputs)
         """the graph's inputs: each call copies its arguments into these"""
+        from hocket.ops.planning import captured_planning
+        from hocket.transport import host_relay
+
         side = torch.cuda.Stream(self.inputs[0].device)
         side.wait_stream(torch.cuda.current_stream(self.inputs[0].device))
-        with torch.cuda.stream(side):
+        with captured_planning(), torch.cuda.stream(side):  # plan=None: planned for replays
             for _ in range(warmup):
                 fn(*self.inputs)
         torch.cuda.current_stream(self.inputs[0].device).wait_stream(side)
-        from hocket.transport import host_relay
-
         self.graph = torch.cuda.CUDAGraph()
         before = len(host_relay.CAPTURED)
         try:
-            with torch.cuda.graph(self.graph, capture_error_mode=capture_error_mode):
+            with captured_planning(), torch.cuda.graph(self.graph, capture_error_mode=capture_error_mode):
                 self.output = fn(*self.inputs)
         finally:
             used = host_relay.CAPTURED[before:]

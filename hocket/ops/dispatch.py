@@ -27,7 +27,7 @@ from hocket.ops.agreement import Descriptor, agree, settle_plan
 from hocket.ops.context import context_for
 from hocket.ops.lowering import executor_for
 from hocket.ops.lowering.runtime import Runtime
-from hocket.ops.planning import OP_NAMES, check_supported, choose_plan, explicit_plan
+from hocket.ops.planning import OP_NAMES, check_supported, choose_plan, explicit_plan, planning_captured
 from hocket.plan.plan import Plan
 from hocket.site import Site
 from hocket.transport.group import GroupHandle, process_group_of, resolve_group
@@ -95,7 +95,7 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
     pg = process_group_of(group_name)
     is_disabled, every_call = _env_flags()
     key = (kind, group_name, id(pg), *[(t.shape, t.dtype, t.device) for t in tensors], dim_arg, plan_text,
-           *flags.items(), direction, is_disabled)
+           *flags.items(), direction, is_disabled, not plan_text and planning_captured())
     hit = _PREPARED.get(key)
     if hit is not None and hit.group.pg is pg and not every_call:
         return hit

@@ -14,7 +14,10 @@ checked that all ranks run the same Site, then run rank 0's choice everywhere
 
 from __future__ import annotations
 
+import contextvars
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 
 from hocket.env import disabled
@@ -38,19 +41,44 @@ def default_plan(site: Site) -> Plan:
     return SEQUENTIAL
 
 
+_CHOSEN_CAPTURED: dict[str, Plan] = {}
+"""the same for calls planned for CUDA graph replays (:func:`captured_planning`)"""
+_CAPTURED_PLANNING: contextvars.ContextVar[bool] = contextvars.ContextVar("hocket_captured_planning", default=False)
+
+
+@contextmanager
+def captured_planning() -> Iterator[None]:
+    """Within this block, ``plan=None`` calls are planned for CUDA graph replays (``hocket.ops.CapturedCall``
+    enters it around its warm-up and capture): priced with no host issue cost but the replay's
+    (``SearchConfig(captured=True)``), by prediction alone, cached apart from eager calls' plans."""
+    token = _CAPTURED_PLANNING.set(True)
+    try:
+        yield
+    finally:
+        _CAPTURED_PLANNING.reset(token)
+
+
+def planning_captured() -> bool:
+    """Whether ``plan=None`` calls are planned for CUDA graph replays here (:func:`captured_planning`)."""
+    return _CAPTURED_PLANNING.get()
+
+
 def choose_plan(site: Site) -> Plan:
-    """The plan for ``site``; cached per ``site.key``."""
-    plan = _CHOSEN.get(site.key)
+    """The plan for ``site``; cached per ``site.key`` (apart for calls planned for CUDA graphs)."""
+    captured = _CAPTURED_PLANNING.get()
+    chosen = _CHOSEN_CAPTURED if captured else _CHOSEN
+    plan = chosen.get(site.key)
     if plan is None:
         from hocket.plan.live import plan_for_call  # the planner (issue 4): bucketed, cached, never slower
 
-        plan = plan_for_call(site)
-        _CHOSEN[site.key] = plan
+        plan = plan_for_call(site, captured=True) if captured else plan_for_call(site)
+        chosen[site.key] = plan
     return plan
 
 
 def clear_plan_cache() -> None:
     _CHOSEN.clear()
+    _CHOSEN_CAPTURED.clear()
 
 
 def plan_text(plan: object) -> str:

@@ -215,11 +215,28 @@ def process_planner() -> LivePlanner:
     return planner
 
 
+def captured_planner() -> LivePlanner:
+    """The planner of ``plan=None`` calls replayed from CUDA graphs (``hocket.ops.CapturedCall``): the
+    process planner's cluster, profile and settings, pricing with ``SearchConfig(captured=True)``, by
+    prediction alone (autotuning would time eager calls) and without the disk cache (its entries are
+    eager decisions). Rebuilt when the process planner is replaced."""
+    planner = _PLANNERS.get("captured")
+    if planner is None:
+        base = process_planner()
+        config = replace(base.config, search=replace(base.config.search, captured=True), autotune=False,
+                         use_disk_cache=False)
+        planner = _PLANNERS["captured"] = LivePlanner(cluster=base._cluster, profile=base._profile, config=config)
+        if base._profile_loaded:
+            planner._profile_loaded = True
+    return planner
+
+
 def set_process_planner(planner: LivePlanner | None) -> None:
     """Replace (or with None, reset) the process planner, e.g. to give it a described cluster."""
     if planner is not None and not isinstance(planner, LivePlanner):
         raise TypeError(f"planner must be a hocket.plan.live.LivePlanner or None, got {type(planner).__name__}")
     _PLANNERS.pop("default", None)
+    _PLANNERS.pop("captured", None)
     if planner is not None:
         _PLANNERS["default"] = planner
 
@@ -302,15 +319,18 @@ def tune(site: Site, *, group: object = None, autotune: bool | None = True, devi
                           runners=lambda s: operator_runners(s, group=group, device=device))
 
 
-def plan_for_call(site: Site) -> Plan:
+def plan_for_call(site: Site, *, captured: bool = False) -> Plan:
     """What ``plan=None`` runs (``hocket.ops.planning.choose_plan``).
 
     Prediction (or a cached decision) by default. With ``HOCKET_AUTOTUNE=1`` and a site
     on the default process group, outside torch.compile tracing, the first call of a
     shape bucket is autotuned on the live group (collective, like the call itself).
+    ``captured``: a call to be replayed from a CUDA graph (:func:`captured_planner`), by prediction.
     """
     import torch
 
+    if captured:
+        return fit_plan(captured_planner().decide(site).plan, site)
     planner = process_planner()
     if autotune_enabled(planner.config.autotune) and _whole_world(site) and not torch.compiler.is_compiling():
         device = _live_device()
@@ -321,5 +341,5 @@ def plan_for_call(site: Site) -> Plan:
     return fit_plan(decision.plan, site)
 
 
-__all__ = ["Decision", "LiveConfig", "LivePlanner", "PlannerWarning", "operator_runners", "plan_for_call",
-           "process_planner", "set_process_planner", "tune"]
+__all__ = ["Decision", "LiveConfig", "LivePlanner", "PlannerWarning", "captured_planner", "operator_runners",
+           "plan_for_call", "process_planner", "set_process_planner", "tune"]

@@ -37,10 +37,11 @@ PLANS = [
     {**RELAY, "chunks": 4, "order": "local_first"},
     {**RELAY, "chunks": 3},
     {"strategy": "sequential", "transport": "host_staged"},
+    None,  # plan=None: planned for replays (hocket.ops.planning.captured_planning)
 ]
 
 
-@pytest.mark.parametrize("plan", PLANS, ids=lambda p: "-".join(str(v) for v in p.values()))
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: "-".join(str(v) for v in p.values()) if p else "planned")
 @pytest.mark.parametrize("kind,rows,k,n", [("ag_mm", 200, 96, 136), ("mm_rs", 130, 64, 96), ("mm_ar", 70, 48, 40)])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_captured_call_matches_the_reference(pool2, kind, rows, k, n, plan, dtype):

@@ -111,6 +111,8 @@ class HostRelay:
         self._scratch: dict[tuple, list] = {}
         self.issuer = IssueThread(device, name=f"host-relay-{group.name}-{device}")
         self.signal = signal
+        self._last_tracked: torch.cuda.Event | None = None
+        """the end event of the latest call or replay handed to the watchdog (``_release_waits`` waits for it)"""
         self.watchdog: RelayWatchdog | None = None
         if self.signal == "device":
             self._start_device_signals(group.name)
@@ -138,8 +140,9 @@ class HostRelay:
 
     def _release_waits(self) -> None:
         """Satisfy every stream wait of this relay (the watchdog's last resort): until this rank's copy
-        streams have drained (at most ``RELEASE_S``), keep every slot this rank sends through marked
-        read and every slot it receives from marked written, so each wait they reach passes."""
+        streams have drained and the last call it tracked (eager, or a CUDA graph replay, whose copies run
+        on the graph's own streams) has ended, at most ``RELEASE_S``, keep every slot this rank sends
+        through marked read and every slot it receives from marked written, so each wait they reach passes."""
         deadline = time.monotonic() + RELEASE_S
         peers = [p for p in range(self.world) if p != self.rank]
         while True:
@@ -147,7 +150,8 @@ class HostRelay:
                 for k in range(self.slots):
                     self.buf.publish(self.flag(self.rank, k, p), 0)
                     self.buf.publish(self.flag(p, k, self.rank), 1)
-            if all(s.query() for s in (self.d2h, self.h2d, self.fin)) or time.monotonic() > deadline:
+            drained = all(s.query() for s in (self.d2h, self.h2d, self.fin))
+            if (drained and (self._last_tracked is None or self._last_tracked.query())) or time.monotonic() > deadline:
                 return
             time.sleep(1e-3)
 
@@ -310,6 +314,7 @@ class HostRelay:
             else:
                 if scratch_slot is not None:
                     scratch_slot[1] = done
+                self._last_tracked = done
                 self.watchdog.track(f"{what} (messages up to {self.seq})", done)
             index = self.device.index
             return StreamPending(done, what=what, device=index), [
@@ -400,6 +405,7 @@ class HostRelay:
         """Bound a CUDA graph replay that runs calls of this relay (``hocket.graphs``): the watchdog
         times it out like an eager call, ending at ``event``."""
         if self.watchdog is not None:
+            self._last_tracked = event
             self.watchdog.track(what, event)
 
     def close(self) -> None:

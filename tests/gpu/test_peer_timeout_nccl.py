@@ -97,3 +97,42 @@ def test_a_missing_relay_peer_ends_in_an_error_within_the_timeout(signal):
     assert seconds < 60, f"the error took {seconds:.1f} s (bound: HOCKET_TIMEOUT_S={TIMEOUT_S})"
     assert signal == "host" or "context alive: True" in message, message
     print(f"\nrelay/{signal}: rank 0 failed after {seconds:.1f} s: {message}")
+
+
+def relay_replay_without_peer() -> tuple:
+    """A relay call captured in a CUDA graph (small messages: the replay reuses every slot several
+    times) whose peer never replays it: the replay is handed to the relay's watchdog, which keeps
+    every wait released until the replay has ended, and the relay raises at its next use (close)."""
+    from hocket.ops import CapturedCall
+    from hocket.transport.host_relay import close_relays
+
+    os.environ.update({"HOCKET_HOST_STAGE_SIGNAL": "device", "HOCKET_TIMEOUT_S": str(TIMEOUT_S),
+                       "HOCKET_HOST_STAGE_PIECE_MB": "0.01"})
+    device = torch.device("cuda", torch.cuda.current_device())
+    a = torch.randn(256, 64, device=device, dtype=torch.bfloat16)
+    b = torch.randn(64, 128, device=device, dtype=torch.bfloat16)
+    plan = {"strategy": "chunked", "transport": "host_staged", "chunks": 2, "order": "local_first"}
+    step = CapturedCall(lambda x, y: H.all_gather_matmul(x, [y], 0, dist.group.WORLD, plan=plan)[1][0], a, b)
+    torch.cuda.synchronize()
+    dist.barrier()
+    if dist.get_rank() == 1:
+        return "skipped"
+    start = time.monotonic()
+    try:
+        step(a, b)
+        torch.cuda.synchronize()
+        close_relays()
+    except (RuntimeError, TimeoutError) as exc:
+        alive = float(torch.ones(4, device=device).sum().item()) == 4.0
+        return ("error", time.monotonic() - start, f"{str(exc)[:300]} (context alive: {alive})")
+    return ("returned", time.monotonic() - start, "")
+
+
+def test_a_replay_whose_relay_peer_never_replays_ends_in_an_error():
+    with RankPool(2, backend="nccl", timeout_s=90, start_method="spawn") as pool:
+        results = pool.run(relay_replay_without_peer, timeout_s=90)
+    assert results[1] == "skipped"
+    outcome, seconds, message = results[0]
+    assert outcome == "error", f"rank 0 returned from a replay whose peer never came ({seconds:.1f} s)"
+    assert seconds < 60 and "context alive: True" in message, (seconds, message)
+    print(f"\nrelay replay: rank 0 failed after {seconds:.1f} s: {message}")

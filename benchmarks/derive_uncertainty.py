@@ -84,6 +84,8 @@ def class_errors(groups, profiles, *, per_piece_error: float
             notes.append(f"{machine_of(g)} site runs skipped: no --profile of that machine")
             continue
         view = calibration_view(profile)
+        # sequential as the planner's own baseline on the line's cluster (on a slow-link cluster: the relay's
+        # bulk call, not the NCCL-through-host baseline validate_cost.py prices with SiteGroup.pricing)
         seq_plan = g.sequential_plan()
         try:
             predicted_seq = predict(g.site, seq_plan, g.cluster, view, steady_state=g.steady,

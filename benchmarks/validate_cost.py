@@ -38,6 +38,7 @@ default, and is labelled `` ~pull``/`` ~put`` where it ran no push.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import statistics
@@ -175,6 +176,26 @@ def line_label(record) -> str:
 
 NOISE_FLOOR = 0.02
 """A measured saving smaller than this fraction of sequential (or than the p10-p90 spread) is noise."""
+NCCL_THROUGH_HOST = {"h200-host-staged": "h200x2"}
+"""Slow-link presets -> the machine they describe hocket's view of: NCCL baselines of those runs ran on that
+machine with ``NCCL_P2P_DISABLE=1`` (NCCL's own transport through host memory, not hocket's relay), and
+``hocket calibrate`` with the same variable measured their curves (``profile_host.json``). Priced as the
+relay's bulk call instead, the six issue-6 sequential lines of run38 came out 1-18% low; as NCCL on h200x2
+with that profile, -1 to +10%."""
+
+
+@functools.lru_cache(maxsize=8)
+def _preset(name: str):
+    return load_preset(name)
+
+
+def through_host_profile(profile: object) -> bool:
+    """Whether ``profile`` (a CalibrationProfile, a view of one, or None) was calibrated with
+    ``NCCL_P2P_DISABLE=1`` (``run_multigpu.sh``'s ``calibrate_host``), as its fingerprint's env records."""
+    profile = getattr(profile, "profile", profile)
+    data = getattr(profile, "fingerprint_data", None)
+    env = data.get("env") if isinstance(data, dict) else None
+    return isinstance(env, dict) and str(env.get("NCCL_P2P_DISABLE", "")) == "1"
 
 
 @dataclass
@@ -202,10 +223,26 @@ class SiteGroup:
         return captured_line(self.records[0])
 
     def sequential_plan(self) -> Plan:
+        return self.priced(self.sequential_ran())
+
+    def sequential_ran(self) -> Plan:
+        """The run's sequential plan as it ran (before :meth:`pricing`)."""
         for r in self.records:
             if r.plan.strategy == "sequential":
-                return self.priced(r.plan)
-        return self.priced(Plan(transport=self.records[0].plan.transport))
+                return r.plan
+        return Plan(transport=self.records[0].plan.transport)
+
+    def pricing(self, plan: Plan, profile: object = None) -> tuple[Plan, object]:
+        """(plan, cluster) the cost model prices a line of ``plan`` with: NCCL run with
+        ``NCCL_P2P_DISABLE=1`` on a cluster whose GPUs hocket may only join through host memory is
+        NCCL on the machine's own preset (``NCCL_THROUGH_HOST``) when ``profile`` (a profile or a view
+        of one) was calibrated under the same variable, so its collective curves are NCCL's through host
+        memory; elsewhere :meth:`priced` on this cluster (the relay's bulk call)."""
+        if plan.transport == "collective" and self.site.world > 1 and self.cluster.name in NCCL_THROUGH_HOST \
+                and through_host_profile(profile):
+            if "collective" not in self.cluster.group_transports(self.site.group_ranks):
+                return plan, _preset(NCCL_THROUGH_HOST[self.cluster.name])
+        return self.priced(plan), self.cluster
 
     def measures_collective(self) -> bool:
         """Whether the run's comm-alone time is the site's collective on the cluster's own
@@ -449,7 +486,8 @@ def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
     points, signs, bests, unpriced = [], [], [], []
     for g in groups:
         try:
-            predicted_seq = predict(g.site, g.sequential_plan(), g.cluster, view, steady_state=g.steady,
+            seq_plan, seq_cluster = g.pricing(g.sequential_ran(), view)
+            predicted_seq = predict(g.site, seq_plan, seq_cluster, view, steady_state=g.steady,
                                     captured=g.captured).total_ms
         except ValueError as exc:  # e.g. NCCL through host memory on a cluster that offers only host_staged
             predicted_seq = None
@@ -460,7 +498,8 @@ def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
             label = line_label(r)
             try:
                 with priced_as_ran(r):  # the peer protocol and relay signalling the line ran
-                    pred = predict(g.site, g.priced(r.plan), g.cluster, view, steady_state=g.steady,
+                    plan, cluster = g.pricing(r.plan, view)
+                    pred = predict(g.site, plan, cluster, view, steady_state=g.steady,
                                    captured=g.captured).total_ms
             except ValueError as exc:  # a plan the model does not price (named in the message)
                 unpriced.append(f"{g.site.key} {label}: {exc}")

@@ -286,3 +286,24 @@ def test_sustained_ceiling_is_derived_from_the_given_cap_bound_steady_runs_only(
     assert vc.calibration_profile(groups, with_field).gemm_sustained == measured
     assert "measured by hocket calibrate" in vc.sustained_note(vc.calibration_profile(groups, with_field), with_field)
     assert "derived from the calibration sites only" in vc.sustained_note(merged, base)
+
+
+def test_nccl_through_host_is_priced_as_nccl_only_with_a_profile_timed_through_host():
+    from hocket.hardware.profile import CalibrationProfile
+
+    rng = random.Random(77)
+    site = _new_site(rng)
+    base = baselines(rng)
+    lines = [record(site=site, plan=p, median_ms=base.sequential_ms, base=base, cluster="h200-host-staged")
+             for p in (SEQ, Plan(strategy="chunked", chunks=4, transport="host_staged"))]
+    (group,), _ = vc.group_sites(lines, None)
+    through_host = CalibrationProfile(fingerprint="toy", fingerprint_data={"env": {"NCCL_P2P_DISABLE": "1"}})
+    nvlink = CalibrationProfile(fingerprint="toy", fingerprint_data={"env": {"NCCL_NVLS_ENABLE": "0"}})
+    assert vc.through_host_profile(through_host) and not vc.through_host_profile(nvlink)
+    assert not vc.through_host_profile(None)
+    plan, cluster = group.pricing(SEQ, through_host)  # NCCL's own transport through host memory
+    assert plan == SEQ and cluster.name == vc.NCCL_THROUGH_HOST["h200-host-staged"]
+    plan, cluster = group.pricing(SEQ, nvlink)  # curves of NCCL over NVLink say nothing of it: the relay's call
+    assert plan.transport == "host_staged" and cluster is group.cluster
+    relay = Plan(strategy="chunked", chunks=4, transport="host_staged")
+    assert group.pricing(relay, through_host) == (relay, group.cluster)  # hocket's own plans stay on the cluster

@@ -25,7 +25,10 @@ What a capture holds: NCCL collectives (PyTorch captures them) and the host-stag
 device signals (``HOCKET_HOST_STAGE_SIGNAL=device``, the default; host handshakes and the issue
 thread are refused during capture with an error). A relay call in a replay has no host to watch it,
 so each replay's end is handed to the relays the capture used, whose watchdog bounds it like an
-eager call (``HOCKET_TIMEOUT_S``). Copy-engine plans over symmetric memory are not captured here.
+eager call (``HOCKET_TIMEOUT_S``). Copy-engine and peer-read plans over symmetric memory are not
+captured (their protocols check device error flags from the host): a call with one raises during
+capture, naming the transports that can be (``hocket.plan.plan.CAPTURABLE_TRANSPORTS``), and
+``plan=None`` chooses among those only.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from hocket.ops.context import context_for
 from hocket.ops.lowering import executor_for
 from hocket.ops.lowering.runtime import Runtime
 from hocket.ops.planning import OP_NAMES, check_supported, choose_plan, explicit_plan, planning_captured
-from hocket.plan.plan import Plan
+from hocket.plan.plan import CAPTURABLE_TRANSPORTS, Plan
 from hocket.site import Site
 from hocket.transport.group import GroupHandle, process_group_of, resolve_group
 from hocket.transport.registry import get_transport
@@ -45,6 +45,9 @@ class Prepared:
     """the strategy's executor for this operator."""
     label: str
     """the ``record_function`` range name: ``hocket::<op>[<plan>]``."""
+    capture_check: bool = False
+    """whether a call must first check it is not being captured in a CUDA graph (a GPU call whose
+    transport is not in ``CAPTURABLE_TRANSPORTS``)."""
 
 
 _PREPARED: dict[tuple, Prepared] = {}
@@ -78,6 +81,10 @@ def _env_flags() -> tuple[bool, bool]:
 def run_prepared(prep: Prepared, *args):
     """``prep.run(*args)``, inside a ``record_function(prep.label)`` range only while a profiler records
     (entering a range costs ~15 us even when nobody listens)."""
+    if prep.capture_check and torch.cuda.is_current_stream_capturing():
+        raise ValueError(f"{prep.label}: plan transport={prep.plan.transport!r} cannot be captured in a CUDA graph "
+                         f"(its copies are watched from the host); capture a plan over one of "
+                         f"{CAPTURABLE_TRANSPORTS}, or leave plan=None inside hocket.ops.CapturedCall")
     if torch.autograd._profiler_enabled():
         with record_function(prep.label):
             return prep.run(*args)
@@ -122,6 +129,7 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
     run = executor_for(kind, plan.strategy)
     runtime = Runtime(group=group, ctx=context_for(group.name, device, tensors[0].dtype), transport=transport)
     prepared = Prepared(group=group, site=site, plan=plan, dim=dim, runtime=runtime, run=run,
-                        label=f"hocket::{op}[{plan.describe()}]")
+                        label=f"hocket::{op}[{plan.describe()}]",
+                        capture_check=device.type == "cuda" and plan.transport not in CAPTURABLE_TRANSPORTS)
     _PREPARED[key] = prepared
     return prepared

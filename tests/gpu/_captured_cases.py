@@ -69,3 +69,10 @@ def run_captured_host_signal(case: dict) -> None:
         device = torch.device("cuda", torch.cuda.current_device())
         inputs, _ = _operands(case, case["seed"], device)
         H.CapturedCall(_call(case["kind"], case["plan"]), *inputs)
+
+
+def run_captured_copy_engine(case: dict) -> None:
+    """A copy-engine plan cannot be captured: the error names the transports that can."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    inputs, _ = _operands(case, case["seed"], device)
+    H.CapturedCall(_call(case["kind"], case["plan"]), *inputs)

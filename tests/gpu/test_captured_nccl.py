@@ -16,7 +16,7 @@ if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
 if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
     pytest.skip("TRITON_INTERPRET is set: run GPU tests in their own process", allow_module_level=True)
 
-from _captured_cases import run_captured, run_captured_host_signal  # noqa: E402
+from _captured_cases import run_captured, run_captured_copy_engine, run_captured_host_signal  # noqa: E402
 from hocket.launch import RankPool  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
@@ -55,3 +55,9 @@ def test_a_relay_with_host_handshakes_is_not_captured(pool2):
     case = dict(kind="ag_mm", rows=64, k=32, n=32, dtype="bfloat16", plan={**RELAY, "chunks": 2}, seed=SEED)
     pool2.run_expect_error(run_captured_host_signal, case, exc_type=RuntimeError,
                            match="HOCKET_HOST_STAGE_SIGNAL=device")
+
+
+def test_a_copy_engine_plan_is_refused_with_the_transports_that_capture(pool2):
+    case = dict(kind="mm_rs", rows=64, k=32, n=32, dtype="bfloat16", seed=SEED,
+                plan={"strategy": "chunked", "chunks": 1, "transport": "copy_engine"})
+    pool2.run_expect_error(run_captured_copy_engine, case, exc_type=ValueError, match="cannot be captured")

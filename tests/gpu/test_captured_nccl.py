@@ -6,28 +6,16 @@ Run on a machine with >= 2 GPUs: ``python -m pytest tests/gpu/test_captured_nccl
 
 from __future__ import annotations
 
-import os
-
 import pytest
-import torch
 
-if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-    pytest.skip("needs >= 2 CUDA GPUs", allow_module_level=True)
-if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
-    pytest.skip("TRITON_INTERPRET is set: run GPU tests in their own process", allow_module_level=True)
+from _two_gpus import SEED, require_two_gpus
+
+require_two_gpus()
 
 from _captured_cases import run_captured, run_captured_copy_engine, run_captured_host_signal  # noqa: E402
-from hocket.launch import RankPool  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
-SEED = int.from_bytes(os.urandom(4), "little")
 RELAY = {"strategy": "chunked", "transport": "host_staged"}
-
-
-@pytest.fixture(scope="module")
-def pool2():
-    with RankPool(2, backend="nccl", timeout_s=240, start_method="spawn") as pool:
-        yield pool
 
 
 PLANS = [

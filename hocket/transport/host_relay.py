@@ -27,7 +27,7 @@ and reset to 0 by the reader's H2D stream after its copy out (``cuStreamWriteVal
 fence first); the reader waits for 1 and the sender, before it reuses the slot, for 0
 (``cuStreamWaitValue32``, done by the GPU's stream front end, no SM). Both steps above become
 stream-ordered, the launching thread only enqueues, and since every awaited or written value is a
-constant, a call captured in a CUDA graph (``hocket.graphs``) replays correctly, interleaved with
+constant, a call captured in a CUDA graph (``hocket.ops.CapturedCall``) replays correctly, interleaved with
 eager calls as long as every rank makes the same calls and replays in the same order. Those waits
 have no timeout of their own: a
 :class:`~hocket.transport.relay_watchdog.RelayWatchdog` thread times out a call that does not finish
@@ -309,7 +309,7 @@ class HostRelay:
                 t.record_stream(stream)
         if self.watchdog is not None:  # nothing waits on the host: enqueue here, in order
             done, marked = self._post_on_device(list(messages), finish, ready, ready_at, marks)
-            if capturing:  # the graph's replays are tracked instead (hocket.graphs)
+            if capturing:  # the graph's replays are tracked instead (hocket.ops.CapturedCall)
                 CAPTURED.append(self)
             else:
                 if scratch_slot is not None:
@@ -402,7 +402,7 @@ class HostRelay:
         self.buf.publish(w + self.rank, seq)
 
     def track_replay(self, event: torch.cuda.Event, what: str) -> None:
-        """Bound a CUDA graph replay that runs calls of this relay (``hocket.graphs``): the watchdog
+        """Bound a CUDA graph replay that runs calls of this relay (``hocket.ops.CapturedCall``): the watchdog
         times it out like an eager call, ending at ``event``."""
         if self.watchdog is not None:
             self._last_tracked = event
@@ -437,7 +437,7 @@ def _after(event: torch.cuda.Event, fn):
 
 
 CAPTURED: list[HostRelay] = []
-"""Relays that enqueued a call while a CUDA graph was being captured (``hocket.graphs`` reads and
+"""Relays that enqueued a call while a CUDA graph was being captured (``hocket.ops.CapturedCall`` reads and
 clears it around a capture, to bound each replay with those relays' watchdogs)."""
 
 RELAYS: dict[tuple[str, int], PerGroup[HostRelay]] = {}

@@ -38,10 +38,16 @@ class SuiteSpec:
     """interleaved timing rounds (spreads drifting machine load over all candidates)."""
     seed: int = 0
     show_progress: bool = True
+    captured: bool = False
+    """check and time each plan replayed from a CUDA graph (``hocket.ops.CapturedCall``) instead of
+    called eagerly (GPU ranks only; compute-alone and comm-alone stay eager); a plan whose transport a
+    graph cannot capture is reported as refused."""
 
     def __post_init__(self) -> None:
         if not self.sites:
             raise ValueError("SuiteSpec.sites is empty: give at least one (site, plans) pair")
+        if not isinstance(self.captured, bool):
+            raise TypeError(f"SuiteSpec.captured={self.captured!r} must be True or False")
         for site, plans in self.sites:
             if not plans or plans[0].strategy != "sequential":
                 raise ValueError(f"site {site.key}: plans must start with the sequential plan (every score needs it)")
@@ -57,11 +63,24 @@ def _agree(error: float, passed: bool, group, device: torch.device) -> tuple[flo
     return float(t[0].item()), t[1].item() == 0.0
 
 
+def plan_call(site: Site, plan: Plan, operands, group, *, captured: bool):
+    """What is checked and timed for ``plan``: the operator call, or (``captured``) its replay from a
+    CUDA graph captured here (raises a refusal where the plan cannot be captured)."""
+    call = operator_call(site, plan, operands, group)
+    if not captured:
+        return call
+    from hocket.ops import CapturedCall
+
+    step = CapturedCall(lambda a: call(), operands.a, what=f"hocket bench {site.kind} {plan.describe()}")
+    return lambda: step(*step.inputs)
+
+
 def check_plan(site: Site, plan: Plan, operands, expected: torch.Tensor, *, group,
-               device: torch.device) -> PlanOutcome:
-    """Run ``plan`` once and compare with the reference; the verdict is the same on every rank."""
+               device: torch.device, call=None) -> PlanOutcome:
+    """Run ``plan`` once (``call``, default the operator call) and compare with the reference; the
+    verdict is the same on every rank."""
     try:
-        got = operator_call(site, plan, operands, group)()
+        got = (call or operator_call(site, plan, operands, group))()
     except REFUSALS as exc:
         return PlanOutcome(plan=plan, max_error=float("nan"), tolerance=float("nan"), passed=False,
                            error=f"{type(exc).__name__}: {exc}")
@@ -75,17 +94,25 @@ def measure_site(site: Site, plans: tuple[Plan, ...], *, spec: SuiteSpec, group,
     rank = dist.get_rank(group)
     operands = make_operands(site, rank=rank, device=device, seed=spec.seed)
     expected = reference_output(site, operands, group)
-    checked = []
+    checked, calls = [], []
     for plan in plans:
         progress.step(f"{site.kind} {site.m}×{site.k}×{site.n}: check {plan.describe()}")
-        checked.append(check_plan(site, plan, operands, expected, group=group, device=device))
+        try:
+            call = plan_call(site, plan, operands, group, captured=spec.captured)
+        except REFUSALS as exc:  # a plan a CUDA graph cannot capture (every rank alike)
+            checked.append(PlanOutcome(plan=plan, max_error=float("nan"), tolerance=float("nan"), passed=False,
+                                       error=f"{type(exc).__name__}: {exc}"))
+            calls.append(None)
+            continue
+        checked.append(check_plan(site, plan, operands, expected, group=group, device=device, call=call))
+        calls.append(call)
     transports = comm_transports(resolve_group(group), device)
     candidates = {"compute_alone": compute_alone(site, device=device, seed=spec.seed)}
     for name in transports:
         candidates[f"comm:{name}"] = comm_alone(site, group=group, device=device, seed=spec.seed, transport=name)
     for i, outcome in enumerate(checked):
         if outcome.passed:
-            candidates[f"plan{i}"] = operator_call(site, outcome.plan, operands, group)
+            candidates[f"plan{i}"] = calls[i]
     progress.step(f"{site.kind} {site.m}×{site.k}×{site.n}: time {len(candidates)} candidates")
     times = time_interleaved(candidates, config=spec.timing, rounds=spec.rounds, group=group, device=device)
     outcomes = tuple(

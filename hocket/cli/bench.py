@@ -36,6 +36,9 @@ def register(subparsers) -> None:
                         help="interleaved timing rounds (default: --iters, i.e. candidates take turns one "
                              "iteration at a time, so drifting machine load hits all of them alike)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random operands")
+    parser.add_argument("--graph", action="store_true",
+                        help="check and time each plan replayed from a CUDA graph (hocket.ops.CapturedCall; NCCL "
+                             "ranks on GPUs); plans over copy_engine or peer_read are reported refused")
     add_rank_arguments(parser, world_flag="--world", timeout_s=1800.0)
     parser.set_defaults(func=run)
 
@@ -58,10 +61,13 @@ def build_spec(args):
                          f"ranks; use --m {args.m - args.m % world or world}")
     if args.warmup < 0:
         raise ValueError(f"--warmup {args.warmup} must be >= 0")
+    if getattr(args, "graph", False) and resolved_backend(args) != "nccl":
+        raise ValueError(f"--graph replays CUDA graphs, which need GPU ranks on NCCL; this run resolves to backend "
+                         f"{resolved_backend(args)!r} (drop --graph, or run on GPUs with --backend nccl)")
     site = Site(kind=args.kind, m=args.m, k=args.k, n=args.n, dtype=dtype, world=world)
     plans = bench_plans(args.kind, strategies=tuple(args.strategy), chunks=tuple(args.chunks))
     return SuiteSpec(sites=((site, plans),), timing=TimingConfig(warmup=args.warmup, iters=args.iters),
-                     rounds=args.rounds or args.iters, seed=args.seed)
+                     rounds=args.rounds or args.iters, seed=args.seed, captured=bool(getattr(args, "graph", False)))
 
 
 def run(args) -> int:

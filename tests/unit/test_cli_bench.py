@@ -68,3 +68,25 @@ def test_bad_input_exits_2_before_starting_ranks(monkeypatch, capsys):
 def test_parser_refuses_bad_values(argv):
     with pytest.raises(SystemExit):
         _parse(*argv)
+
+
+def test_graph_flag_needs_nccl_ranks_and_reaches_the_spec(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    shape = ("ag_mm", "--m", "8", "--k", "8", "--n", "8", "--world", "2")
+    with pytest.raises(ValueError, match=r"--graph replays CUDA graphs.*backend 'gloo'"):
+        bench.build_spec(_parse(*shape, "--backend", "gloo", "--graph"))
+    assert bench.build_spec(_parse(*shape, "--backend", "gloo")).captured is False
+    import hocket.cli._ranks as ranks
+
+    monkeypatch.setattr(ranks, "resolved_backend", lambda args: "nccl")  # as on a GPU machine
+    assert bench.build_spec(_parse(*shape, "--graph")).captured is True
+
+
+def test_suite_captured_flag_is_a_bool():
+    from hocket.bench.suite import SuiteSpec
+    from hocket.plan.plan import Plan
+    from hocket.site import Site
+
+    site = Site(kind="ag_mm", m=8, k=8, n=8, dtype="float32", world=2)
+    with pytest.raises(TypeError, match="SuiteSpec.captured='yes'"):
+        SuiteSpec(sites=((site, (Plan(),)),), captured="yes")

@@ -38,7 +38,8 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random operands")
     parser.add_argument("--graph", action="store_true",
                         help="check and time each plan replayed from a CUDA graph (hocket.ops.CapturedCall; NCCL "
-                             "ranks on GPUs); plans over copy_engine or peer_read are reported refused")
+                             "ranks on GPUs); plans over copy_engine or peer_read, which a graph cannot capture, "
+                             "are left out")
     add_rank_arguments(parser, world_flag="--world", timeout_s=1800.0)
     parser.set_defaults(func=run)
 
@@ -66,6 +67,10 @@ def build_spec(args):
                          f"{resolved_backend(args)!r} (drop --graph, or run on GPUs with --backend nccl)")
     site = Site(kind=args.kind, m=args.m, k=args.k, n=args.n, dtype=dtype, world=world)
     plans = bench_plans(args.kind, strategies=tuple(args.strategy), chunks=tuple(args.chunks))
+    if getattr(args, "graph", False):  # what a CUDA graph can capture (copy-engine protocols are host-watched)
+        from hocket.plan.plan import CAPTURABLE_TRANSPORTS
+
+        plans = tuple(p for p in plans if p.transport in CAPTURABLE_TRANSPORTS)
     return SuiteSpec(sites=((site, plans),), timing=TimingConfig(warmup=args.warmup, iters=args.iters),
                      rounds=args.rounds or args.iters, seed=args.seed, captured=bool(getattr(args, "graph", False)))
 

@@ -79,7 +79,11 @@ def test_graph_flag_needs_nccl_ranks_and_reaches_the_spec(monkeypatch):
     import hocket.cli._ranks as ranks
 
     monkeypatch.setattr(ranks, "resolved_backend", lambda args: "nccl")  # as on a GPU machine
-    assert bench.build_spec(_parse(*shape, "--graph")).captured is True
+    spec = bench.build_spec(_parse(*shape, "--graph"))
+    assert spec.captured is True
+    eager = bench.build_spec(_parse(*shape))
+    graphed = {p.transport for p in spec.sites[0][1]}
+    assert graphed <= {"collective", "p2p", "host_staged"} and len(spec.sites[0][1]) <= len(eager.sites[0][1])
 
 
 def test_suite_captured_flag_is_a_bool():

@@ -8,14 +8,9 @@ import torch
 import torch.distributed as dist
 
 import hocket.ops as H
+from _nccl_cases import _operand  # every rank draws every rank's operands from one seed
 from hocket.env import overridden
-from hocket.launch.same_case import rank_generator
 from hocket.ops.reference import all_gather_matmul_global, matmul_all_reduce_global, matmul_reduce_scatter_global
-
-
-def _operand(seed: int, rank: int, shape, dtype: str, device, *, salt: int = 0) -> torch.Tensor:
-    gen = rank_generator(seed * 7 + salt, rank=rank)
-    return torch.randn(tuple(shape), generator=gen, dtype=torch.float32).to(getattr(torch, dtype)).to(device)
 
 
 def _operands(case: dict, seed: int, device):

@@ -23,6 +23,14 @@ state), medians of ``--iters`` (>= 50) with p10/p90. The cost model's
 prediction stands beside every hocket plan. ``--calibrate`` first measures a GEMM beside each
 transfer of the mode (and each transfer beside the GEMM) and hands the factors to the planner.
 
+``--graph``: every method is checked and timed replayed from a CUDA graph (``hocket.ops.CapturedCall``:
+one replay per call, no host issue cost but the replay's), as a training step captured whole runs it.
+Methods a graph cannot capture (copy-engine and peer-read plans, whose protocols check flags from the
+host) are left out with the reason; a capture that fails is recorded as that method's failure. The
+planner's choice is then the captured planner's (``hocket.plan.live.captured_planner``), its shortlist
+timed as replays (``operator_runners(captured=True)``). PyTorch's fused ops are captured too, after the
+planner. The lines carry ``run.captured`` (validate_cost.py and planner_regret.py price them as replays).
+
 Results: JSON lines (``hocket.bench.record`` schema) in ``--out``, a summary JSON beside it, and
 a table printed last by rank 0.
 """
@@ -56,8 +64,8 @@ from hocket.launch import init_torchrun
 from hocket.ops.lowering.peer_pipe import close_peer_pipes
 from hocket.plan.autotune import AutotuneConfig
 from hocket.plan.bucket import fit_plan
-from hocket.plan.live import LiveConfig, LivePlanner, operator_runners
-from hocket.plan.plan import Plan
+from hocket.plan.live import LiveConfig, LivePlanner, captured_planner, operator_runners, set_process_planner
+from hocket.plan.plan import CAPTURABLE_TRANSPORTS, Plan
 from hocket.site import Site
 from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
@@ -237,11 +245,19 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     site = shrunk(site, args.shrink)
     case = Case(site, group=group, device=device, seed=args.seed)
     rank0 = dist.get_rank() == 0
-    row = {"site": site.to_dict(), "methods": {}, "failures": {}}
+    row = {"site": site.to_dict(), "methods": {}, "failures": {}, "captured": args.graph}
+    calls = {}  # name -> what was timed (in graph mode a replay), for the paired measurement
 
     def measure(name: str, fn, *, plan: Plan | None = None, check: bool = True) -> float | None:
         if plan is not None and plan.comm_sms is not None and f"sms={plan.comm_sms}" not in name:
             name += f"/sms={plan.comm_sms}"  # describe() leaves the SM budget out; names must stay distinct
+        if args.graph:
+            fn, refused = replayed(case, name, fn)
+            if fn is None:
+                row["failures"][name] = refused
+                log(f"    {name:32s} NOT CAPTURED: {refused}")
+                return None
+        calls[name] = fn
         if check:
             ok, err, message = checked(case, fn, name)
             if not ok:
@@ -275,33 +291,45 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     measure("comm_nccl", case.comm("collective"), check=False)
     measure("sequential", lambda: case.run(Plan()), plan=Plan())
     plans = [p for p in hocket_plans(args.link, args.smoke, sm_caps(args)) if runnable(p, site.kind)]
+    if args.graph:
+        left_out = [p for p in plans if p.transport not in CAPTURABLE_TRANSPORTS]
+        if left_out:
+            log(f"    not capturable, left out: {', '.join(p.describe() for p in left_out)}")
+            row["left_out"] = [p.to_dict() for p in left_out]
+        plans = [p for p in plans if p.transport in CAPTURABLE_TRANSPORTS]
     for plan in plans:  # NCCL plans first: the riskier GPU-only paths come after every safe measurement
         if plan.transport in ("collective", "p2p"):
             measure(plan.describe(), lambda plan=plan: case.run(plan), plan=plan)
-    if args.link == "nvlink" and site.kind in ("ag_mm", "mm_rs") and device.type == "cuda":
-        measure("pytorch_async_tp", case.pytorch(native=False))
-        measure("pytorch_async_tp_native", case.pytorch(native=True))
+    torch_ops = args.link == "nvlink" and site.kind in ("ag_mm", "mm_rs") and device.type == "cuda"
+    if torch_ops and not args.graph:
+        measure_pytorch(measure, case)
     own = "copy_engine" if args.link == "nvlink" else "host_staged"
     for suffix, variant_env in transport_variants(args):
         with overridden(variant_env):
-            if runnable(Plan(strategy="chunked", transport=own), site.kind):
+            if runnable(Plan(strategy="chunked", transport=own), site.kind) and (not args.graph or own in CAPTURABLE_TRANSPORTS):
                 measure(f"comm_{own}{suffix}", case.comm(own), check=False)
             for plan in plans:
                 if plan.transport not in ("collective", "p2p"):
                     measure(plan.describe() + suffix, lambda plan=plan: case.run(plan), plan=plan)
-    decision = planner.decide(site, group=group, device=device, autotune_switch=True,
-                              runners=lambda s: operator_runners(s, group=group, device=device))
+    tuner = captured_planner() if args.graph else planner  # graph mode: the planner of replays, timed as replays
+    decision = tuner.decide(site, group=group, device=device, autotune_switch=True,
+                            runners=lambda s: operator_runners(s, group=group, device=device, captured=args.graph))
     chosen = fit_plan(decision.plan, site)
     predicted_choice = decision.search.chosen if decision.search is not None else None
     row["planner"] = {"plan": chosen.to_dict(), "source": decision.source,
                       "predicted_choice": predicted_choice.to_dict() if predicted_choice else None}
     measure("planner", lambda: case.run(chosen), plan=chosen)
+    if torch_ops and args.graph:  # a capture of PyTorch's ops is the least known step: after the planner
+        measure_pytorch(measure, case)
     if "sequential" in row["methods"] and "planner" in row["methods"]:
-        row["paired"] = paired(case, chosen, args)
+        row["paired"] = paired(case, calls["sequential"], calls["planner"], args)
         p = row["paired"]
         log(f"    paired (interleaved {PAIRED_ROUNDS} rounds): sequential {p['sequential']['median_ms']:.3f}, "
             f"planner {p['planner']['median_ms']:.3f} ms -> x{p['speedup']:.3f} "
             f"(per-round ratios p10 {p['speedup_p10']:.3f}, p90 {p['speedup_p90']:.3f})")
+    calls.clear()  # graph mode: the case's graphs and their memory go before the next case
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     close_peer_pipes()
     H.close_contexts()
     if rank0:
@@ -309,16 +337,35 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     return row
 
 
+def measure_pytorch(measure, case: Case) -> None:
+    """PyTorch's fused ops (default, and with TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP=1)."""
+    measure("pytorch_async_tp", case.pytorch(native=False))
+    measure("pytorch_async_tp_native", case.pytorch(native=True))
+
+
+def replayed(case: Case, name: str, fn):
+    """(``fn`` captured in a CUDA graph and replayed per call, None) or (None, why it was not captured),
+    the same on every rank. The graph's input is a token: ``fn`` reads the case's own operands."""
+    step, message = None, ""
+    try:
+        step = H.CapturedCall(lambda _token: fn(), case.A[:1], what=f"{name} (bench_multigpu --graph)")
+    except CHECKED_ERRORS as exc:
+        message = f"{type(exc).__name__}: {str(exc)[:300]}"
+    if not all_ok(not message, case.device):
+        return None, message or "not captured on another rank"
+    return (lambda: step(*step.inputs)), ""
+
+
 PAIRED_ROUNDS = 10
 
 
-def paired(case: Case, chosen: Plan, args) -> dict:
+def paired(case: Case, sequential, planner, args) -> dict:
     """Sequential and the planner's choice timed in alternating rounds (``PAIRED_ROUNDS`` of
     ``--iters / PAIRED_ROUNDS`` samples each), so the drift between two measurements taken minutes
     apart (clocks, the other rank, the allocator) falls on both: the speedup the planner gives is
     read from these, not from two separate measurements of what may be the same plan."""
     per_round = max(1, args.iters // PAIRED_ROUNDS)
-    fns = {"sequential": lambda: case.run(Plan()), "planner": lambda: case.run(chosen)}
+    fns = {"sequential": sequential, "planner": planner}
     samples: dict[str, list[float]] = {name: [] for name in fns}
     ratios = []
     for _ in range(PAIRED_ROUNDS):
@@ -407,7 +454,7 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
     comm = min(v["median_ms"] for k, v in methods.items() if k.startswith("comm_"))
     baselines = Baselines(sequential_ms=methods["sequential"]["median_ms"],
                           compute_alone_ms=methods["compute_alone"]["median_ms"], comm_alone_ms=comm)
-    extra_common = {"link": args.link, "case_name": site.name,
+    extra_common = {"link": args.link, "case_name": site.name, "captured": args.graph,
                     "pytorch_async_tp_ms": methods.get("pytorch_async_tp", {}).get("median_ms"),
                     "pytorch_async_tp_native_ms": methods.get("pytorch_async_tp_native", {}).get("median_ms"),
                     "comm_ms": {k: v["median_ms"] for k, v in methods.items() if k.startswith("comm_")}}
@@ -436,11 +483,11 @@ def best(methods: dict, prefix: str) -> tuple[str, float] | None:
     return min(found, key=lambda kv: kv[1]) if found else None
 
 
-def table(rows: list[dict], link: str) -> str:
+def table(rows: list[dict], link: str, graph: bool = False) -> str:
     head = (f"{'case (m k n)':26s} {'seq':>6s} {'mm':>6s} {'comm':>6s} {'torch':>6s} {'native':>6s} "
             f"{'chunk/ring':>16s} {'peer chunked':>16s} {'tile_fused':>16s} {'planner':>24s} {'x seq':>6s} "
             f"{'x torch':>7s} {'eff':>6s} {'pred':>6s}")
-    lines = [f"link mode: {link}; times in ms (medians); eff = overlap efficiency of the planner's choice, or its "
+    lines = [f"link mode: {link}{' (every call replayed from a CUDA graph)' if graph else ''}; times in ms (medians); eff = overlap efficiency of the planner's choice, or its "
              f"speedup (x) where the possible saving is under 15%; x seq = sequential / planner from the paired "
              f"(interleaved) measurement", head, "-" * len(head)]
     for row in rows:
@@ -499,6 +546,9 @@ def parse_args(argv=None):
                    "these HOCKET_PEER_PROTOCOL values (push, pull), named '<plan> ~<protocol>', e.g. push")
     p.add_argument("--sm-budgets", default="", help="NCCL SM caps (max CTAs) of communicators made up front, "
                    "e.g. 8,32: calibrated beside the GEMM and tried as Plan.comm_sms (nccl only)")
+    p.add_argument("--graph", action="store_true", help="check and time every method replayed from a CUDA graph "
+                   "(hocket.ops.CapturedCall); plans a graph cannot capture are left out; the planner's choice is "
+                   "the captured planner's, autotuned as replays")
     p.add_argument("--shrink", type=int, default=1, help="divide every case's m, k, n by this (dry runs)")
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl", help="gloo: a CPU dry run of the flow")
     p.add_argument("--out", default=None, help="JSON lines path (default $OUT/bench_multigpu_<link>.jsonl)")
@@ -507,8 +557,10 @@ def parse_args(argv=None):
         p.error(f"--reps={args.reps}: give an int >= 1 (calls back to back per sample)")
     if args.iters < (5 if args.smoke else 50):
         p.error(f"--iters={args.iters}: use at least 50 timed runs (5 with --smoke)")
+    if args.graph and args.backend != "nccl":
+        p.error(f"--graph needs --backend nccl (CUDA graphs capture GPU work), got --backend {args.backend}")
     if args.out is None:
-        args.out = str(Path(os.environ.get("OUT", ".")) / f"bench_multigpu_{args.link}.jsonl")
+        args.out = str(Path(os.environ.get("OUT", ".")) / f"bench_multigpu_{args.link}{'_graph' if args.graph else ''}.jsonl")
     return args
 
 
@@ -539,7 +591,7 @@ def main(argv=None) -> int:
                                 "reps": args.reps, "seed": args.seed, "profile": str(args.profile or (NVLINK_PROFILE if profile else ""))})
     log(f"bench_multigpu: {len(sites)} cases, world {world}, link {args.link}, cluster {cluster_name}, "
         f"iters {args.iters} x {args.reps} reps, torch {torch.__version__}")
-    summary = {"link": args.link, "world": world, "cluster": cluster_name, "command": provenance.command,
+    summary = {"link": args.link, "graph": args.graph, "world": world, "cluster": cluster_name, "command": provenance.command,
                "environment": provenance.environment, "versions": provenance.versions, "rows": []}
     if args.calibrate:
         first = Case(shrunk(sites[0], args.shrink), group=group, device=device, seed=args.seed)
@@ -551,6 +603,7 @@ def main(argv=None) -> int:
                                             steady_state=args.reps > 1,
                                             tuning=AutotuneConfig(top_k=4, warmup=2, iters=16, rounds=2,
                                                                   reps=args.reps)))
+    set_process_planner(planner)  # graph mode: the captured planner (and plan=None in a capture) derive from it
     started = time.monotonic()
     for i, site in enumerate(sites):
         if args.time_budget_s and time.monotonic() - started > args.time_budget_s and i:
@@ -563,7 +616,7 @@ def main(argv=None) -> int:
         out = Path(args.out)
         out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1, default=str))
         log(f"results -> {out} (+ {out.with_suffix('.summary.json').name})\n")
-        log(table(summary["rows"], args.link))
+        log(table(summary["rows"], args.link, args.graph))
     close_mailboxes()
     close_relays()
     close_sm_budgets()

@@ -9,6 +9,8 @@
 # tests:  the NCCL operator tests (tests/gpu/test_ops_nccl.py)            -> $OUT/gpu_nccl_tests.log
 # nvlink: bench_multigpu.py --link nvlink --calibrate                      -> $OUT/bench_multigpu_nvlink.*
 # host:   NCCL_P2P_DISABLE=1 bench_multigpu.py --link host_staged (a separate launch) -> *_host_staged.*
+# GRAPH=1: the nvlink and host phases time every call replayed from a CUDA graph (bench_multigpu.py --graph)
+#         -> *_nvlink_graph.*, *_host_staged_graph.*
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HOCKET_TIMEOUT_S="${HOCKET_TIMEOUT_S:-60}"
@@ -17,6 +19,8 @@ NPROC="${NPROC:-2}"
 CASES="${CASES:-issue6}"
 PHASES="${PHASES:-tests nvlink host}"
 PY="${PYTHON:-python3}"
+GRAPH_ARGS=() G=""
+[ "${GRAPH:-0}" = 1 ] && GRAPH_ARGS=(--graph) G="_graph"
 mkdir -p "$OUT"
 status=0
 for phase in $PHASES; do
@@ -37,17 +41,17 @@ for phase in $PHASES; do
       tail -n 25 "$OUT/gpu_nccl_tests.log" ;;
     nvlink)
       timeout "${NVLINK_TIMEOUT_S:-420}" torchrun --nproc_per_node "$NPROC" benchmarks/bench_multigpu.py --link nvlink \
-        --cases "$CASES" --calibrate --out "$OUT/bench_multigpu_nvlink.jsonl" "${PROFILE_ARGS[@]}" "$@" \
-        > "$OUT/bench_multigpu_nvlink.log" 2>&1 || status=1
-      grep -v "^W[0-9]" "$OUT/bench_multigpu_nvlink.log" | tail -n 40 ;;
+        --cases "$CASES" --calibrate --out "$OUT/bench_multigpu_nvlink$G.jsonl" "${PROFILE_ARGS[@]}" "${GRAPH_ARGS[@]}" "$@" \
+        > "$OUT/bench_multigpu_nvlink$G.log" 2>&1 || status=1
+      grep -v "^W[0-9]" "$OUT/bench_multigpu_nvlink$G.log" | tail -n 40 ;;
     host)
       HOST_PROFILE_ARGS=()
       [ -f "$OUT/profile_host.json" ] && HOST_PROFILE_ARGS=(--profile "$OUT/profile_host.json")
       NCCL_P2P_DISABLE=1 timeout "${HOST_TIMEOUT_S:-420}" torchrun --nproc_per_node "$NPROC" benchmarks/bench_multigpu.py \
-        --link host_staged --cases "$CASES" --calibrate --out "$OUT/bench_multigpu_host_staged.jsonl" \
-        "${HOST_PROFILE_ARGS[@]}" "$@" \
-        > "$OUT/bench_multigpu_host_staged.log" 2>&1 || status=1
-      grep -v "^W[0-9]" "$OUT/bench_multigpu_host_staged.log" | tail -n 30 ;;
+        --link host_staged --cases "$CASES" --calibrate --out "$OUT/bench_multigpu_host_staged$G.jsonl" \
+        "${HOST_PROFILE_ARGS[@]}" "${GRAPH_ARGS[@]}" "$@" \
+        > "$OUT/bench_multigpu_host_staged$G.log" 2>&1 || status=1
+      grep -v "^W[0-9]" "$OUT/bench_multigpu_host_staged$G.log" | tail -n 30 ;;
     *) echo "unknown phase $phase (use calibrate, calibrate_host, tests, nvlink, host)"; status=2 ;;
   esac
 done

@@ -17,9 +17,11 @@ peers' replays). The output tensor is the graph's own: the next call overwrites 
 it). ``fn`` runs ``warmup`` times eagerly on a side stream first (the torch recipe: first calls
 plan, agree across ranks, build transports and compile kernels, none of which a capture can do).
 Operator calls in ``fn`` with ``plan=None`` are planned for replays
-(:func:`hocket.ops.planning.captured_planning`: priced with no host issue cost but the replay's, by
-prediction alone, cached apart from the same site's eager calls), so a pipeline of many pieces that the
-host could not keep fed eagerly can be chosen here.
+(:func:`hocket.ops.planning.captured_planning`: priced with no host issue cost but the replay's, cached
+apart from the same site's eager calls), so a pipeline of many pieces that the host could not keep fed
+eagerly can be chosen here. The choice is by prediction; with ``HOCKET_AUTOTUNE=1`` (or
+``hocket.plan.live.tune(site, captured=True)`` beforehand) the candidates are timed as replays, during
+the warm-up.
 
 What a capture holds: NCCL collectives (PyTorch captures them) and the host-staged relay with its
 device signals (``HOCKET_HOST_STAGE_SIGNAL=device``, the default; host handshakes and the issue

@@ -50,7 +50,8 @@ _CAPTURED_PLANNING: contextvars.ContextVar[bool] = contextvars.ContextVar("hocke
 def captured_planning() -> Iterator[None]:
     """Within this block, ``plan=None`` calls are planned for CUDA graph replays (``hocket.ops.CapturedCall``
     enters it around its warm-up and capture): priced with no host issue cost but the replay's
-    (``SearchConfig(captured=True)``), by prediction alone, cached apart from eager calls' plans."""
+    (``SearchConfig(captured=True)``), by prediction (or timed as replays under ``HOCKET_AUTOTUNE=1``), cached
+    apart from eager calls' plans."""
     token = _CAPTURED_PLANNING.set(True)
     try:
         yield

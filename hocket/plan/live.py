@@ -218,9 +218,10 @@ def process_planner() -> LivePlanner:
 def captured_planner() -> LivePlanner:
     """The planner of ``plan=None`` calls replayed from CUDA graphs (``hocket.ops.CapturedCall``): the
     process planner's cluster, profile and settings, over the transports a graph can capture
-    (``CAPTURABLE_TRANSPORTS``), pricing with ``SearchConfig(captured=True)``, by prediction alone
-    (autotuning would time eager calls) and without the disk cache (its entries are eager decisions).
-    Rebuilt when the process planner is replaced."""
+    (``CAPTURABLE_TRANSPORTS``), pricing with ``SearchConfig(captured=True)``, without the disk cache
+    (its entries are eager decisions). It decides by prediction unless autotuning is asked for
+    (``HOCKET_AUTOTUNE=1``, or :func:`tune` with ``captured=True``): then the candidates are timed as
+    CUDA graph replays (``operator_runners(captured=True)``). Rebuilt when the process planner is replaced."""
     planner = _PLANNERS.get("captured")
     if planner is None:
         base = process_planner()
@@ -244,11 +245,14 @@ def set_process_planner(planner: LivePlanner | None) -> None:
         _PLANNERS["default"] = planner
 
 
-def operator_runners(site: Site, *, group: object, device: object = "cpu", seed: int = 0) -> RunnerFactory:
+def operator_runners(site: Site, *, group: object, device: object = "cpu", seed: int = 0,
+                     captured: bool = False) -> RunnerFactory:
     """A RunnerFactory that calls the hocket operator for ``site`` on fresh random inputs.
 
     Inputs are drawn once (the same on every rank), so timing compares plans only.
-    ``group`` None means the default process group.
+    ``group`` None means the default process group. ``captured``: each plan's call is captured in a
+    CUDA graph when its runner is made (``hocket.ops.CapturedCall``, collective like the call) and the
+    runner replays it, so a plan is timed as a loop of replays runs it (CUDA devices only).
     """
     import torch
     import torch.distributed as dist
@@ -287,7 +291,25 @@ def operator_runners(site: Site, *, group: object, device: object = "cpu", seed:
     else:
         raise ValueError(f"site.kind={site.kind!r} has no hocket operator to autotune; "
                          f"autotune supports ag_mm, mm_rs and mm_ar")
-    return factory
+    if not captured:
+        return factory
+    if torch.device(device).type != "cuda":
+        raise ValueError(f"operator_runners(captured=True) needs a CUDA device, got device={device!r}: "
+                         f"CUDA graphs capture GPU work only")
+    return _replayed(factory, site, like=a)
+
+
+def _replayed(factory: RunnerFactory, site: Site, *, like: object) -> RunnerFactory:
+    """``factory``'s calls captured in CUDA graphs: each runner replays its plan's graph. The graph's
+    input is a token tensor; the operands stay the ones ``factory`` closed over (same addresses)."""
+    from hocket.ops.captured import CapturedCall
+
+    def replay_factory(plan: Plan) -> Callable[[], object]:
+        call = factory(plan)
+        step = CapturedCall(lambda _token: call(), like[:1], what=f"autotune {site.kind} {plan.describe()}")
+        return lambda: step(*step.inputs)
+
+    return replay_factory
 
 
 def _job_world_size() -> int | None:
@@ -303,6 +325,14 @@ def _live_device() -> object:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
+def _can_capture_now() -> bool:
+    """Whether candidates can be captured here to be timed: a CUDA device and no capture under way (the
+    ``plan=None`` call inside a ``CapturedCall``'s own capture reuses the decision of its warm-up)."""
+    import torch
+
+    return torch.cuda.is_available() and not torch.cuda.is_current_stream_capturing()
+
+
 def _whole_world(site: Site) -> bool:
     """True when ``site``'s group is the default process group (the only group found by ranks alone)."""
     import torch.distributed as dist
@@ -312,14 +342,18 @@ def _whole_world(site: Site) -> bool:
 
 
 def tune(site: Site, *, group: object = None, autotune: bool | None = True, device: object = None,
-         planner: LivePlanner | None = None) -> Decision:
+         planner: LivePlanner | None = None, captured: bool = False) -> Decision:
     """Decide ``site`` on the live ``group`` now (collective: call on every rank), measuring
     the top-k predicted plans plus sequential when ``autotune`` (default on; None follows
-    ``HOCKET_AUTOTUNE``). Later ``plan=None`` calls of that shape bucket reuse the decision."""
+    ``HOCKET_AUTOTUNE``). Later ``plan=None`` calls of that shape bucket reuse the decision.
+
+    ``captured``: decide for calls replayed from CUDA graphs (:func:`captured_planner`, unless
+    ``planner`` is given), timing each candidate as graph replays; later ``plan=None`` calls inside
+    a ``hocket.ops.CapturedCall`` reuse that decision."""
     device = device if device is not None else _live_device()
-    planner = planner or process_planner()
+    planner = planner or (captured_planner() if captured else process_planner())
     return planner.decide(site, group=group, device=device, autotune_switch=autotune,
-                          runners=lambda s: operator_runners(s, group=group, device=device))
+                          runners=lambda s: operator_runners(s, group=group, device=device, captured=captured))
 
 
 def plan_for_call(site: Site, *, captured: bool = False) -> Plan:
@@ -328,17 +362,17 @@ def plan_for_call(site: Site, *, captured: bool = False) -> Plan:
     Prediction (or a cached decision) by default. With ``HOCKET_AUTOTUNE=1`` and a site
     on the default process group, outside torch.compile tracing, the first call of a
     shape bucket is autotuned on the live group (collective, like the call itself).
-    ``captured``: a call to be replayed from a CUDA graph (:func:`captured_planner`), by prediction.
+    ``captured``: a call to be replayed from a CUDA graph (:func:`captured_planner`): by prediction, or
+    with ``HOCKET_AUTOTUNE=1`` (on a CUDA device, outside a capture) by timing the candidates as replays.
     """
     import torch
 
-    if captured:
-        return fit_plan(captured_planner().decide(site).plan, site)
-    planner = process_planner()
-    if autotune_enabled(planner.config.autotune) and _whole_world(site) and not torch.compiler.is_compiling():
+    planner = captured_planner() if captured else process_planner()
+    if autotune_enabled(process_planner().config.autotune) and _whole_world(site) \
+            and not torch.compiler.is_compiling() and not (captured and not _can_capture_now()):
         device = _live_device()
-        decision = planner.decide(site, device=device,
-                                  runners=lambda s: operator_runners(s, group=None, device=device))
+        decision = planner.decide(site, device=device, autotune_switch=True,
+                                  runners=lambda s: operator_runners(s, group=None, device=device, captured=captured))
     else:
         decision = planner.decide(site)
     return fit_plan(decision.plan, site)

@@ -71,3 +71,30 @@ def run_captured_copy_engine(case: dict) -> None:
     device = torch.device("cuda", torch.cuda.current_device())
     inputs, _ = _operands(case, case["seed"], device)
     H.CapturedCall(_call(case["kind"], case["plan"]), *inputs)
+
+
+def run_captured_autotuned(case: dict) -> tuple[str, int]:
+    """``plan=None`` in a CapturedCall with ``HOCKET_AUTOTUNE=1``: the warm-up's first call times the captured
+    planner's shortlist as graph replays; returns (the decision's source, results checked)."""
+    from hocket.ops.planning import clear_plan_cache
+    from hocket.plan.live import captured_planner, set_process_planner
+
+    set_process_planner(None)
+    clear_plan_cache()
+    try:
+        with overridden({"HOCKET_AUTOTUNE": "1", **(case.get("env") or {})}):
+            device = torch.device("cuda", torch.cuda.current_device())
+            fn = _call(case["kind"], None)
+            inputs, _ = _operands(case, case["seed"], device)
+            step = H.CapturedCall(fn, *inputs, what=f"{case['kind']} autotuned test")
+            sources = [d.source for d in captured_planner().known().values()]
+            checked = 0
+            for call in range(case["calls"]):
+                inputs, expected = _operands(case, case["seed"] + 7 * (call + 1), device)
+                H.assert_close(step(*inputs), expected, world=dist.get_world_size(),
+                               what=f"autotuned replay {call} {case['kind']}")
+                checked += 1
+            return ",".join(sources), checked
+    finally:
+        set_process_planner(None)
+        clear_plan_cache()

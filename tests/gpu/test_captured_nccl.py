@@ -12,7 +12,8 @@ from _two_gpus import SEED, require_two_gpus
 
 require_two_gpus()
 
-from _captured_cases import run_captured, run_captured_copy_engine, run_captured_host_signal  # noqa: E402
+from _captured_cases import (run_captured, run_captured_autotuned, run_captured_copy_engine,  # noqa: E402
+                             run_captured_host_signal)
 
 pytestmark = pytest.mark.timeout(600)
 RELAY = {"strategy": "chunked", "transport": "host_staged"}
@@ -49,3 +50,11 @@ def test_a_copy_engine_plan_is_refused_with_the_transports_that_capture(pool2):
     case = dict(kind="mm_rs", rows=64, k=32, n=32, dtype="bfloat16", seed=SEED,
                 plan={"strategy": "chunked", "chunks": 1, "transport": "copy_engine"})
     pool2.run_expect_error(run_captured_copy_engine, case, exc_type=ValueError, match="cannot be captured")
+
+
+@pytest.mark.parametrize("kind,rows,k,n", [("ag_mm", 256, 128, 192), ("mm_rs", 97, 64, 80)])
+def test_plan_none_autotunes_over_replays(pool2, kind, rows, k, n):
+    case = dict(kind=kind, rows=rows, k=k, n=n, dtype="bfloat16", seed=SEED, calls=3,
+                env={"HOCKET_HOST_STAGE_PIECE_MB": "0.01"})
+    results = pool2.run(run_captured_autotuned, case)
+    assert results[0] == results[1] == ("autotune", 3)

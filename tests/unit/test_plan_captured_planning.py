@@ -58,3 +58,18 @@ def test_replacing_the_process_planner_rebuilds_the_captured_one(slow_host):
     set_process_planner(LivePlanner(cluster=load_preset("h200x2"), config=LiveConfig(use_disk_cache=False)))
     assert captured_planner() is not first and captured_planner().cluster.name == "h200x2"
     assert live._PLANNERS["captured"] is captured_planner()
+
+
+def test_replay_runners_need_a_cuda_device():
+    with pytest.raises(ValueError, match="device='cpu'.*CUDA graphs"):
+        live.operator_runners(SITE, group=object(), device="cpu", captured=True)
+
+
+def test_autotune_switch_without_a_device_to_capture_on_keeps_the_prediction(slow_host, monkeypatch):
+    # HOCKET_AUTOTUNE=1, but no CUDA device (and no process group): the replayed plan is predicted
+    monkeypatch.setenv("HOCKET_AUTOTUNE", "1")
+    with planning.captured_planning():
+        replayed = planning.choose_plan(SITE)
+    decision = captured_planner().known()
+    assert [d.source for d in decision.values()] == ["predicted"]
+    assert replayed == live.fit_plan(next(iter(decision.values())).plan, SITE)

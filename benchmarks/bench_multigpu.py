@@ -317,7 +317,11 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     chosen = fit_plan(decision.plan, site)
     predicted_choice = decision.search.chosen if decision.search is not None else None
     row["planner"] = {"plan": chosen.to_dict(), "source": decision.source,
-                      "predicted_choice": predicted_choice.to_dict() if predicted_choice else None}
+                      "predicted_choice": predicted_choice.to_dict() if predicted_choice else None,
+                      "timings_ms": {label(Plan.from_json(k)): v for k, v in decision.timings_ms.items()}}
+    if decision.timings_ms:
+        log("    planner's shortlist (" + decision.source + "): " + ", ".join(
+            f"{name} {ms:.3f}" for name, ms in sorted(row["planner"]["timings_ms"].items(), key=lambda kv: kv[1])))
     measure("planner", lambda: case.run(chosen), plan=chosen)
     if torch_ops and args.graph:  # a capture of PyTorch's ops is the least known step: after the planner
         measure_pytorch(measure, case)
@@ -335,6 +339,11 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     if rank0:
         write_rows(row, site, args, provenance)
     return row
+
+
+def label(plan: Plan) -> str:
+    """``plan.describe()`` with its NCCL SM budget (describe() leaves it out)."""
+    return plan.describe() + (f"/sms={plan.comm_sms}" if plan.comm_sms is not None else "")
 
 
 def measure_pytorch(measure, case: Case) -> None:

@@ -25,8 +25,8 @@ transfer of the mode (and each transfer beside the GEMM) and hands the factors t
 
 ``--graph``: every method is checked and timed replayed from a CUDA graph (``hocket.ops.CapturedCall``:
 one replay per call, no host issue cost but the replay's), as a training step captured whole runs it.
-Methods a graph cannot capture (copy-engine and peer-read plans, whose protocols check flags from the
-host) are left out with the reason; a capture that fails is recorded as that method's failure. The
+Plans a graph cannot capture (``hocket.plan.capture``: copy-engine push and tile-fused plans and
+peer reads, whose waits report through buffers the host checks) are left out; a capture that fails is recorded as that method's failure. The
 planner's choice is then the captured planner's (``hocket.plan.live.captured_planner``), its shortlist
 timed as replays (``operator_runners(captured=True)``). PyTorch's fused ops are captured too, after the
 planner. The lines carry ``run.captured`` (validate_cost.py and planner_regret.py price them as replays).
@@ -65,6 +65,7 @@ from hocket.ops.lowering.peer_pipe import close_peer_pipes
 from hocket.plan.autotune import AutotuneConfig
 from hocket.plan.bucket import fit_plan
 from hocket.plan.live import LiveConfig, LivePlanner, captured_planner, operator_runners, set_process_planner
+from hocket.plan.capture import capturable
 from hocket.plan.plan import CAPTURABLE_TRANSPORTS, Plan
 from hocket.site import Site
 from hocket.transport.group import resolve_group
@@ -291,12 +292,16 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     measure("comm_nccl", case.comm("collective"), check=False)
     measure("sequential", lambda: case.run(Plan()), plan=Plan())
     plans = [p for p in hocket_plans(args.link, args.smoke, sm_caps(args)) if runnable(p, site.kind)]
+    if args.graph and args.link == "nvlink":  # replayed, the pulls in pieces and the relay beside the GEMM
+        plans += [p for p in (Plan(strategy="chunked", chunks=4, transport="copy_engine"),
+                              *(Plan(strategy="chunked", chunks=c, transport="host_staged", order="local_first")
+                                for c in (1, 2))) if runnable(p, site.kind)]
     if args.graph:
-        left_out = [p for p in plans if p.transport not in CAPTURABLE_TRANSPORTS]
+        left_out = [p for p in plans if not capturable(site, p)]
         if left_out:
             log(f"    not capturable, left out: {', '.join(p.describe() for p in left_out)}")
             row["left_out"] = [p.to_dict() for p in left_out]
-        plans = [p for p in plans if p.transport in CAPTURABLE_TRANSPORTS]
+        plans = [p for p in plans if capturable(site, p)]
     for plan in plans:  # NCCL plans first: the riskier GPU-only paths come after every safe measurement
         if plan.transport in ("collective", "p2p"):
             measure(plan.describe(), lambda plan=plan: case.run(plan), plan=plan)

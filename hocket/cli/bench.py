@@ -67,10 +67,10 @@ def build_spec(args):
                          f"{resolved_backend(args)!r} (drop --graph, or run on GPUs with --backend nccl)")
     site = Site(kind=args.kind, m=args.m, k=args.k, n=args.n, dtype=dtype, world=world)
     plans = bench_plans(args.kind, strategies=tuple(args.strategy), chunks=tuple(args.chunks))
-    if getattr(args, "graph", False):  # what a CUDA graph can capture (copy-engine protocols are host-watched)
-        from hocket.plan.plan import CAPTURABLE_TRANSPORTS
+    if getattr(args, "graph", False):  # what a CUDA graph can capture (hocket.plan.capture)
+        from hocket.plan.capture import capturable
 
-        plans = tuple(p for p in plans if p.transport in CAPTURABLE_TRANSPORTS)
+        plans = tuple(p for p in plans if capturable(site, p))
     return SuiteSpec(sites=((site, plans),), timing=TimingConfig(warmup=args.warmup, iters=args.iters),
                      rounds=args.rounds or args.iters, seed=args.seed, captured=bool(getattr(args, "graph", False)))
 

@@ -112,6 +112,14 @@ def _pull_barrier(b: Builder, deps: tuple[int, ...] = ()) -> int:
                        depends_on=deps, op="barrier"))
 
 
+def _closing_barrier(b: Builder, deps: tuple[int, ...]) -> None:
+    """A replayed call's second barrier, after this rank's reads of the slots
+    (``hocket.ops.lowering.peer_pull``: ``PullPipe.end_replayable``); eager calls have none."""
+    if b.captured:
+        b.add(Stage(name="pull.close", resource="copy_engine", kind="copy_engine", duration_ms=launch_ms(b.device),
+                    depends_on=deps, op="barrier"))
+
+
 def _ag_peer_pull(b: Builder, shard_rows: int) -> None:
     """``peer_pull``: the own shard's GEMM launched first; on the copy stream this rank's shard
     copied into its slot, the barrier, then every peer's pieces pulled (DMA) beside that GEMM;
@@ -131,6 +139,7 @@ def _ag_peer_pull(b: Builder, shard_rows: int) -> None:
     for j in range(p - 1):
         for i, rows in enumerate(pieces):
             b.add_gemm(f"gemm[{j}.{i}]", rows, deps=(pulls[j][i],), piece=i)
+    _closing_barrier(b, tuple(pull for per_peer in pulls for pull in per_peer))
 
 
 def _ag_peer_put(b: Builder, shard_rows: int) -> None:
@@ -143,7 +152,8 @@ def _ag_peer_put(b: Builder, shard_rows: int) -> None:
     puts = [b.add_transfer(f"put[{j}]", b.ring_step(shard_bytes), op="push", nbytes=shard_bytes)
             for j in range(p - 1)]
     barrier = _pull_barrier(b, tuple(puts))
-    b.add_gemm("gemm_peers", shard_rows, deps=(barrier,), count=p - 1)
+    peers = b.add_gemm("gemm_peers", shard_rows, deps=(barrier,), count=p - 1)
+    _closing_barrier(b, (peers,))
 
 
 def _rs_peer_pull(b: Builder, block_rows: int) -> None:
@@ -158,6 +168,7 @@ def _rs_peer_pull(b: Builder, block_rows: int) -> None:
                             nbytes=block_rows * row_bytes) for j in range(p - 1)]
     own = b.add_gemm("gemm_own", block_rows)
     b.add_memory("reduce[final]", 3.0 * (p - 1) * block_rows * row_bytes, deps=(own, *pulls))
+    _closing_barrier(b, tuple(pulls))
 
 
 def _rs_peer_pipe(b: Builder, block_rows: int) -> None:

@@ -103,6 +103,8 @@ class _Builder:
     """Whether the host has issued anything but kernel launches yet (later items queue behind it)."""
     sustained: bool = False
     """GEMMs run at the profile's sustained level (steady state: ``compute.gemm_time(sustained=)``)."""
+    captured: bool = False
+    """the call is replayed from a CUDA graph (its copy-engine protocols close on a second barrier)."""
 
     # -- pieces -------------------------------------------------------------
     @property
@@ -767,7 +769,7 @@ def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.G
     if issue is not None and captured:
         issue = dict.fromkeys(issue, 0.0)
     builder = _Builder(site=site, plan=plan, device=device, topo=topo, calibration=view, cores_per_rank=cores,
-                       stages=[], issue=issue, sustained=steady_state)
+                       stages=[], issue=issue, sustained=steady_state, captured=captured)
     if builder.issue is not None:  # the operator's entry: the GPU idles until the first piece is issued
         entry_ms = CAPTURED_REPLAY_US / 1e3 if captured else \
             issue_ms((("entry", 1), ("group_entry", int(site.world > 1))), builder.issue)

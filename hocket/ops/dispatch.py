@@ -28,6 +28,7 @@ from hocket.ops.context import context_for
 from hocket.ops.lowering import executor_for
 from hocket.ops.lowering.runtime import Runtime
 from hocket.ops.planning import OP_NAMES, check_supported, choose_plan, explicit_plan, planning_captured
+from hocket.plan.capture import capture_refusal
 from hocket.plan.plan import CAPTURABLE_TRANSPORTS, Plan
 from hocket.site import Site
 from hocket.transport.group import GroupHandle, process_group_of, resolve_group
@@ -46,8 +47,10 @@ class Prepared:
     label: str
     """the ``record_function`` range name: ``hocket::<op>[<plan>]``."""
     capture_check: bool = False
-    """whether a call must first check it is not being captured in a CUDA graph (a GPU call whose
+    """whether a call must first check whether it is being captured in a CUDA graph (a GPU call whose
     transport is not in ``CAPTURABLE_TRANSPORTS``)."""
+    capture_refusal: str | None = None
+    """why a CUDA graph cannot capture this call (:func:`hocket.plan.capture.capture_refusal`), or None."""
 
 
 _PREPARED: dict[tuple, Prepared] = {}
@@ -82,9 +85,14 @@ def run_prepared(prep: Prepared, *args):
     """``prep.run(*args)``, inside a ``record_function(prep.label)`` range only while a profiler records
     (entering a range costs ~15 us even when nobody listens)."""
     if prep.capture_check and torch.cuda.is_current_stream_capturing():
-        raise ValueError(f"{prep.label}: plan transport={prep.plan.transport!r} cannot be captured in a CUDA graph "
-                         f"(its copies are watched from the host); capture a plan over one of "
-                         f"{CAPTURABLE_TRANSPORTS}, or leave plan=None inside hocket.ops.CapturedCall")
+        if prep.capture_refusal:
+            raise ValueError(f"{prep.label}: this plan cannot be captured in a CUDA graph: {prep.capture_refusal}. "
+                             f"Capture a plan over one of {CAPTURABLE_TRANSPORTS}, or leave plan=None inside "
+                             f"hocket.ops.CapturedCall")
+        if not planning_captured():
+            raise ValueError(f"{prep.label}: a copy-engine call is captured only through hocket.ops.CapturedCall "
+                             f"(its calls then use slots of their own and end on a barrier); a bare "
+                             f"torch.cuda.graph would bake one slot parity of the eager protocol into every replay")
     if torch.autograd._profiler_enabled():
         with record_function(prep.label):
             return prep.run(*args)
@@ -130,6 +138,7 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
     runtime = Runtime(group=group, ctx=context_for(group.name, device, tensors[0].dtype), transport=transport)
     prepared = Prepared(group=group, site=site, plan=plan, dim=dim, runtime=runtime, run=run,
                         label=f"hocket::{op}[{plan.describe()}]",
-                        capture_check=device.type == "cuda" and plan.transport not in CAPTURABLE_TRANSPORTS)
+                        capture_check=device.type == "cuda" and plan.transport not in CAPTURABLE_TRANSPORTS,
+                        capture_refusal=capture_refusal(site, plan) if site is not None else None)
     _PREPARED[key] = prepared
     return prepared

@@ -24,7 +24,7 @@ from hocket.plan.autotune import AutotuneConfig, RunnerFactory, autotune, autotu
 from hocket.plan.bucket import DEFAULT_BUCKET_POLICY, BucketPolicy, bucket_site, fit_plan
 from hocket.plan.cache import PlanCache, current_environment
 from hocket.plan.memory import live_free_memory_bytes
-from hocket.plan.plan import CAPTURABLE_TRANSPORTS, SEQUENTIAL, Plan
+from hocket.plan.plan import SEQUENTIAL, Plan
 from hocket.plan.search import SearchConfig, SearchResult, search
 from hocket.plan.space import SpaceConfig
 from hocket.site import Site
@@ -217,16 +217,15 @@ def process_planner() -> LivePlanner:
 
 def captured_planner() -> LivePlanner:
     """The planner of ``plan=None`` calls replayed from CUDA graphs (``hocket.ops.CapturedCall``): the
-    process planner's cluster, profile and settings, over the transports a graph can capture
-    (``CAPTURABLE_TRANSPORTS``), pricing with ``SearchConfig(captured=True)``, without the disk cache
+    process planner's cluster, profile and settings, over the plans a graph can capture
+    (``SpaceConfig(captured=True)``, :mod:`hocket.plan.capture`), pricing with ``SearchConfig(captured=True)``, without the disk cache
     (its entries are eager decisions). It decides by prediction unless autotuning is asked for
     (``HOCKET_AUTOTUNE=1``, or :func:`tune` with ``captured=True``): then the candidates are timed as
     CUDA graph replays (``operator_runners(captured=True)``). Rebuilt when the process planner is replaced."""
     planner = _PLANNERS.get("captured")
     if planner is None:
         base = process_planner()
-        space = replace(base.config.space,
-                        transports=tuple(t for t in base.config.space.transports if t in CAPTURABLE_TRANSPORTS))
+        space = replace(base.config.space, captured=True)
         config = replace(base.config, search=replace(base.config.search, captured=True), space=space,
                          autotune=False, use_disk_cache=False)
         planner = _PLANNERS["captured"] = LivePlanner(cluster=base._cluster, profile=base._profile, config=config)

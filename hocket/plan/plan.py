@@ -11,9 +11,9 @@ PLAN_VERSION = 1
 STRATEGIES = ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted")
 TRANSPORTS = ("collective", "p2p", "copy_engine", "host_staged", "peer_read")
 CAPTURABLE_TRANSPORTS = ("collective", "p2p", "host_staged")
-"""transports whose calls a CUDA graph can capture (``hocket.ops.CapturedCall``): NCCL's (PyTorch captures
-them) and the host-staged relay with device signals. ``copy_engine`` and ``peer_read`` are not: their
-protocols check device-side error flags from the host after each call."""
+"""transports whose calls a CUDA graph can always capture (``hocket.ops.CapturedCall``): NCCL's (PyTorch
+captures them) and the host-staged relay with device signals. ``copy_engine`` captures with its barrier
+protocols only and ``peer_read`` not at all (:mod:`hocket.plan.capture` says which plan and why)."""
 """``peer_read``: the GEMM's own tiles load peer rows from symmetric memory over the GPU link (no
 copy); only with ``strategy="tile_fused"`` on ``ag_mm`` (``hocket.ops.lowering.peer_read``)."""
 ORDERS = ("natural", "local_first", "reverse")

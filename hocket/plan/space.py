@@ -124,6 +124,9 @@ class SpaceConfig:
     """uneven pieces are enumerated up to this many pieces (beyond, every piece is already small)."""
     split_align: int = 8
     """the small piece's rows are a multiple of this."""
+    captured: bool = False
+    """plans for calls replayed from CUDA graphs: those a graph cannot capture are pruned, with
+    :func:`hocket.plan.capture.capture_refusal`'s reason."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_chunks, int) or not 1 <= self.max_chunks <= 4096:
@@ -146,6 +149,8 @@ class SpaceConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"SpaceConfig.{name}={value!r} must be an int >= 1")
+        if not isinstance(self.captured, bool):
+            raise ValueError(f"SpaceConfig.captured={self.captured!r} must be True or False")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes < 0:
             raise ValueError(f"SpaceConfig.memory_budget_bytes={self.memory_budget_bytes!r} must be >= 0 or None")
 
@@ -259,6 +264,12 @@ def enumerate_plans(site: Site, facts: GroupFacts, config: SpaceConfig | None = 
     pruned: list[Pruned] = []
     for strategy in config.strategies:
         _enumerate_strategy(site, facts, config, budget, strategy, baseline, candidates, pruned)
+    if config.captured:
+        from hocket.plan.capture import capture_refusal
+
+        refused = [(plan, capture_refusal(site, plan)) for plan in candidates[1:]]
+        pruned += [Pruned(plan=plan, reason=f"a CUDA graph cannot capture it: {why}") for plan, why in refused if why]
+        candidates = [baseline, *(plan for plan, why in refused if not why)]
     return PlanSpace(site=site, baseline=baseline, candidates=tuple(candidates), pruned=tuple(pruned),
                      memory_budget_bytes=budget)
 

@@ -66,8 +66,19 @@ def run_captured_host_signal(case: dict) -> None:
         H.CapturedCall(_call(case["kind"], case["plan"]), *inputs)
 
 
+def run_bare_graph(case: dict) -> None:
+    """A copy-engine call captured by a bare torch.cuda.graph (not a CapturedCall) is refused."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    inputs, _ = _operands(case, case["seed"], device)
+    fn = _call(case["kind"], case["plan"])
+    fn(*inputs)  # an eager call first: the pipe exists, only the capture is refused
+    torch.cuda.synchronize()
+    with torch.cuda.graph(torch.cuda.CUDAGraph()):
+        fn(*inputs)
+
+
 def run_captured_copy_engine(case: dict) -> None:
-    """A copy-engine plan cannot be captured: the error names the transports that can."""
+    """A copy-engine push plan cannot be captured: the error says why."""
     device = torch.device("cuda", torch.cuda.current_device())
     inputs, _ = _operands(case, case["seed"], device)
     H.CapturedCall(_call(case["kind"], case["plan"]), *inputs)

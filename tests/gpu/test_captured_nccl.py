@@ -12,8 +12,8 @@ from _two_gpus import SEED, require_two_gpus
 
 require_two_gpus()
 
-from _captured_cases import (run_captured, run_captured_autotuned, run_captured_copy_engine,  # noqa: E402
-                             run_captured_host_signal)
+from _captured_cases import (run_bare_graph, run_captured, run_captured_autotuned,  # noqa: E402
+                             run_captured_copy_engine, run_captured_host_signal)
 
 pytestmark = pytest.mark.timeout(600)
 RELAY = {"strategy": "chunked", "transport": "host_staged"}
@@ -46,10 +46,30 @@ def test_a_relay_with_host_handshakes_is_not_captured(pool2):
                            match="HOCKET_HOST_STAGE_SIGNAL=device")
 
 
-def test_a_copy_engine_plan_is_refused_with_the_transports_that_capture(pool2):
+def test_a_copy_engine_push_plan_is_refused_with_the_reason(pool2):
     case = dict(kind="mm_rs", rows=64, k=32, n=32, dtype="bfloat16", seed=SEED,
+                plan={"strategy": "chunked", "chunks": 2, "transport": "copy_engine"})
+    pool2.run_expect_error(run_captured_copy_engine, case, exc_type=ValueError, match="push protocol")
+
+
+COPY_ENGINE = [("ag_mm", 200, 96, 136, 1), ("ag_mm", 200, 96, 136, 3), ("mm_rs", 130, 64, 96, 1)]
+
+
+@pytest.mark.parametrize("kind,rows,k,n,chunks", COPY_ENGINE)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_copy_engine_barrier_protocols_replay(pool2, kind, rows, k, n, chunks, dtype):
+    # put (ag_mm, one piece) and pull (ag_mm in pieces, mm_rs): replays interleaved with eager calls of the
+    # same plan, which use the eager pipe's two slots while the replays use their own slot and closing barrier
+    case = dict(kind=kind, rows=rows, k=k, n=n, dtype=dtype, seed=SEED, calls=5,
+                plan={"strategy": "chunked", "chunks": chunks, "transport": "copy_engine"})
+    counts = pool2.run(run_captured, case)
+    assert counts[0] == counts[1] == 7
+
+
+def test_a_bare_torch_graph_of_a_copy_engine_call_is_refused(pool2):
+    case = dict(kind="ag_mm", rows=64, k=32, n=32, dtype="bfloat16", seed=SEED,
                 plan={"strategy": "chunked", "chunks": 1, "transport": "copy_engine"})
-    pool2.run_expect_error(run_captured_copy_engine, case, exc_type=ValueError, match="cannot be captured")
+    pool2.run_expect_error(run_bare_graph, case, exc_type=ValueError, match="only through hocket.ops.CapturedCall")
 
 
 @pytest.mark.parametrize("kind,rows,k,n", [("ag_mm", 256, 128, 192), ("mm_rs", 97, 64, 80)])

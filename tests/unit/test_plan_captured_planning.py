@@ -46,7 +46,7 @@ def test_captured_planning_prices_replays_and_caches_apart(slow_host):
     planner = captured_planner()
     assert planner.config.search.captured and planner.config.autotune is False and not planner.config.use_disk_cache
     assert planner.cluster.name == "h200-host-staged"
-    assert set(planner.config.space.transports) == {"collective", "p2p", "host_staged"}  # what a graph captures
+    assert planner.config.space.captured  # only what a graph captures (hocket.plan.capture)
     # with a slow host the eager choice holds fewer pieces than the replayed one
     assert replayed.chunks > eager.chunks or (eager.strategy == "sequential" and replayed.strategy != "sequential")
     assert planning._CHOSEN[SITE.key] == eager and planning._CHOSEN_CAPTURED[SITE.key] == replayed

@@ -20,6 +20,14 @@ Why two slots are enough: a rank writes slot ``p`` in call ``i`` only after its 
 i.e. after every peer's copies out of slot ``p`` in call ``i - 2``. The host never blocks: no
 flags, no spin kernels, no error mirrors, so a call issues about half the host work of the
 push pipe (2xH200 run10: host time was what bounded the small copy-engine cases).
+
+Calls planned for CUDA graph replays (inside ``hocket.ops.CapturedCall``, whose warm-up and capture
+run under :func:`hocket.ops.planning.captured_planning`) cannot alternate parities: a replay repeats
+the parity it was captured with. They use a pipe of their own (eager calls never touch its slots),
+always slot 0, and end with a second barrier once this rank has read every slot it reads
+(:meth:`PullPipe.end_replayable`): no rank starts its next call, and so writes a slot again, before
+every peer has finished reading it. A replay is launched after the previous one ended on its
+stream, so the same holds between replays. That second barrier is the price of a replayable call.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from hocket.kernels.peer_schedule import receive_order, send_order
 from hocket.ops._pipeline import piece_bounds
 from hocket.ops.lowering.peer_pipe import PipeRegistry
 from hocket.ops.lowering.problems import GatherMatmul, ScatterMatmul
+from hocket.ops.planning import planning_captured
 from hocket.transport.group import GroupHandle
 from hocket.transport.stream_switch import on_stream
 from hocket.transport.symm_mem import SymmBuffer
@@ -82,6 +91,17 @@ class PullPipe:
     def barrier(self) -> None:
         self.buf.barrier(channel=0)
 
+    def end_replayable(self, cur: torch.cuda.Stream, read_on_cur: bool) -> None:
+        """The closing barrier of a replayable call (module docstring) on the copy stream, after this
+        rank's reads of the slots (``read_on_cur``: some of them were on the caller's stream, so the
+        barrier waits for it); the caller's stream then waits for the barrier."""
+        if read_on_cur:
+            self.ready.record(cur)
+            self.stream.wait_event(self.ready)
+        with on_stream(self.stream):
+            self.barrier()
+        cur.wait_stream(self.stream)
+
     def close(self) -> None:
         if self._closed:
             return
@@ -94,6 +114,15 @@ class PullPipe:
 PULLS = PipeRegistry(PullPipe)
 
 
+def _pipe(rt, device, key: tuple, **kwargs) -> tuple[PullPipe, int, bool]:
+    """(the pipe, this call's slot parity, whether the call is replayable): calls planned for CUDA
+    graph replays get a pipe of their own and slot 0 (module docstring)."""
+    replayable = planning_captured()
+    pipe = PULLS.get(rt.group, device, key + (("replayable",) if replayable else ()), **kwargs)
+    parity = pipe.next_parity()
+    return pipe, (0 if replayable else parity), replayable
+
+
 def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
     """All-gather (rows) + matmul: this rank's shard is multiplied while the peers' shards are
     pulled piece by piece; each piece's GEMM waits for its copy's event."""
@@ -101,13 +130,12 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
     g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
     R = g.R
     dtype = g.local.dtype
-    pipe = PULLS.get(rt.group, g.local.device, ("ag", R, g.Kc, dtype), slot_shape=(R, g.Kc), dtype=dtype,
-                     label=f"all_gather_matmul pull [{w}x{R}, {g.Kc}] {dtype}")
+    pipe, parity, replayable = _pipe(rt, g.local.device, ("ag", R, g.Kc, dtype), slot_shape=(R, g.Kc), dtype=dtype,
+                                     label=f"all_gather_matmul pull [{w}x{R}, {g.Kc}] {dtype}")
     pieces = piece_bounds(R, min(plan.chunks, MAX_PIECES, R))
     gathered = g.A_c if g.A_c is not None else rt.ctx.buffer("peer_pull.ag", (w * R, g.Kc))
     sources = receive_order(rank, w)
     events = pipe.events(len(sources) * len(pieces))
-    parity = pipe.next_parity()
     cur = torch.cuda.current_stream(g.local.device)
     pipe.ready.record(cur)
     g.compute_rows(rank, 0, R, g.local)  # launched first: the device starts it while the host issues the pulls
@@ -130,6 +158,8 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
             g.compute_rows(src, lo, hi, gathered[src * R + lo:src * R + hi])
     if g.A_c is not None:
         g.gathered_rows(rank).copy_(g.local)
+    if replayable:
+        pipe.end_replayable(cur, read_on_cur=False)  # the slots were read by the copy stream only
     return g.finish()
 
 
@@ -141,9 +171,8 @@ def matmul_scatter(A, B, reduce_op, dim, rt, plan):
     s = ScatterMatmul(A, B, dim, w)
     dtype = s.out_c.dtype
     device = s.out_c.device
-    pipe = PULLS.get(rt.group, device, ("rs", s.rows, s.cols, dtype), slot_shape=(w, s.rows, s.cols), dtype=dtype,
-                     label=f"matmul_reduce_scatter pull [{w}x{s.rows}, {s.cols}] {dtype}")
-    parity = pipe.next_parity()
+    pipe, parity, replayable = _pipe(rt, device, ("rs", s.rows, s.cols, dtype), slot_shape=(w, s.rows, s.cols),
+                                     dtype=dtype, label=f"matmul_reduce_scatter pull [{w}x{s.rows}, {s.cols}] {dtype}")
     mine = pipe.slot(rank, parity)
     for peer in send_order(rank, w):
         s.partial(peer, 0, s.rows, mine[peer])
@@ -162,6 +191,8 @@ def matmul_scatter(A, B, reduce_op, dim, rt, plan):
     cur.wait_event(done)
     for src in sources:
         s.out_c.add_(received[src])
+    if replayable:
+        pipe.end_replayable(cur, read_on_cur=False)  # the peers' slots were read by the copy stream only
     return s.finish(reduce_op)
 
 
@@ -176,9 +207,8 @@ def gather_matmul_put(A_shard, Bs, dim, need_A, rt, plan):
     g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
     R = g.R
     dtype = g.local.dtype
-    pipe = PULLS.get(rt.group, g.local.device, ("ag_put", R, g.Kc, dtype), slot_shape=(w, R, g.Kc), dtype=dtype,
-                     label=f"all_gather_matmul put [{w}x{R}, {g.Kc}] {dtype}")
-    parity = pipe.next_parity()
+    pipe, parity, replayable = _pipe(rt, g.local.device, ("ag_put", R, g.Kc, dtype), slot_shape=(w, R, g.Kc),
+                                     dtype=dtype, label=f"all_gather_matmul put [{w}x{R}, {g.Kc}] {dtype}")
     (done,) = pipe.events(1)
     cur = torch.cuda.current_stream(g.local.device)
     pipe.ready.record(cur)
@@ -195,6 +225,8 @@ def gather_matmul_put(A_shard, Bs, dim, need_A, rt, plan):
         g.compute_rows(src, 0, R, mine[src])
         if g.A_c is not None:
             g.gathered_rows(src).copy_(mine[src])
+    if replayable:
+        pipe.end_replayable(cur, read_on_cur=True)  # this rank's GEMMs read its slot on the caller's stream
     if g.A_c is not None:
         g.gathered_rows(rank).copy_(g.local)
     return g.finish()

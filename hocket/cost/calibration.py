@@ -59,10 +59,12 @@ class CalibrationView:
     has computed, so pricing many plans of one site stays cheap. It holds no global state.
     """
 
-    def __init__(self, profile, *, steady: bool = False) -> None:
+    def __init__(self, profile, *, steady: bool = False, captured: bool = False) -> None:
         self.profile = profile
         # collective curves read from the profile's collectives_steady where it has them (for_steady_state)
-        self.steady = steady
+        self.steady = steady or captured
+        # the relay's curve read from host_relay_captured where the profile has it (for_captured)
+        self.captured = captured
         gemm = getattr(profile, "gemm", None) or ()
         self._gemm = []
         for point in gemm:
@@ -127,6 +129,17 @@ class CalibrationView:
             self._memo[key] = CalibrationView(self.profile, steady=True)  # type: ignore[assignment]
         return self._memo[key]  # type: ignore[return-value]
 
+    def for_captured(self) -> "CalibrationView":
+        """The view predictions of CUDA graph replays price with: the steady view's curves, and the
+        relay's replayed back to back (``host_relay_captured``) where the profile has it (else the
+        steady view itself). Built once per view."""
+        if self.captured or not getattr(self.profile, "host_relay_captured", ()):
+            return self.for_steady_state()
+        key = ("captured_view",)
+        if key not in self._memo:
+            self._memo[key] = CalibrationView(self.profile, captured=True)  # type: ignore[assignment]
+        return self._memo[key]  # type: ignore[return-value]
+
     # -- transfers ----------------------------------------------------------------
     def curve(self, transfer: str) -> list[tuple[float, float]]:
         """Measured (bytes, ms) points of a collective op name ("all_gather", ...) or of
@@ -135,8 +148,9 @@ class CalibrationView:
         if key in self._memo:
             return self._memo[key]  # type: ignore[return-value]
         raw = None
-        if transfer == "host_relay" and self.steady:  # back to back where measured, else from idle
-            raw = getattr(self.profile, "host_relay_steady", None) or getattr(self.profile, "host_relay", None)
+        if transfer == "host_relay" and self.steady:  # replayed, or back to back, where measured, else from idle
+            raw = (self.captured and getattr(self.profile, "host_relay_captured", None)) or \
+                getattr(self.profile, "host_relay_steady", None) or getattr(self.profile, "host_relay", None)
         elif transfer in ("p2p", "copy_engine", "host_link", "host_relay"):
             raw = getattr(self.profile, transfer, None)
         else:

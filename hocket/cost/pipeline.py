@@ -765,6 +765,8 @@ def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.G
     view = calibration_view(profile)
     if steady_state and view is not None:  # collectives timed back to back, where the profile has them
         view = view.for_steady_state()
+    if captured and view is not None:  # and the relay replayed from a CUDA graph, where it has that
+        view = view.for_captured()
     issue = issue_table(view) if device.sm_count is not None else None
     if issue is not None and captured:
         issue = dict.fromkeys(issue, 0.0)

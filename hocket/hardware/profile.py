@@ -25,7 +25,10 @@ Byte conventions of the curves (match ``Site.comm_bytes``):
   alone). Absent where not measured (CPU ranks, a single GPU, profiles written before it existed);
 * ``host_relay_steady``: the same relay all-gathers timed back to back (a loop's per-call cost: the
   host issues the next call while one runs, so no point holds a call's launch latency, which at small
-  sizes is most of a from-idle point). Steady-state predictions read it where present.
+  sizes is most of a from-idle point). Steady-state predictions read it where present;
+* ``host_relay_captured``: the same relay all-gathers captured in a CUDA graph and replayed back to
+  back (no host work per call at all: the device's own cost of a relay call, its copies and its
+  stream waits on the peers' flags). Predictions of replayed calls read it where present.
 
 ``contention`` is keyed by the cost model's transfer kinds (``sm_collective``,
 ``copy_engine``, ``host_link``, ``cpu_collective``; extra kinds may be present).
@@ -142,6 +145,7 @@ class CalibrationProfile:
     host_link: tuple[CurvePoint, ...] = ()
     host_relay: tuple[CurvePoint, ...] = ()
     host_relay_steady: tuple[CurvePoint, ...] = ()
+    host_relay_captured: tuple[CurvePoint, ...] = ()
     contention: Mapping[str, ContentionPoint] = field(default_factory=dict)
     issue_us: Mapping[str, float] = field(default_factory=dict)
     gemm_sustained: SustainedGemm | None = None
@@ -167,6 +171,8 @@ class CalibrationProfile:
             out["host_relay"] = curve(self.host_relay)
         if self.host_relay_steady:
             out["host_relay_steady"] = curve(self.host_relay_steady)
+        if self.host_relay_captured:
+            out["host_relay_captured"] = curve(self.host_relay_captured)
         if self.gemm_sustained is not None:  # absent, not null, where not measured (old files read the same)
             out["gemm_sustained"] = self.gemm_sustained.to_dict()
         return out
@@ -223,7 +229,9 @@ class CalibrationProfile:
                    copy_engine=_curve(data.get("copy_engine", []), "copy_engine"),
                    host_link=_curve(data.get("host_link", []), "host_link"),
                    host_relay=_curve(data.get("host_relay", []), "host_relay"),
-                   host_relay_steady=_curve(data.get("host_relay_steady", []), "host_relay_steady"), contention=contention,
+                   host_relay_steady=_curve(data.get("host_relay_steady", []), "host_relay_steady"),
+                   host_relay_captured=_curve(data.get("host_relay_captured", []), "host_relay_captured"),
+                   contention=contention,
                    issue_us=issue_us, gemm_sustained=sustained, version=version)
 
 

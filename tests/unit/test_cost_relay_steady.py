@@ -65,3 +65,37 @@ def test_a_per_piece_pipeline_pays_relay_piece_for_every_call(calls):
         # one relay call per piece pays it 4 times; one call for every piece, or the natural order, never
         assert added == pytest.approx(4 * 0.150 if calls == "piece" else 0.0)
         assert host(natural, extra) == pytest.approx(host(natural, base))
+
+
+REPLAYED = tuple(CurvePoint(bytes=b * MiB, ms=ms) for b, ms in ((1, 0.07), (4, 0.12), (16, 0.33), (64, 0.97)))
+
+
+def test_replayed_prices_read_the_captured_relay_curve():
+    both = _profile(host_relay_steady=STEADY, host_relay_captured=REPLAYED)
+    view = calibration_view(both)
+    assert view.for_captured().curve("host_relay") == [(p.bytes, p.ms) for p in REPLAYED]
+    assert view.for_steady_state().curve("host_relay") == [(p.bytes, p.ms) for p in STEADY]
+    assert calibration_view(_profile(host_relay_steady=STEADY)).for_captured().curve("host_relay") == \
+        [(p.bytes, p.ms) for p in STEADY]  # without a captured curve replays read the back-to-back one
+    # a natural-order pipeline makes a relay call per piece: the replayed curve's small-size cost is paid 16 times
+    natural = Plan(strategy="chunked", chunks=16, transport="host_staged")
+    steady_only = predict(SITE, natural, CLUSTER, _profile(host_relay_steady=STEADY), captured=True).total_ms
+    assert predict(SITE, natural, CLUSTER, both, captured=True).total_ms > steady_only
+    again = CalibrationProfile.from_dict(both.to_dict())
+    assert again.host_relay_captured == REPLAYED and "host_relay_captured" not in _profile().to_dict()
+
+
+def test_calibration_keeps_the_replayed_relay_curve():
+    measured = Measurements(captured_curves={"host_relay": list(REPLAYED)}, world_size=2, backend="nccl",
+                            device_type="cuda")
+    profile = build_profile(measured, config=default_config(quick=True, device_type="cuda"),
+                            fingerprint={"hash": "toy"})
+    assert profile.host_relay_captured == REPLAYED and profile.host_relay_steady == ()
+
+
+def test_the_captured_curve_starts_at_a_mebibyte():
+    from hocket.hardware.calibrate.runner import captured_sizes
+
+    config = default_config(quick=False, device_type="cuda")
+    assert captured_sizes(config) == (MiB, *sorted(config.steady_sizes_bytes))
+    assert captured_sizes(replace(config, steady_sizes_bytes=())) == ()

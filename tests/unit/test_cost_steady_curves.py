@@ -15,7 +15,7 @@ from hocket.cost.calibration import CalibrationView
 from hocket.cost.predict import predict
 from hocket.hardware import load_cluster
 from hocket.hardware.calibrate import CalibrateConfig, default_config
-from hocket.hardware.calibrate.runner import STEADY_TRANSFERS, _steps
+from hocket.hardware.calibrate.runner import CAPTURED_TRANSFERS, STEADY_TRANSFERS, _steps, captured_sizes
 from hocket.hardware.profile import CalibrationProfile, CurvePoint, load_profile, save_profile
 from hocket.plan.plan import Plan
 from hocket.plan.search import predict_cost_fn
@@ -80,7 +80,9 @@ def test_config_and_progress_count_the_steady_points(rng):
     off = replace(config, steady_sizes_bytes=())
     gpu = torch.device("cuda")
     assert _steps(config, gpu) == _steps(off, gpu) + (len(config.collectives) + len(STEADY_TRANSFERS)) * \
-        len(config.steady_sizes_bytes)  # the host relay too
+        len(config.steady_sizes_bytes) + len(CAPTURED_TRANSFERS) * len(captured_sizes(config))  # the relay too
+    assert _steps(config, torch.device("cpu")) == _steps(off, torch.device("cpu")) + \
+        (len(config.collectives) + len(STEADY_TRANSFERS)) * len(config.steady_sizes_bytes)  # no graphs on CPU
     good = dict(quick=True, dtype="float32", gemm_shapes=((8, 8, 8),), sizes_bytes=(1024,),
                 contention_shape=(8, 8, 8), contention_bytes=1024)
     for bad in ({"steady_sizes_bytes": (0,)}, {"steady_reps": 1}, {"steady_reps": True}):

@@ -257,3 +257,13 @@ def test_steady_state_config_prices_the_loop_and_can_change_the_choice():
         / steady.sequential_ms
     with pytest.raises(TypeError, match="steady_state"):
         SearchConfig(steady_state="yes")
+
+
+def test_tuning_shortlist_times_the_own_data_first_relay_pipeline_apart():
+    # over host_staged the own-data-first pipeline (one relay call) and the per-piece one are classes apart
+    from hocket.plan.search import tuning_shortlist
+    natural = [Plan(strategy="chunked", chunks=c, transport="host_staged") for c in (16, 8, 32)]
+    own_first = Plan(strategy="chunked", chunks=8, transport="host_staged", order="local_first")
+    bulk = Plan(strategy="bulk", transport="host_staged")
+    ranked = [*natural, bulk, own_first, SEQ]
+    assert tuning_shortlist(ranked, baseline=SEQ, k=4) == (natural[0], natural[1], bulk, own_first)

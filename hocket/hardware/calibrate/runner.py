@@ -21,6 +21,11 @@ from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePo
 CURVE_TRANSFERS = ("p2p", "copy_engine", "host_link", "host_relay")
 STEADY_TRANSFERS = ("host_relay",)
 """transfers besides the collectives timed back to back too (``host_relay_steady``)"""
+CAPTURED_TRANSFERS = ("host_relay",)
+"""transfers timed as back-to-back CUDA graph replays too, on GPUs (``host_relay_captured``)"""
+CAPTURED_SMALLEST_BYTES = 1 << 20
+"""the captured curve also starts here when the steady sizes start higher: a replayed pipeline's
+pieces are small (2xH200 run47: 16 pieces of ag_mm 8192x4096x1536 moved ~4 MiB each)"""
 
 
 @dataclass(kw_only=True)
@@ -30,6 +35,7 @@ class Measurements:
     gemm: list[GemmPoint] = field(default_factory=list)
     curves: dict[str, list[CurvePoint]] = field(default_factory=dict)
     steady_curves: dict[str, list[CurvePoint]] = field(default_factory=dict)
+    captured_curves: dict[str, list[CurvePoint]] = field(default_factory=dict)
     contention: dict[str, ContentionPoint] = field(default_factory=dict)
     issue_us: dict[str, float] = field(default_factory=dict)
     gemm_sustained: SustainedGemm | None = None
@@ -43,8 +49,24 @@ def _steps(config: CalibrateConfig, device: torch.device) -> int:
     issue = 1 if device.type == "cuda" else 0
     sustained = 1 if device.type == "cuda" and config.sustained_s > 0 else 0
     steady = (len(config.collectives) + len(STEADY_TRANSFERS)) * len(config.steady_sizes_bytes)
-    return gemm + sustained + steady + (len(config.collectives) + len(CURVE_TRANSFERS)) * len(config.sizes_bytes) + \
-        len(kinds_for(device)) + issue
+    captured = len(CAPTURED_TRANSFERS) * len(captured_sizes(config)) if device.type == "cuda" else 0
+    return gemm + sustained + steady + captured + \
+        (len(config.collectives) + len(CURVE_TRANSFERS)) * len(config.sizes_bytes) + len(kinds_for(device)) + issue
+
+
+def captured_sizes(config: CalibrateConfig) -> tuple[int, ...]:
+    """Sizes of the captured curves: the steady ones, from ``CAPTURED_SMALLEST_BYTES`` up."""
+    if not config.steady_sizes_bytes:
+        return ()
+    return tuple(sorted({min(CAPTURED_SMALLEST_BYTES, min(config.steady_sizes_bytes)), *config.steady_sizes_bytes}))
+
+
+def replayed(fn, device: torch.device, what: str):
+    """``fn`` captured in a CUDA graph (``hocket.ops.CapturedCall``); each call of the result replays it."""
+    from hocket.ops.captured import CapturedCall
+
+    step = CapturedCall(lambda _token: fn(), torch.zeros(1, device=device), what=what)
+    return lambda: step(*step.inputs)
 
 
 def fastest_whole_gemm(config: CalibrateConfig, points: list[GemmPoint]) -> tuple[int, int, int]:
@@ -84,19 +106,24 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
                 gemm_call(m, k, n, dtype=config.dtype, device=device), (m, k, n), dtype=config.dtype,
                 duration_s=config.sustained_s, timing=timing, group=group, device=device)
 
-        def curve(names, sizes, how: TimingConfig, label: str, into: dict[str, list[CurvePoint]]) -> None:
+        def curve(names, sizes, how: TimingConfig, label: str, into: dict[str, list[CurvePoint]],
+                  captured: bool = False) -> None:
             for name in names:
                 for nbytes in sizes:
                     progress.step(f"{name} {nbytes} B{label}")
                     made = make_transfer(name, nbytes, dtype=config.dtype, group=group, device=device)
                     if made is not None:
-                        ms = time_callable(made[0], config=how, group=group, device=device).median_ms
+                        fn = replayed(made[0], device, f"calibrate {name} {nbytes} B") if captured else made[0]
+                        ms = time_callable(fn, config=how, group=group, device=device).median_ms
                         into.setdefault(name, []).append(CurvePoint(bytes=made[1], ms=ms))
 
         curve(config.collectives + CURVE_TRANSFERS, config.sizes_bytes, timing, "", out.curves)
         # the collectives (and the host relay) again, calls back to back: a loop's per-call cost
         curve(config.collectives + STEADY_TRANSFERS, config.steady_sizes_bytes, replace(timing, reps=config.steady_reps),
               f", {config.steady_reps} calls back to back", out.steady_curves)
+        if device.type == "cuda":  # the relay replayed from a CUDA graph: its device cost per call alone
+            curve(CAPTURED_TRANSFERS, captured_sizes(config), replace(timing, reps=config.steady_reps),
+                  f", {config.steady_reps} CUDA graph replays back to back", out.captured_curves, captured=True)
         m, k, n = config.contention_shape
         gemm = gemm_call(m, k, n, dtype=config.dtype, device=device)
         for kind, transfer_name in kinds_for(device).items():
@@ -122,6 +149,7 @@ def build_profile(measured: Measurements, *, config: CalibrateConfig, fingerprin
         collectives_steady={op: tuple(points) for op, points in measured.steady_curves.items()
                             if op not in STEADY_TRANSFERS},
         host_relay_steady=tuple(measured.steady_curves.get("host_relay", ())),
+        host_relay_captured=tuple(measured.captured_curves.get("host_relay", ())),
         p2p=curves.get("p2p", ()), copy_engine=curves.get("copy_engine", ()), host_link=curves.get("host_link", ()),
         host_relay=curves.get("host_relay", ()), contention=dict(measured.contention), issue_us=dict(measured.issue_us),
         gemm_sustained=measured.gemm_sustained)

@@ -90,7 +90,15 @@ predicted time is priced at that: a pipeline that is host-bound on a slower host
 Not applied to the ``host_staged`` class: its relay and host-copy issue costs were derived from
 those pipelines' own per-piece times on the calibration sites (``hocket.cost.issue``), so they
 already sit at the measured hosts' level (2xH200 run5: chunked(8)/host_staged[reverse] of mm_rs
-8192x14336x8192 ran in 3.60 ms, under the 3.16 ms of host time the model gives it plus its tail)."""
+8192x14336x8192 ran in 3.60 ms, under the 3.16 ms of host time the model gives it plus its tail).
+
+Kept at 2.0 where the profile measured the issue costs on the same lease (``issue_us``): those costs
+moved 1.5-1.9x within one lease (2xH200 run35, ``profile.json`` against ``profile_host.json`` of one
+device call: entry 93.8 vs 63.0 us, p2p 97.4 vs 53.2; run39, two calibrations a minute apart: entry
+119.7 vs 62.7), and run35's steady-state chunked(1)/copy_engine put of ag_mm 8192x4096x1536, priced
+host-bound at 0.198 ms with that lease's profile, measured 0.376 ms (1.9x). The price of keeping it:
+prediction alone leaves run36's pull plan of mm_rs 8192x2048x4096 (0.269 ms, 0.73x sequential) for
+sequential, the 1.375 regret of ``benchmarks/results/planner_regret.txt``; the autotuner takes it."""
 DEFAULT_PER_PIECE_ERROR = 0.003
 """Added per piece beyond the first (chunks, ring sub-steps, flag groups)."""
 DEFAULT_MAX_ERROR = 0.30

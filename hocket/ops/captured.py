@@ -27,10 +27,15 @@ What a capture holds: NCCL collectives (PyTorch captures them) and the host-stag
 device signals (``HOCKET_HOST_STAGE_SIGNAL=device``, the default; host handshakes and the issue
 thread are refused during capture with an error). A relay call in a replay has no host to watch it,
 so each replay's end is handed to the relays the capture used, whose watchdog bounds it like an
-eager call (``HOCKET_TIMEOUT_S``). Copy-engine and peer-read plans over symmetric memory are not
-captured (their protocols check device error flags from the host): a call with one raises during
-capture, naming the transports that can be (``hocket.plan.plan.CAPTURABLE_TRANSPORTS``), and
-``plan=None`` chooses among those only.
+eager call (``HOCKET_TIMEOUT_S``). Copy-engine plans over symmetric memory capture where they run a
+barrier protocol (pull or put: an all-gather by rows, a one-piece reduce-scatter); inside a CapturedCall
+their calls use slots of their own and close on a second device-side barrier
+(``hocket.ops.lowering.peer_pull``), so a replay never overwrites a slot a peer still reads. Their barrier
+is bounded on the device (``HOCKET_TIMEOUT_S``) as in an eager call, whose timeout traps the waiting kernel
+and leaves that process's CUDA context unusable (``tests/gpu/test_peer_timeout_nccl.py``; a replay whose
+peer never replays was not tested for these plans). The push protocol, ``tile_fused`` and peer reads check device error flags from
+the host and are not captured: a call with one raises during capture with the reason
+(``hocket.plan.capture``), and ``plan=None`` chooses among the plans a graph captures.
 """
 
 from __future__ import annotations

@@ -136,3 +136,45 @@ def test_a_replay_whose_relay_peer_never_replays_ends_in_an_error():
     assert outcome == "error", f"rank 0 returned from a replay whose peer never came ({seconds:.1f} s)"
     assert seconds < 60 and "context alive: True" in message, (seconds, message)
     print(f"\nrelay replay: rank 0 failed after {seconds:.1f} s: {message}")
+
+
+def copy_engine_replay_without_peer(protocol: str) -> tuple:
+    """A copy-engine call captured in a CUDA graph (a barrier protocol) whose peer never replays it: the
+    replayed barrier kernel carries the timeout it was captured with (HOCKET_TIMEOUT_S, set first)."""
+    from hocket.ops import CapturedCall
+
+    os.environ.update({"HOCKET_PEER_PROTOCOL": protocol, "HOCKET_TIMEOUT_S": str(TIMEOUT_S)})
+    device = torch.device("cuda", torch.cuda.current_device())
+    a = torch.randn(256, 64, device=device, dtype=torch.bfloat16)
+    b = torch.randn(64, 128, device=device, dtype=torch.bfloat16)
+    plan = {"strategy": "chunked", "transport": "copy_engine", "chunks": 1}
+    step = CapturedCall(lambda x, y: H.all_gather_matmul(x, [y], 0, dist.group.WORLD, plan=plan)[1][0], a, b)
+    torch.cuda.synchronize()
+    dist.barrier()
+    if dist.get_rank() == 1:
+        return "skipped"
+    start = time.monotonic()
+    try:
+        step(a, b)
+        torch.cuda.synchronize()
+    except (RuntimeError, TimeoutError) as exc:
+        return ("error", time.monotonic() - start, str(exc)[:300])
+    return ("returned", time.monotonic() - start, "")
+
+
+@pytest.mark.parametrize("protocol", ["put", "pull"])
+def test_a_copy_engine_replay_whose_peer_never_replays_ends_in_an_error(protocol):
+    start = time.monotonic()
+    with RankPool(2, backend="nccl", timeout_s=90, start_method="spawn") as pool:
+        try:
+            results = pool.run(copy_engine_replay_without_peer, protocol, timeout_s=90)
+        except RankError as err:  # rank 0's process died of the trap: bounded all the same
+            assert set(err.failures) == {0}, f"only the waiting rank may fail: {err}"
+            results = None
+    assert time.monotonic() - start < 150, "the pool did not come back in time"
+    if results is not None:
+        assert results[1] == "skipped"
+        outcome, seconds, message = results[0]
+        assert outcome == "error", f"rank 0 returned from a replay whose peer never came ({seconds:.1f} s)"
+        assert seconds < 60, f"the error took {seconds:.1f} s (bound: HOCKET_TIMEOUT_S={TIMEOUT_S})"
+        print(f"\ncopy-engine replay/{protocol}: rank 0 failed after {seconds:.1f} s: {message}")

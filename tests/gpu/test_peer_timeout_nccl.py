@@ -57,12 +57,13 @@ def call_without_peer(protocol: str):
                              {"HOCKET_PEER_PROTOCOL": protocol})
 
 
-@pytest.mark.parametrize("protocol", ["put", "pull", "push"])
-def test_a_missing_peer_ends_in_an_error_within_the_timeout(protocol):
+def assert_bounded_without_peer(fn, protocol: str, what: str) -> None:
+    """Run ``fn(protocol)`` on two ranks: rank 0 must end in an error within the bound (or its process
+    die of the barrier's trap), rank 1 skips; the pool must come back in time."""
     start = time.monotonic()
     with RankPool(2, backend="nccl", timeout_s=90, start_method="spawn") as pool:
         try:
-            results = pool.run(call_without_peer, protocol, timeout_s=90)
+            results = pool.run(fn, protocol, timeout_s=90)
         except RankError as err:  # rank 0's process died of the trap: bounded all the same
             assert set(err.failures) == {0}, f"only the waiting rank may fail: {err}"
             results = None
@@ -70,9 +71,14 @@ def test_a_missing_peer_ends_in_an_error_within_the_timeout(protocol):
     if results is not None:
         assert results[1] == "skipped"
         outcome, seconds, message = results[0]
-        assert outcome == "error", f"rank 0 returned from a call whose peer never came ({seconds:.1f} s)"
+        assert outcome == "error", f"rank 0 returned from a {what} whose peer never came ({seconds:.1f} s)"
         assert seconds < 60, f"the error took {seconds:.1f} s (bound: HOCKET_TIMEOUT_S={TIMEOUT_S})"
-        print(f"\n{protocol}: rank 0 failed after {seconds:.1f} s: {message}")
+        print(f"\n{what}/{protocol}: rank 0 failed after {seconds:.1f} s: {message}")
+
+
+@pytest.mark.parametrize("protocol", ["put", "pull", "push"])
+def test_a_missing_peer_ends_in_an_error_within_the_timeout(protocol):
+    assert_bounded_without_peer(call_without_peer, protocol, "call")
 
 
 def relay_call_without_peer(signal: str):
@@ -164,17 +170,4 @@ def copy_engine_replay_without_peer(protocol: str) -> tuple:
 
 @pytest.mark.parametrize("protocol", ["put", "pull"])
 def test_a_copy_engine_replay_whose_peer_never_replays_ends_in_an_error(protocol):
-    start = time.monotonic()
-    with RankPool(2, backend="nccl", timeout_s=90, start_method="spawn") as pool:
-        try:
-            results = pool.run(copy_engine_replay_without_peer, protocol, timeout_s=90)
-        except RankError as err:  # rank 0's process died of the trap: bounded all the same
-            assert set(err.failures) == {0}, f"only the waiting rank may fail: {err}"
-            results = None
-    assert time.monotonic() - start < 150, "the pool did not come back in time"
-    if results is not None:
-        assert results[1] == "skipped"
-        outcome, seconds, message = results[0]
-        assert outcome == "error", f"rank 0 returned from a replay whose peer never came ({seconds:.1f} s)"
-        assert seconds < 60, f"the error took {seconds:.1f} s (bound: HOCKET_TIMEOUT_S={TIMEOUT_S})"
-        print(f"\ncopy-engine replay/{protocol}: rank 0 failed after {seconds:.1f} s: {message}")
+    assert_bounded_without_peer(copy_engine_replay_without_peer, protocol, "copy-engine replay")

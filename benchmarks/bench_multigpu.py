@@ -50,6 +50,7 @@ import torch
 import torch.distributed as dist
 
 import hocket.ops as H
+from hocket.ops.captured import replayed as replayed_call
 from hocket.bench.efficiency import overlap_score
 from hocket.bench.provenance import collect, command_line
 from hocket.bench.record import Baselines, make_record, write_records
@@ -360,14 +361,14 @@ def measure_pytorch(measure, case: Case) -> None:
 def replayed(case: Case, name: str, fn):
     """(``fn`` captured in a CUDA graph and replayed per call, None) or (None, why it was not captured),
     the same on every rank. The graph's input is a token: ``fn`` reads the case's own operands."""
-    step, message = None, ""
+    replay, message = None, ""
     try:
-        step = H.CapturedCall(lambda _token: fn(), case.A[:1], what=f"{name} (bench_multigpu --graph)")
+        replay = replayed_call(fn, case.device, what=f"{name} (bench_multigpu --graph)")
     except CHECKED_ERRORS as exc:
         message = f"{type(exc).__name__}: {str(exc)[:300]}"
     if not all_ok(not message, case.device):
         return None, message or "not captured on another rank"
-    return (lambda: step(*step.inputs)), ""
+    return replay, ""
 
 
 PAIRED_ROUNDS = 10

@@ -69,10 +69,9 @@ def plan_call(site: Site, plan: Plan, operands, group, *, captured: bool):
     call = operator_call(site, plan, operands, group)
     if not captured:
         return call
-    from hocket.ops import CapturedCall
+    from hocket.ops.captured import replayed
 
-    step = CapturedCall(lambda a: call(), operands.a, what=f"hocket bench {site.kind} {plan.describe()}")
-    return lambda: step(*step.inputs)
+    return replayed(call, operands.a.device, what=f"hocket bench {site.kind} {plan.describe()}")
 
 
 def check_plan(site: Site, plan: Plan, operands, expected: torch.Tensor, *, group,

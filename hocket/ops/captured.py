@@ -123,3 +123,13 @@ def _describe(t: object) -> str:
     if not isinstance(t, torch.Tensor):
         return type(t).__name__
     return f"shape {tuple(t.shape)}, dtype {t.dtype}, device {t.device}"
+
+
+def replayed(fn: Callable[[], object], device: torch.device | str, *, what: str = "captured call",
+             warmup: int = 2) -> Callable[[], object]:
+    """``fn()`` (closing over its own operands, which keep their addresses) captured in a CUDA graph on
+    ``device``; the returned callable replays it and returns the graph's output. For timing a call as a
+    loop of replays runs it (autotuning, calibration, benchmarks): the graph's only input is a token."""
+    step = CapturedCall(lambda _token: fn(), torch.zeros(1, device=device), warmup=warmup, what=what)
+    return lambda: step(*step.inputs)
+

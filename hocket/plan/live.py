@@ -295,20 +295,9 @@ def operator_runners(site: Site, *, group: object, device: object = "cpu", seed:
     if torch.device(device).type != "cuda":
         raise ValueError(f"operator_runners(captured=True) needs a CUDA device, got device={device!r}: "
                          f"CUDA graphs capture GPU work only")
-    return _replayed(factory, site, like=a)
+    from hocket.ops.captured import replayed
 
-
-def _replayed(factory: RunnerFactory, site: Site, *, like: object) -> RunnerFactory:
-    """``factory``'s calls captured in CUDA graphs: each runner replays its plan's graph. The graph's
-    input is a token tensor; the operands stay the ones ``factory`` closed over (same addresses)."""
-    from hocket.ops.captured import CapturedCall
-
-    def replay_factory(plan: Plan) -> Callable[[], object]:
-        call = factory(plan)
-        step = CapturedCall(lambda _token: call(), like[:1], what=f"autotune {site.kind} {plan.describe()}")
-        return lambda: step(*step.inputs)
-
-    return replay_factory
+    return lambda plan: replayed(factory(plan), device, what=f"autotune {site.kind} {plan.describe()}")
 
 
 def _job_world_size() -> int | None:

@@ -61,13 +61,6 @@ def captured_sizes(config: CalibrateConfig) -> tuple[int, ...]:
     return tuple(sorted({min(CAPTURED_SMALLEST_BYTES, min(config.steady_sizes_bytes)), *config.steady_sizes_bytes}))
 
 
-def replayed(fn, device: torch.device, what: str):
-    """``fn`` captured in a CUDA graph (``hocket.ops.CapturedCall``); each call of the result replays it."""
-    from hocket.ops.captured import CapturedCall
-
-    step = CapturedCall(lambda _token: fn(), torch.zeros(1, device=device), what=what)
-    return lambda: step(*step.inputs)
-
 
 def fastest_whole_gemm(config: CalibrateConfig, points: list[GemmPoint]) -> tuple[int, int, int]:
     """The grid shape whose whole (one-chunk) GEMM ran fastest in TFLOP/s: the most power-hungry one,
@@ -113,7 +106,11 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
                     progress.step(f"{name} {nbytes} B{label}")
                     made = make_transfer(name, nbytes, dtype=config.dtype, group=group, device=device)
                     if made is not None:
-                        fn = replayed(made[0], device, f"calibrate {name} {nbytes} B") if captured else made[0]
+                        fn = made[0]
+                        if captured:
+                            from hocket.ops.captured import replayed
+
+                            fn = replayed(fn, device, what=f"calibrate {name} {nbytes} B")
                         ms = time_callable(fn, config=how, group=group, device=device).median_ms
                         into.setdefault(name, []).append(CurvePoint(bytes=made[1], ms=ms))
 
@@ -122,6 +119,7 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
         curve(config.collectives + STEADY_TRANSFERS, config.steady_sizes_bytes, replace(timing, reps=config.steady_reps),
               f", {config.steady_reps} calls back to back", out.steady_curves)
         if device.type == "cuda":  # the relay replayed from a CUDA graph: its device cost per call alone
+
             curve(CAPTURED_TRANSFERS, captured_sizes(config), replace(timing, reps=config.steady_reps),
                   f", {config.steady_reps} CUDA graph replays back to back", out.captured_curves, captured=True)
         m, k, n = config.contention_shape

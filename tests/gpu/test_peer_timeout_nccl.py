@@ -105,19 +105,16 @@ def test_a_missing_relay_peer_ends_in_an_error_within_the_timeout(signal):
     print(f"\nrelay/{signal}: rank 0 failed after {seconds:.1f} s: {message}")
 
 
-def relay_replay_without_peer() -> tuple:
-    """A relay call captured in a CUDA graph (small messages: the replay reuses every slot several
-    times) whose peer never replays it: the replay is handed to the relay's watchdog, which keeps
-    every wait released until the replay has ended, and the relay raises at its next use (close)."""
+def rank0_replays_alone(plan: dict, env: dict, *, then=None, alive_check: bool = False):
+    """Both ranks capture one call of ``plan`` in a CUDA graph under ``env`` (HOCKET_TIMEOUT_S set first:
+    a capture keeps the timeout it saw), then only rank 0 replays it (and ``then()``); rank 0 returns
+    ("error" | "returned", seconds, message)."""
     from hocket.ops import CapturedCall
-    from hocket.transport.host_relay import close_relays
 
-    os.environ.update({"HOCKET_HOST_STAGE_SIGNAL": "device", "HOCKET_TIMEOUT_S": str(TIMEOUT_S),
-                       "HOCKET_HOST_STAGE_PIECE_MB": "0.01"})
+    os.environ.update(env)
     device = torch.device("cuda", torch.cuda.current_device())
     a = torch.randn(256, 64, device=device, dtype=torch.bfloat16)
     b = torch.randn(64, 128, device=device, dtype=torch.bfloat16)
-    plan = {"strategy": "chunked", "transport": "host_staged", "chunks": 2, "order": "local_first"}
     step = CapturedCall(lambda x, y: H.all_gather_matmul(x, [y], 0, dist.group.WORLD, plan=plan)[1][0], a, b)
     torch.cuda.synchronize()
     dist.barrier()
@@ -127,11 +124,23 @@ def relay_replay_without_peer() -> tuple:
     try:
         step(a, b)
         torch.cuda.synchronize()
-        close_relays()
+        if then is not None:
+            then()
     except (RuntimeError, TimeoutError) as exc:
-        alive = float(torch.ones(4, device=device).sum().item()) == 4.0
-        return ("error", time.monotonic() - start, f"{str(exc)[:300]} (context alive: {alive})")
+        alive = f" (context alive: {float(torch.ones(4, device=device).sum().item()) == 4.0})" if alive_check else ""
+        return ("error", time.monotonic() - start, str(exc)[:300] + alive)
     return ("returned", time.monotonic() - start, "")
+
+
+def relay_replay_without_peer() -> tuple:
+    """A relay call captured in a CUDA graph (small messages: the replay reuses every slot several
+    times) whose peer never replays it: the replay is handed to the relay's watchdog, which keeps
+    every wait released until the replay has ended, and the relay raises at its next use (close)."""
+    from hocket.transport.host_relay import close_relays
+
+    return rank0_replays_alone({"strategy": "chunked", "transport": "host_staged", "chunks": 2, "order": "local_first"},
+                               {"HOCKET_HOST_STAGE_SIGNAL": "device", "HOCKET_TIMEOUT_S": str(TIMEOUT_S),
+                                "HOCKET_HOST_STAGE_PIECE_MB": "0.01"}, then=close_relays, alive_check=True)
 
 
 def test_a_replay_whose_relay_peer_never_replays_ends_in_an_error():
@@ -146,26 +155,9 @@ def test_a_replay_whose_relay_peer_never_replays_ends_in_an_error():
 
 def copy_engine_replay_without_peer(protocol: str) -> tuple:
     """A copy-engine call captured in a CUDA graph (a barrier protocol) whose peer never replays it: the
-    replayed barrier kernel carries the timeout it was captured with (HOCKET_TIMEOUT_S, set first)."""
-    from hocket.ops import CapturedCall
-
-    os.environ.update({"HOCKET_PEER_PROTOCOL": protocol, "HOCKET_TIMEOUT_S": str(TIMEOUT_S)})
-    device = torch.device("cuda", torch.cuda.current_device())
-    a = torch.randn(256, 64, device=device, dtype=torch.bfloat16)
-    b = torch.randn(64, 128, device=device, dtype=torch.bfloat16)
-    plan = {"strategy": "chunked", "transport": "copy_engine", "chunks": 1}
-    step = CapturedCall(lambda x, y: H.all_gather_matmul(x, [y], 0, dist.group.WORLD, plan=plan)[1][0], a, b)
-    torch.cuda.synchronize()
-    dist.barrier()
-    if dist.get_rank() == 1:
-        return "skipped"
-    start = time.monotonic()
-    try:
-        step(a, b)
-        torch.cuda.synchronize()
-    except (RuntimeError, TimeoutError) as exc:
-        return ("error", time.monotonic() - start, str(exc)[:300])
-    return ("returned", time.monotonic() - start, "")
+    replayed barrier kernel carries the timeout it was captured with."""
+    return rank0_replays_alone({"strategy": "chunked", "transport": "copy_engine", "chunks": 1},
+                               {"HOCKET_PEER_PROTOCOL": protocol, "HOCKET_TIMEOUT_S": str(TIMEOUT_S)})
 
 
 @pytest.mark.parametrize("protocol", ["put", "pull"])

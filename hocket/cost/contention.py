@@ -3,7 +3,8 @@
 Each transfer kind has a *mechanism*; a calibration profile's measured factors replace
 the defaults below (the SM share stays a mechanism, scaled from the profile's budget):
 
-* ``sm_collective``/``sm_p2p`` (NCCL/RCCL kernels): the transfer holds ``comm_sms`` SMs, so the
+* ``sm_collective``/``sm_p2p`` (NCCL/RCCL kernels): the transfer holds ``comm_sms`` SMs, first
+  the ones a GEMM with fewer tiles than SMs leaves idle (:func:`sms_left_to_gemm`), so the
   GEMM runs its waves on the rest (recomputed through the wave model, so a GEMM of
   exactly one wave can double); both also share memory bandwidth and the power budget.
 * ``copy_engine`` (DMA through symmetric memory): no SMs, but the copy reads and writes
@@ -82,6 +83,16 @@ def fills_device(rows: int, n: int, sm_count: int | None) -> bool:
         return False
     tile_rows, tile_cols, _ = GPU_TILES[0]
     return math.ceil(rows / tile_rows) * math.ceil(n / tile_cols) >= sm_count
+
+
+def sms_left_to_gemm(rows: int, n: int, sm_count: int, comm_sms: int) -> int:
+    """SMs a GEMM of ``rows`` x ``n`` outputs keeps beside an SM-driven transfer of ``comm_sms``
+    SMs: the transfer's CTAs take the SMs the GEMM's tiles leave idle first (a grid with fewer
+    tiles than SMs, ``compute.GPU_TILES[0]``), and only the rest from the GEMM."""
+    tile_rows, tile_cols, _ = GPU_TILES[0]
+    tiles = math.ceil(max(rows, 1) / tile_rows) * math.ceil(max(n, 1) / tile_cols)
+    idle = max(0, sm_count - tiles)
+    return max(1, sm_count - max(0, comm_sms - idle))
 
 
 def memory_share(device, transfer_gbps: float) -> float:

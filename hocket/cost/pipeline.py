@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from hocket.cost import comm as comm_model
 from hocket.cost.calibration import CalibrationView
 from hocket.cost.compute import FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, gemm_ms, launch_ms, memory_ms, peak_tflops
-from hocket.cost.contention import SM_KINDS, SM_STARVED_SLOWDOWN, contention, fills_device
+from hocket.cost.contention import SM_KINDS, SM_STARVED_SLOWDOWN, contention, fills_device, sms_left_to_gemm
 from hocket.cost.issue import issue_ms, issue_table
 from hocket.cost.peer_pipelines import ag_peer, ar_peer, rs_peer, runs_peer_pipe
 from hocket.cost.stages import Stage
@@ -133,9 +133,12 @@ class _Builder:
         (an ``issue`` stage in program order that the stage waits for); ``issue_after``: what the
         host goes on issuing once the stage has started (a relay's later messages), which holds
         back whatever the host issues next but not the stage itself."""
+        hold_ms = 0.0
         if self.issue is not None and issue:
             # the first item's host latency is already in its own time (launch / call overhead,
-            # and calibrated curves were timed from an idle GPU); later items queue behind the host.
+            # and calibrated curves were timed from an idle GPU), so the stage does not wait for it;
+            # but the host is busy issuing it all the same, so whatever it issues next waits
+            # (as in the steady state's issue chain, ``hocket.cost.steady``); later items queue behind the host.
             # A relay call issued after kernel launches only (an own-data-first pipeline launches
             # its GEMM first) still starts from an idle host: launches return in microseconds,
             # and the relay's own call time is in its price like a first item's
@@ -144,15 +147,18 @@ class _Builder:
                                                              for s in self.stages))
             self.host_queued = self.host_queued or any(op != "launch" for op, _ in issue)
             cost = issue_ms(issue, self.issue)
+            hold_ms = cost if first and not relay else 0.0  # a relay call's host time is inside its curve's price
             self.stages.append(Stage(name=f"issue:{stage.name}", resource="issue", kind="issue", op="issue",
                                      duration_ms=0.0 if first else cost, piece=stage.piece,
                                      steady_ms=cost if first else None))
             stage = replace(stage, depends_on=stage.depends_on + (len(self.stages) - 1,))
         self.stages.append(stage)
         index = len(self.stages) - 1
-        if self.issue is not None and issue_after:
+        if self.issue is not None and (issue_after or hold_ms > 0.0):
+            rest_ms = issue_ms(issue_after, self.issue) if issue_after else 0.0
             self.stages.append(Stage(name=f"issue_rest:{stage.name}", resource="issue", kind="issue", op="issue",
-                                     duration_ms=issue_ms(issue_after, self.issue), piece=stage.piece))
+                                     duration_ms=hold_ms + rest_ms, piece=stage.piece,
+                                     steady_ms=rest_ms if hold_ms > 0.0 else None))
         if rows:
             self.rows[index] = rows
         if egress is not None:
@@ -288,10 +294,13 @@ class _Builder:
             return 1.0
         if rows not in cache:
             full = self.gemm(rows)
-            cache[rows] = self.gemm(rows, sms=self.device.sm_count - self.comm_sms) / full if full > 0 else 1.0
+            n = self.site.n * self.site.num_b
+            left = sms_left_to_gemm(rows, n, self.device.sm_count, self.comm_sms)
+            cache[rows] = self.gemm(rows, sms=left) / full if full > 0 else 1.0
             if measured:  # the profile's factor already holds the default budget's share
                 default = min(comm_model.DEFAULT_COMM_SMS, self.device.sm_count - 1)
-                base = self.gemm(rows, sms=self.device.sm_count - default) / full if full > 0 else 1.0
+                base_sms = sms_left_to_gemm(rows, n, self.device.sm_count, default)
+                base = self.gemm(rows, sms=base_sms) / full if full > 0 else 1.0
                 cache[rows] = cache[rows] / base
         return cache[rows]
 

@@ -46,8 +46,10 @@ class Stage:
     """what runs: gemm, reduce, flag_wait, all_gather, reduce_scatter, all_reduce, send_recv, ..."""
     steady_ms: float | None = None
     """an issue stage's host time in the steady state where it differs from ``duration_ms``: a call's
-    first item costs no wait from an idle GPU (its latency is in the item's own price) but the host
-    still spends it once per call (``hocket.cost.steady``)."""
+    first item costs its stage no wait from an idle GPU (its latency is in the item's own price), so its
+    issue stage takes no time and the host time is charged to the ``issue_rest`` stage after it, which
+    holds back only what the host issues next; the steady state counts it once per call
+    (``hocket.cost.steady``)."""
 
     def __post_init__(self) -> None:
         if self.resource not in RESOURCES:

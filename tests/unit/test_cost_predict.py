@@ -6,12 +6,12 @@ import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from _cost_helpers import sites, with_island_link
 from hocket.cost import candidate_plans, pipeline_stages, predict, schedule
-from hocket.cost.contention import SM_STARVED_SLOWDOWN
+from hocket.cost.contention import SM_STARVED_SLOWDOWN, sms_left_to_gemm
 from hocket.hardware import load_preset
 from hocket.hardware.profile import CalibrationProfile, CurvePoint
 from hocket.plan.plan import Plan
@@ -28,6 +28,8 @@ PRESETS = ["h200x2", "h800x8", "cpu-host", "mi300xx8", "rtx4090x8", "h100-ib-2no
 
 @settings(max_examples=25)
 @given(st.sampled_from(PRESETS), sites(max_dim=1 << 20), st.sampled_from(["m", "k", "n"]), st.integers(1, 1 << 12))
+# found by hypothesis: 125 output tiles beside NCCL cost the GEMM a second wave, 132 tiles did not
+@example("h200x2", Site(kind="ag_mm", m=2, k=1, n=31745, dtype="float32", world=2), "n", 1792)
 def test_every_candidate_is_finite_and_monotone_in_flops_and_bytes(preset, site, dim, extra):
     cluster = load_preset(preset)
     site = replace(site, world=min(site.world, cluster.world_size))
@@ -235,3 +237,11 @@ def test_offload_pieces_stream_at_the_whole_copys_measured_rate(kind, log_m, log
     # the copies carry the whole copy's bytes at its rate, plus at most one setup each (less when queued),
     # however slow the curve says a small copy timed alone is
     assert whole - pieces * fixed - 1e-9 <= chunked.comm_ms <= whole + (pieces - 1) * fixed + 1e-9
+
+
+def test_an_sm_transfer_takes_the_idle_sms_of_a_small_grid_first():
+    # 128x256 tiles: 2 rows of tiles x 60 columns = 120 tiles leave 12 SMs idle
+    assert sms_left_to_gemm(256, 60 * 256, 132, 8) == 132  # the transfer fits in the idle SMs
+    assert sms_left_to_gemm(256, 60 * 256, 132, 16) == 128  # 4 more than the idle ones
+    assert sms_left_to_gemm(8192, 8192, 132, 16) == 116  # a full grid gives up the whole budget
+    assert sms_left_to_gemm(8192, 8192, 132, 500) == 1

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from hocket.cost.pipeline import pipeline_stages
 from hocket.cost.predict import predict
 from hocket.cost.stages import Stage, schedule
 from hocket.cost.steady import steady_state_total
@@ -59,3 +60,17 @@ def test_more_pieces_can_make_a_small_site_issue_bound_in_the_steady_state():
     many = predict(site, Plan(strategy="chunked", chunks=32), cluster, steady_state=True)
     assert many.total_ms > few.total_ms
     assert many.total_ms == pytest.approx(many.busy_ms["issue"])  # the host is the bottleneck
+
+
+def test_a_host_bound_cold_call_waits_for_its_first_launch_too():
+    """From an idle GPU the first launch's latency is in the GEMM's own price, but the host still
+    spends its time issuing it: whatever it issues next starts no earlier than in the steady state."""
+    cluster = load_cluster("h200x2")
+    site = Site(kind="mm_rs", m=8192, k=2048, n=4096, dtype="bfloat16", world=2)
+    plan = Plan(strategy="chunked", chunks=8, order="reverse")
+    stages = pipeline_stages(site, plan, cluster)
+    timeline = schedule(stages)
+    host_chain = sum(s.duration_ms if s.steady_ms is None else s.steady_ms for s in stages if s.is_issue)
+    last_issue_end = max(e for s, e in zip(stages, timeline.end_ms) if s.is_issue)
+    assert last_issue_end == pytest.approx(host_chain)
+    assert timeline.total_ms > host_chain  # the last transfer runs after the host is done

@@ -253,11 +253,17 @@ class _Builder:
         factors = {kind: contention(kind, self.device, transfer_gbps=gbps, cores_per_rank=self.cores_per_rank,
                                     calibration=self.calibration) for kind, gbps in rates.items()}
         sm_cache: dict[int, float] = {}
-        starved = self.sm_starved()
+        # replayed from a graph, who waits for whom follows the launch order (Stage.waits_for_full_grid)
+        ordered = self.captured and self.device.sm_count is not None
+        starved = self.sm_starved() and not ordered
+        n = self.site.n * self.site.num_b
         out = []
         for index, stage in enumerate(self.stages):
             if stage.is_issue:
                 table = {}
+            elif stage.is_transfer and ordered and stage.kind in SM_KINDS and not self.sm_capped:
+                table = {}
+                stage = replace(stage, waits_for_full_grid=True)
             elif stage.is_transfer:
                 table = {"compute": factors[stage.kind].transfer_slowdown} if stage.kind in factors else {}
                 if starved and stage.kind in SM_KINDS and stage.duration_ms > 0:
@@ -267,6 +273,8 @@ class _Builder:
                                                                           gbps / comm_model.PER_SM_COPY_GBPS))
             elif stage.op == "gemm":
                 rows = self.rows.get(index, 0)
+                if ordered and rows and fills_device(rows, n, self.device.sm_count):
+                    stage = replace(stage, fills_device=True)
                 table = {}
                 for kind, c in factors.items():
                     factor = c.gemm_slowdown

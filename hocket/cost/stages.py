@@ -16,7 +16,13 @@ transfer). Semantics (same as ``hocket.sim.engine``):
   ``1 / prod(slowdown_by[kind])`` over the distinct kinds running beside it. Compute stages
   have ``kind="compute"`` and list a factor per transfer kind; transfer stages have their
   transfer kind (``sm_collective``, ``sm_p2p``, ``copy_engine``, ``host_link``, ``cpu_collective``) and
-  list a factor for ``compute``.
+  list a factor for ``compute``;
+* a stage with ``waits_for_full_grid`` (an SM-driven transfer in a replayed CUDA graph) that
+  starts while ``fills_device`` compute stages run makes no progress until those have ended (the
+  block scheduler dispatches the running kernel's CTAs first); while it waits it holds no SMs, so
+  it slows nothing. Once running it keeps its SMs: compute stages that start later do not stop
+  it (2xH200, benchmarks/results/h200x2/run52: an all-gather launched 15 us after a 1.5 ms
+  full-grid GEMM ended with the GEMM, one launched with it or before ran at its solo speed).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 RESOURCES = ("compute", "link", "copy_engine", "host", "issue")
+BLOCKED_SLOWDOWN = 1e9
+"""The rate of a stage that waits (``waits_for_full_grid``): no progress until its blockers end."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +52,10 @@ class Stage:
     nbytes: float = 0.0
     op: str = ""
     """what runs: gemm, reduce, flag_wait, all_gather, reduce_scatter, all_reduce, send_recv, ..."""
+    fills_device: bool = False
+    """a compute stage whose grid has at least one tile per SM (``contention.fills_device``)."""
+    waits_for_full_grid: bool = False
+    """a transfer that waits for the ``fills_device`` stages running when it starts (module docstring)."""
     steady_ms: float | None = None
     """an issue stage's host time in the steady state where it differs from ``duration_ms``: a call's
     first item costs its stage no wait from an idle GPU (its latency is in the item's own price), so its
@@ -115,11 +127,18 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
     heap: list[tuple[float, int, int]] = []
     now = 0.0
 
+    blockers: dict[int, tuple[int, ...]] = {}
+
+    def waiting(i: int) -> bool:
+        return any(j in active for j in blockers.get(i, ()))
+
     def slowdown(i: int) -> float:
+        if waiting(i):
+            return BLOCKED_SLOWDOWN
         table = stages[i].slowdown_by
         if not table:
             return 1.0
-        kinds = {stages[j].kind for j in active if j != i}
+        kinds = {stages[j].kind for j in active if j != i and not waiting(j)}
         factor = 1.0
         for kind in kinds:
             factor *= table.get(kind, 1.0)
@@ -143,6 +162,9 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
             return False
         busy[stage.resource] = True
         start[i] = now
+        if stage.waits_for_full_grid:
+            # a kernel launched with it (the same instant) does not go first
+            blockers[i] = tuple(j for j in active if stages[j].fills_device and start[j] < now)
         active[i] = None
         remaining[i], t0[i], rate[i] = stage.duration_ms, now, 1.0 / slowdown(i)
         push(i)

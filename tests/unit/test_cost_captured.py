@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hocket.cost import pipeline_stages, predict
+from hocket.cost import pipeline_stages, predict, schedule
 from hocket.cost.pipeline import CAPTURED_REPLAY_US
 from hocket.cost.steady import host_issue_ms
 from hocket.hardware import load_preset
@@ -42,3 +42,29 @@ def test_bad_captured_flags_are_refused():
         predict(SITE, Plan(), CLUSTER, captured=1)
     with pytest.raises(TypeError, match="SearchConfig.captured"):
         SearchConfig(captured="yes")
+
+
+@pytest.mark.parametrize("plan", [Plan(strategy="chunked", chunks=2, order="local_first"),
+                                  Plan(strategy="chunked", chunks=2), Plan(strategy="ring")])
+@pytest.mark.parametrize("kind", ["ag_mm", "mm_rs"])
+def test_replayed_nccl_pieces_wait_only_for_full_grid_gemms_launched_before_them(plan, kind):
+    """Replayed, an NCCL piece ready while an earlier full-grid GEMM runs ends after it; one that
+    starts with or before the GEMMs is not slowed by them (hocket.cost.stages)."""
+    site = Site(kind=kind, m=8192, k=4096, n=4096, dtype="bfloat16", world=2)
+    cluster = load_preset("h200x2")
+    stages = pipeline_stages(site, plan, cluster, captured=True)
+    timeline = schedule(stages)
+    nccl = [i for i, s in enumerate(stages) if s.kind == "sm_collective" or s.kind == "sm_p2p"]
+    assert nccl and all(stages[i].waits_for_full_grid and not stages[i].slowdown_by for i in nccl)
+    assert any(s.fills_device for s in stages)
+    waited = 0
+    for i in nccl:
+        start, end = timeline.start_ms[i], timeline.end_ms[i]
+        for j, s in enumerate(stages):
+            if s.fills_device and timeline.start_ms[j] < start < timeline.end_ms[j]:
+                assert end >= timeline.end_ms[j] + stages[i].duration_ms - 1e-9
+                waited += 1
+    if kind == "ag_mm" and plan.order == "local_first":
+        assert waited  # the second piece is ready while the own-shard GEMM runs
+    eager = pipeline_stages(site, plan, cluster)
+    assert not any(s.waits_for_full_grid for s in eager)  # eager calls keep the calibrated factors

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -49,3 +51,21 @@ def test_bad_dependencies_and_durations_are_refused():
         Stage(name="a", resource="gpu", duration_ms=1.0)
     with pytest.raises(ValueError, match="slowdown_by"):
         Stage(name="a", resource="compute", duration_ms=1.0, slowdown_by={"copy_engine": 0.5})
+
+
+def test_a_transfer_behind_a_full_grid_gemm_waits_for_it_and_one_launched_with_it_keeps_its_sms():
+    gemm = Stage(name="gemm", resource="compute", duration_ms=1.0, fills_device=True,
+                 slowdown_by={"sm_collective": 1.25})
+    issue = Stage(name="issue", resource="issue", duration_ms=0.1, kind="issue")
+    late = Stage(name="ag", resource="link", duration_ms=0.2, kind="sm_collective", depends_on=(1,),
+                 waits_for_full_grid=True)
+    t = schedule([gemm, issue, late])
+    assert t.start_ms[2] == pytest.approx(0.1)
+    assert t.end_ms[2] == pytest.approx(1.2)  # no progress until the GEMM ended, then its solo time
+    assert t.end_ms[0] == pytest.approx(1.0)  # waiting, it held no SMs: the GEMM ran at full speed
+    t = schedule([gemm, replace(late, depends_on=())])  # launched with the GEMM
+    assert t.end_ms[1] == pytest.approx(0.2)
+    assert t.end_ms[0] == pytest.approx(0.2 + (1.0 - 0.2 / 1.25))  # the GEMM lost SMs while it ran
+    small = replace(gemm, fills_device=False)  # a grid with idle SMs makes no one wait
+    t = schedule([small, issue, late])
+    assert t.end_ms[2] == pytest.approx(0.3)

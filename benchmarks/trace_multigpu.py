@@ -15,6 +15,11 @@ Per case and method (sequential, the plans of ``--plans``, PyTorch's fused op wh
   every timing: once the profiler has run, CUPTI stays attached and slows every later launch.
 
 The table printed last holds one row per (case, method).
+
+``--graph``: every method is captured in a CUDA graph once and each call is a replay
+(``hocket.ops.captured.replayed``), as ``bench_multigpu.py --graph`` times them; ``--timeline``
+prints, on rank 0, every device kernel of the last traced call (start relative to its first kernel,
+duration, stream), which shows which kernel waited for which.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from hocket.bench.stats import summarize
 from hocket.bench.timer import sample_ms
 from hocket.bench.tp_cases import case_sites
 from hocket.launch import init_torchrun
+from hocket.ops.captured import replayed
 from hocket.ops.lowering.peer_pipe import close_peer_pipes
 from hocket.plan.plan import Plan
 
@@ -57,7 +63,8 @@ def host_issue_us(fn, calls: int, device: torch.device) -> float:
     return elapsed / calls * 1e6
 
 
-def trace(fn, calls: int, path: Path, device: torch.device) -> list[tuple[str, float, int]]:
+def trace(fn, calls: int, path: Path, device: torch.device, *, timeline: bool = False
+          ) -> list[tuple[str, float, int]]:
     """Profile ``calls`` calls; write the chrome trace; (kernel, total device ms, count), largest first."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -68,6 +75,8 @@ def trace(fn, calls: int, path: Path, device: torch.device) -> list[tuple[str, f
             fn()
         torch.cuda.synchronize(device)
     prof.export_chrome_trace(str(path))
+    if timeline:
+        print_timeline(path)
     rows = []
     for evt in prof.key_averages():
         device_us = getattr(evt, "device_time_total", None)
@@ -77,6 +86,24 @@ def trace(fn, calls: int, path: Path, device: torch.device) -> list[tuple[str, f
         if device_us and not host_us:  # device activities (kernels, copies) only: host ops include their children
             rows.append((evt.key, device_us / 1e3, evt.count))
     return sorted(rows, key=lambda r: -r[1])
+
+
+def print_timeline(path: Path) -> None:
+    """The device kernels of the trace's last call: (start us from its first kernel, us, stream, name).
+    Calls are told apart by the gaps between them (each call is synchronised before the next)."""
+    events = [e for e in json.loads(path.read_text()).get("traceEvents", [])
+              if e.get("cat") == "kernel" and "ts" in e and "dur" in e]
+    events.sort(key=lambda e: e["ts"])
+    last = 0
+    for i in range(1, len(events)):
+        if events[i]["ts"] - max(e["ts"] + e["dur"] for e in events[:i]) > 200.0:  # a gap of 0.2 ms
+            last = i
+    call = events[last:]
+    if not call:
+        return
+    t0 = call[0]["ts"]
+    for e in call:
+        print(f"      {e['ts'] - t0:9.1f} {e['dur']:8.1f} us  stream {e.get('tid')!s:>4s}  {e['name'][:70]}", flush=True)
 
 
 def parse_args(argv=None):
@@ -90,6 +117,8 @@ def parse_args(argv=None):
     p.add_argument("--trace-calls", type=int, default=4)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--graph", action="store_true", help="time and trace every method as CUDA graph replays")
+    p.add_argument("--timeline", action="store_true", help="print the last traced call's kernels (rank 0)")
     return p.parse_args(argv)
 
 
@@ -110,6 +139,8 @@ def main(argv=None) -> int:
         methods.update({p.describe(): (lambda p=p: case.run(p)) for p in plans if runnable(p, site.kind)})
         if site.kind in ("ag_mm", "mm_rs"):
             methods["pytorch_async_tp"] = case.pytorch(native=False)
+        if args.graph:
+            methods = {name: replayed(fn, device, what=name) for name, fn in methods.items()}
         for name, fn in methods.items():
             for _ in range(3):
                 fn()
@@ -126,7 +157,10 @@ def main(argv=None) -> int:
     for index, case, methods in cases:  # traces last: the profiler slows every launch after it
         for name, fn in methods.items():
             safe = name.replace("/", "_").replace("(", "").replace(")", "").replace("[", "_").replace("]", "")
-            kernels = trace(fn, args.trace_calls, out / f"trace_{index}_{safe}_r{rank}.json", device)
+            if rank == 0 and args.timeline:
+                print(f"timeline {case.site.kind} {case.site.m}x{case.site.k}x{case.site.n} {name}", flush=True)
+            kernels = trace(fn, args.trace_calls, out / f"trace_{index}_{safe}_r{rank}.json", device,
+                            timeline=args.timeline and rank == 0)
             row = next(r for r in table if r["index"] == index and r["method"] == name)
             row["kernels"] = [(k, round(ms / args.trace_calls, 4), n // args.trace_calls) for k, ms, n in kernels[:8]]
             if rank == 0:

@@ -23,6 +23,7 @@ transfer). Semantics (same as ``hocket.sim.engine``):
   it slows nothing. Once running it keeps its SMs: compute stages that start later do not stop
   it (2xH200, benchmarks/results/h200x2/run52: an all-gather launched 15 us after a 1.5 ms
   full-grid GEMM ended with the GEMM, one launched with it or before ran at its solo speed).
+  ``hocket.sim.engine``, which simulates eager steps, has no such flags.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ The table printed last holds one row per (case, method).
 
 ``--graph``: every method is captured in a CUDA graph once and each call is a replay
 (``hocket.ops.captured.replayed``), as ``bench_multigpu.py --graph`` times them; ``--timeline``
-prints, on rank 0, every device kernel of the last traced call (start relative to its first kernel,
-duration, stream), which shows which kernel waited for which.
+prints, on rank 0, every device kernel of the trace (start relative to the first kernel, duration,
+stream; one call's with ``--trace-calls 1``), which shows which kernel waited for which.
 """
 
 from __future__ import annotations
@@ -89,20 +89,12 @@ def trace(fn, calls: int, path: Path, device: torch.device, *, timeline: bool = 
 
 
 def print_timeline(path: Path) -> None:
-    """The device kernels of the trace's last call: (start us from its first kernel, us, stream, name).
-    Calls are told apart by the gaps between them (each call is synchronised before the next)."""
-    events = [e for e in json.loads(path.read_text()).get("traceEvents", [])
-              if e.get("cat") == "kernel" and "ts" in e and "dur" in e]
-    events.sort(key=lambda e: e["ts"])
-    last = 0
-    for i in range(1, len(events)):
-        if events[i]["ts"] - max(e["ts"] + e["dur"] for e in events[:i]) > 200.0:  # a gap of 0.2 ms
-            last = i
-    call = events[last:]
-    if not call:
-        return
-    t0 = call[0]["ts"]
-    for e in call:
+    """Every device kernel of the trace (start us from the first kernel, us, stream, name): with
+    ``--trace-calls 1``, one call's."""
+    events = sorted((e for e in json.loads(path.read_text()).get("traceEvents", [])
+                     if e.get("cat") == "kernel" and "ts" in e and "dur" in e), key=lambda e: e["ts"])
+    t0 = events[0]["ts"] if events else 0.0
+    for e in events:
         print(f"      {e['ts'] - t0:9.1f} {e['dur']:8.1f} us  stream {e.get('tid')!s:>4s}  {e['name'][:70]}", flush=True)
 
 

@@ -23,7 +23,9 @@ eagerly can be chosen here. The choice is by prediction; with ``HOCKET_AUTOTUNE=
 ``hocket.plan.live.tune(site, captured=True)`` beforehand) the candidates are timed as replays, during
 the warm-up.
 
-What a capture holds: NCCL collectives (PyTorch captures them) and the host-staged relay with its
+A CapturedCall keeps the operator context buffers its graph uses alive as long as itself
+(``hocket.ops.context.recording_buffers``): a context that drops them later cannot free memory a replay
+still writes. What a capture holds: NCCL collectives (PyTorch captures them) and the host-staged relay with its
 device signals (``HOCKET_HOST_STAGE_SIGNAL=device``, the default; host handshakes and the issue
 thread are refused during capture with an error). A relay call in a replay has no host to watch it,
 so each replay's end is handed to the relays the capture used, whose watchdog bounds it like an
@@ -44,6 +46,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+
+from hocket.ops.context import recording_buffers
 
 CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
 
@@ -86,11 +90,14 @@ class CapturedCall:
         self.graph = torch.cuda.CUDAGraph()
         before = len(host_relay.CAPTURED)
         try:
-            with captured_planning(), torch.cuda.graph(self.graph, capture_error_mode=capture_error_mode):
+            with captured_planning(), recording_buffers() as buffers, \
+                    torch.cuda.graph(self.graph, capture_error_mode=capture_error_mode):
                 self.output = fn(*self.inputs)
         finally:
             used = host_relay.CAPTURED[before:]
             del host_relay.CAPTURED[before:]
+        self.buffers = tuple({id(b): b for b in buffers}.values())
+        """the context buffers the graph reads and writes, kept alive as long as it (hocket.ops.context)"""
         self.relays = tuple(dict.fromkeys(used))
         """the host-staged relays the graph's calls run through (their watchdogs bound each replay)"""
 

@@ -10,13 +10,36 @@ returns, so a later call may reuse the buffers.
 Contexts live in a :class:`ContextRegistry`; :func:`close_contexts` frees them (call it
 before destroying a process group, or let ``destroy_process_group`` drop the group and
 the next call on a new group makes a new context).
+
+A context keeps at most ``max_buffers`` buffers and drops the least recently used. A CUDA
+graph replays the addresses it captured, so :class:`hocket.ops.CapturedCall` records every
+buffer handed out while it captures (:func:`recording_buffers`) and keeps them alive as long as
+the graph: a buffer the context drops later is then not freed under the graph (freed, its memory
+would go to other tensors, which every replay would overwrite).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
+
+_RECORDERS: list[list[torch.Tensor]] = []
+"""Open :func:`recording_buffers` blocks: each gets every buffer any context hands out."""
+
+
+@contextmanager
+def recording_buffers() -> Iterator[list[torch.Tensor]]:
+    """A list that receives every buffer any :class:`OpContext` hands out inside the block
+    (the caller keeps the list, and so the buffers, alive)."""
+    got: list[torch.Tensor] = []
+    _RECORDERS.append(got)
+    try:
+        yield got
+    finally:
+        _RECORDERS.remove(got)
 
 
 class OpContext:
@@ -48,6 +71,8 @@ class OpContext:
                 self._buffers.popitem(last=False)
         else:
             self._buffers.move_to_end(key)
+        for recorder in _RECORDERS:
+            recorder.append(buf)
         return buf
 
     @property

@@ -109,3 +109,30 @@ def run_captured_autotuned(case: dict) -> tuple[str, int]:
     finally:
         set_process_planner(None)
         clear_plan_cache()
+
+
+def run_captured_after_context_churn(case: dict) -> int:
+    """Capture a call, then make every operator context drop all its buffers (more new keys than it
+    keeps) and fill the freed memory with tensors of a sentinel value; replays must still match the
+    reference and leave those tensors alone (CapturedCall keeps its buffers alive)."""
+    from hocket.ops.context import REGISTRY
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    fn = _call(case["kind"], case["plan"])
+    inputs, _ = _operands(case, case["seed"], device)
+    step = H.CapturedCall(fn, *inputs, what=f"{case['kind']} churn test")
+    assert step.buffers, "the captured call used no context buffer: the test would prove nothing"
+    for ctx in list(REGISTRY._contexts.values()):
+        for i in range(ctx.max_buffers + 1):
+            ctx.buffer(f"churn{i}", (i + 1,))
+    sentinels = [torch.full_like(b, 7) for b in step.buffers for _ in range(2)]
+    torch.cuda.synchronize()
+    results = []
+    for call in range(case["calls"]):
+        inputs, expected = _operands(case, case["seed"] + 31 * (call + 1), device)
+        results.append((step(*inputs).clone(), expected))
+    torch.cuda.synchronize()
+    for got, expected in results:
+        H.assert_close(got, expected, world=dist.get_world_size(), what=f"replay after churn {case['plan']}")
+    assert all(bool((s == 7).all()) for s in sentinels), "a replay wrote into memory the context had freed"
+    return len(results)

@@ -12,8 +12,8 @@ from _two_gpus import SEED, require_two_gpus
 
 require_two_gpus()
 
-from _captured_cases import (run_bare_graph, run_captured, run_captured_autotuned,  # noqa: E402
-                             run_captured_copy_engine, run_captured_host_signal)
+from _captured_cases import (run_bare_graph, run_captured, run_captured_after_context_churn,  # noqa: E402
+                             run_captured_autotuned, run_captured_copy_engine, run_captured_host_signal)
 
 pytestmark = pytest.mark.timeout(600)
 RELAY = {"strategy": "chunked", "transport": "host_staged"}
@@ -78,3 +78,12 @@ def test_plan_none_autotunes_over_replays(pool2, kind, rows, k, n):
                 env={"HOCKET_HOST_STAGE_PIECE_MB": "0.01"})
     results = pool2.run(run_captured_autotuned, case)
     assert results[0] == results[1] == ("autotune", 3)
+
+
+@pytest.mark.parametrize("plan", [{"strategy": "chunked", "chunks": 2, "order": "local_first"},
+                                  {**RELAY, "chunks": 2, "order": "local_first"}], ids=["nccl", "relay"])
+@pytest.mark.parametrize("kind,rows,k,n", [("ag_mm", 256, 128, 192), ("mm_rs", 128, 96, 160)])
+def test_a_replay_outlives_its_context_dropping_the_buffers(pool2, kind, rows, k, n, plan):
+    case = dict(kind=kind, rows=rows, k=k, n=n, dtype="bfloat16", plan=plan, seed=SEED, calls=3)
+    counts = pool2.run(run_captured_after_context_churn, case)
+    assert counts[0] == counts[1] == 3

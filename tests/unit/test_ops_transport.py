@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hocket.ops.context import ContextRegistry, OpContext
+from hocket.ops.context import ContextRegistry, OpContext, recording_buffers
 from hocket.transport.pending import Pending, TransportError
 from hocket.transport.registry import available_transports, get_transport, register_transport
 
@@ -58,6 +58,23 @@ def test_context_reuses_buffers_by_role_and_shape_and_closes():
     assert ctx.closed and ctx.nbytes == 0
     with pytest.raises(RuntimeError, match="closed"):
         ctx.buffer("stage0", (4, 5))
+
+
+def test_buffers_recorded_while_capturing_outlive_their_eviction():
+    """What CapturedCall relies on: the buffers handed out inside recording_buffers() stay the caller's
+    even after the context drops them (a graph keeps replaying their addresses)."""
+    ctx = OpContext(group_name="g", device=torch.device("cpu"), dtype=torch.float32, max_buffers=2)
+    before = ctx.buffer("stage", (4, 4))
+    with recording_buffers() as got, recording_buffers() as inner:
+        staged = ctx.buffer("stage", (4, 4))
+        ring = ctx.buffer("ring", (8,))
+    assert staged is before and [id(t) for t in got] == [id(staged), id(ring)] == [id(t) for t in inner]
+    ctx.buffer("other", (2,))
+    ctx.buffer("more", (3,))  # both recorded buffers are evicted from the context
+    assert ctx.buffer("stage", (4, 4)) is not staged and ctx.buffer("ring", (8,)) is not ring
+    assert got[0] is staged and got[1] is ring  # the recording still holds the originals
+    ctx.buffer("after", (5,))
+    assert len(got) == 2  # nothing is recorded once the block has closed
 
 
 def test_registry_keys_contexts_by_group_device_dtype():

@@ -18,8 +18,8 @@ The table printed last holds one row per (case, method).
 
 ``--graph``: every method is captured in a CUDA graph once and each call is a replay
 (``hocket.ops.captured.replayed``), as ``bench_multigpu.py --graph`` times them; ``--timeline``
-prints, on rank 0, every device kernel of the trace (start relative to the first kernel, duration,
-stream; one call's with ``--trace-calls 1``), which shows which kernel waited for which.
+prints, on rank 0, the kernels of the last traced call (start relative to its first kernel, duration,
+stream), which shows which kernel waited for which. ``--no-pytorch`` leaves PyTorch's fused op out.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def trace(fn, calls: int, path: Path, device: torch.device, *, timeline: bool = 
         torch.cuda.synchronize(device)
     prof.export_chrome_trace(str(path))
     if timeline:
-        print_timeline(path)
+        print_timeline(path, calls)
     rows = []
     for evt in prof.key_averages():
         device_us = getattr(evt, "device_time_total", None)
@@ -88,13 +88,15 @@ def trace(fn, calls: int, path: Path, device: torch.device, *, timeline: bool = 
     return sorted(rows, key=lambda r: -r[1])
 
 
-def print_timeline(path: Path) -> None:
-    """Every device kernel of the trace (start us from the first kernel, us, stream, name): with
-    ``--trace-calls 1``, one call's."""
+def print_timeline(path: Path, calls: int) -> None:
+    """The device kernels of the trace's last call (start us from its first kernel, us, stream, name):
+    every call runs the same kernels, so the last ``1 / calls`` of them by start time. The first
+    call's first collective also waits for the other rank to enter the profiler; later calls do not."""
     events = sorted((e for e in json.loads(path.read_text()).get("traceEvents", [])
                      if e.get("cat") == "kernel" and "ts" in e and "dur" in e), key=lambda e: e["ts"])
-    t0 = events[0]["ts"] if events else 0.0
-    for e in events:
+    last = events[len(events) - len(events) // max(1, calls):] if calls > 1 else events
+    t0 = last[0]["ts"] if last else 0.0
+    for e in last:
         print(f"      {e['ts'] - t0:9.1f} {e['dur']:8.1f} us  stream {e.get('tid')!s:>4s}  {e['name'][:70]}", flush=True)
 
 
@@ -111,6 +113,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--graph", action="store_true", help="time and trace every method as CUDA graph replays")
     p.add_argument("--timeline", action="store_true", help="print the last traced call's kernels (rank 0)")
+    p.add_argument("--no-pytorch", dest="pytorch", action="store_false", help="leave PyTorch's fused op out")
     return p.parse_args(argv)
 
 
@@ -129,7 +132,7 @@ def main(argv=None) -> int:
         case = Case(site, group=dist.group.WORLD, device=device, seed=args.seed)
         methods = {"sequential": lambda: case.run(Plan())}
         methods.update({p.describe(): (lambda p=p: case.run(p)) for p in plans if runnable(p, site.kind)})
-        if site.kind in ("ag_mm", "mm_rs"):
+        if site.kind in ("ag_mm", "mm_rs") and args.pytorch:
             methods["pytorch_async_tp"] = case.pytorch(native=False)
         if args.graph:
             methods = {name: replayed(fn, device, what=name) for name, fn in methods.items()}

@@ -151,7 +151,10 @@ class CalibrationView:
         if transfer == "host_relay" and self.steady:  # replayed, or back to back, where measured, else from idle
             raw = (self.captured and getattr(self.profile, "host_relay_captured", None)) or \
                 getattr(self.profile, "host_relay_steady", None) or getattr(self.profile, "host_relay", None)
-        elif transfer in ("p2p", "copy_engine", "host_link", "host_relay"):
+        elif transfer == "p2p":  # back to back, where measured (collectives_steady["p2p"]), else from idle
+            steady = (getattr(self.profile, "collectives_steady", None) or {}) if self.steady else {}
+            raw = steady.get("p2p") or getattr(self.profile, "p2p", None)
+        elif transfer in ("copy_engine", "host_link", "host_relay"):
             raw = getattr(self.profile, transfer, None)
         else:
             steady = (getattr(self.profile, "collectives_steady", None) or {}) if self.steady else {}

@@ -162,11 +162,24 @@ def _gpu_model_ms(device, m: int, k: int, n: int, dtype: str, sms: int) -> float
     return _waves_ms(peak_tflops(device, dtype), device.sm_count, memory_gbps(device), m, k, n, sms)
 
 
-@functools.lru_cache(maxsize=1 << 16)
+def gpu_grid(device, *, m: int, k: int, n: int, dtype: str) -> int:
+    """Thread blocks of the grid the wave model picks for ``[m, k] @ [k, n]`` on all of ``device``'s
+    SMs (tiles times split-K parts): how many waves it runs and whether its last one leaves SMs idle."""
+    if device.sm_count is None:
+        return 0
+    return _waves(peak_tflops(device, dtype), device.sm_count, memory_gbps(device), m, k, n, device.sm_count)[1]
+
+
 def _waves_ms(peak: float, sm_count: int, mem_gbps: float, m: int, k: int, n: int, sms: int) -> float:
-    """The wave model (a pure function of numbers, memoised: planners price the same pieces often)."""
+    return _waves(peak, sm_count, mem_gbps, m, k, n, sms)[0]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _waves(peak: float, sm_count: int, mem_gbps: float, m: int, k: int, n: int, sms: int) -> tuple[float, int]:
+    """The wave model: (ms, blocks of the fastest grid); a pure function of numbers, memoised:
+    planners price the same pieces often."""
     per_sm_flops_per_ms = peak * 1e9 * GPU_BASE_EFFICIENCY / sm_count
-    best = math.inf
+    best, grid = math.inf, 0
     for rows, cols, tile_eff in GPU_TILES:
         tiles = math.ceil(m / rows) * math.ceil(n / cols)
         for split in SPLIT_K:
@@ -178,8 +191,9 @@ def _waves_ms(peak: float, sm_count: int, mem_gbps: float, m: int, k: int, n: in
             t = (waves + TAIL_WAVES) * tile_ms
             if split > 1:  # partial results written and reduced through memory
                 t += 3.0 * split * m * n * 4 / (mem_gbps * 1e6)
-            best = min(best, t)
-    return best
+            if t < best:
+                best, grid = t, tiles * split
+    return best, grid
 
 
 def _cpu_model_ms(device, m: int, k: int, n: int, dtype: str) -> float:

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field, replace
 
 from hocket.cost import comm as comm_model
 from hocket.cost.calibration import CalibrationView
-from hocket.cost.compute import FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, gemm_ms, launch_ms, memory_ms, peak_tflops
+from hocket.cost.compute import (FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, gemm_ms, gpu_grid, launch_ms, memory_ms,
+                                 peak_tflops)
 from hocket.cost.contention import SM_KINDS, SM_STARVED_SLOWDOWN, contention, fills_device, sms_left_to_gemm
 from hocket.cost.issue import issue_ms, issue_table
 from hocket.cost.peer_pipelines import ag_peer, ar_peer, rs_peer, runs_peer_pipe
@@ -95,6 +96,8 @@ class _Builder:
     """stage index -> output rows of a GEMM stage (for the SM-share contention factor)."""
     egress: dict = field(default_factory=dict)
     """stage index -> bytes a transfer stage sends (for its rate, hence memory contention)."""
+    kernels: dict = field(default_factory=dict)
+    """stage index -> GEMM kernels a GEMM stage runs one after another (its waves' end, replayed)."""
     sm_capped: bool = False
     """True when the compute kernels already run on fewer SMs (a capped persistent grid)."""
     issue: dict | None = None
@@ -178,8 +181,10 @@ class _Builder:
         site = self.site
         duration = count * self.gemm(rows, k=k, n=n, launches=launches, sms=sms)
         flops = 2.0 * count * rows * (k or site.k) * (n or site.n) * site.num_b
-        return self.add(Stage(name=name, resource="compute", duration_ms=duration, depends_on=tuple(deps),
-                              piece=piece, flops=flops, op="gemm"), rows=rows, issue=(("launch", count * launches),))
+        index = self.add(Stage(name=name, resource="compute", duration_ms=duration, depends_on=tuple(deps),
+                               piece=piece, flops=flops, op="gemm"), rows=rows, issue=(("launch", count * launches),))
+        self.kernels[index] = count * site.num_b
+        return index
 
     def add_memory(self, name: str, nbytes: float, *, deps=(), piece: int = 0, op: str = "reduce") -> int:
         return self.add(Stage(name=name, resource="compute", duration_ms=memory_ms(self.device, nbytes),
@@ -274,7 +279,7 @@ class _Builder:
             elif stage.op == "gemm":
                 rows = self.rows.get(index, 0)
                 if ordered and rows and fills_device(rows, n, self.device.sm_count):
-                    stage = replace(stage, fills_device=True)
+                    stage = replace(stage, fills_device=True, last_wave_at=self.last_wave_at(index, rows))
                 table = {}
                 for kind, c in factors.items():
                     factor = c.gemm_slowdown
@@ -286,6 +291,15 @@ class _Builder:
             stage.slowdown_by.update(table)  # each builder stage owns a fresh, still private dict
             out.append(stage)
         return out
+
+    def last_wave_at(self, index: int, rows: int) -> float:
+        """The fraction of a full-grid GEMM stage after which SMs go idle (``Stage.last_wave_at``):
+        its first kernel's partial last wave, or that kernel's end when its grid is whole waves."""
+        sms = self.device.sm_count
+        grid = gpu_grid(self.device, m=rows, k=self.site.k, n=self.site.n, dtype=self.site.dtype)
+        waves = math.ceil(grid / sms) if grid else 1
+        first = (waves - 1) / waves if grid % sms else 1.0
+        return first / max(1, self.kernels.get(index, 1))
 
     def sm_starved(self) -> bool:
         """Every GEMM of the pipeline fills the device's SMs and none is capped: SM-driven
@@ -463,7 +477,9 @@ def _rs_own_block_last(b: _Builder, block_rows: int, pieces: list[int]) -> None:
                                     nbytes=nbytes, issue=b.piece_issue(transfer) if lag else None))
 
     for i, rows in enumerate(pieces):
-        gemms.append(b.add_gemm(f"gemm[{i}]", rows, piece=i, count=p - 1))
+        # the piece's staging holds every rank's block; this rank's own is zeroed, not computed
+        zero = b.add_memory(f"zero[{i}]", rows * row_bytes, piece=i, op="fill")
+        gemms.append(b.add_gemm(f"gemm[{i}]", rows, deps=(zero,), piece=i, count=p - 1))
         if i - lag >= 0:
             issue(i - lag)
     own = b.add_gemm("gemm_own", block_rows, piece=len(pieces) - 1)

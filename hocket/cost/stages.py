@@ -18,11 +18,14 @@ transfer). Semantics (same as ``hocket.sim.engine``):
   transfer kind (``sm_collective``, ``sm_p2p``, ``copy_engine``, ``host_link``, ``cpu_collective``) and
   list a factor for ``compute``;
 * a stage with ``waits_for_full_grid`` (an SM-driven transfer in a replayed CUDA graph) that
-  starts while ``fills_device`` compute stages run makes no progress until those have ended (the
-  block scheduler dispatches the running kernel's CTAs first); while it waits it holds no SMs, so
-  it slows nothing. Once running it keeps its SMs: compute stages that start later do not stop
-  it (2xH200, benchmarks/results/h200x2/run52: an all-gather launched 15 us after a 1.5 ms
-  full-grid GEMM ended with the GEMM, one launched with it or before ran at its solo speed).
+  starts while ``fills_device`` compute stages run makes no progress until their last waves begin
+  (``last_wave_at``: the block scheduler dispatches the running kernel's CTAs first, and SMs go idle
+  only in its partial last wave); while it waits it holds no SMs, so it slows nothing. Once
+  running it keeps its SMs: compute stages that start later do not stop it. A GEMM released by the
+  same kernel's end as the transfer goes first. 2xH200 (benchmarks/results/h200x2/run52, run55): an
+  all-gather launched 15 us after a 1.5 ms full-grid GEMM of 15.5 waves ended with it (x12-17), one
+  launched with it or before ran at its solo speed; a reduce-scatter released with the next
+  4-wave GEMM started 67 us into its 89 us, as that GEMM's last wave began.
   ``hocket.sim.engine``, which simulates eager steps, has no such flags.
 """
 
@@ -55,6 +58,9 @@ class Stage:
     """what runs: gemm, reduce, flag_wait, all_gather, reduce_scatter, all_reduce, send_recv, ..."""
     fills_device: bool = False
     """a compute stage whose grid has at least one tile per SM (``contention.fills_device``)."""
+    last_wave_at: float = 1.0
+    """the fraction of a ``fills_device`` stage's work after which its last wave runs and leaves SMs
+    idle (1.0: the grid is a whole number of waves, no SM idles before the end)."""
     waits_for_full_grid: bool = False
     """a transfer that waits for the ``fills_device`` stages running when it starts (module docstring)."""
     steady_ms: float | None = None
@@ -125,13 +131,21 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
     rate = [1.0] * n
     version = [0] * n
     active: dict[int, None] = {}
-    heap: list[tuple[float, int, int]] = []
+    heap: list[tuple[float, int, int, bool]] = []
     now = 0.0
 
     blockers: dict[int, tuple[int, ...]] = {}
 
+    def before_last_wave(j: int) -> bool:
+        """``j`` runs and has not reached its last wave (``Stage.last_wave_at``)."""
+        if j not in active:
+            return False
+        total = stages[j].duration_ms
+        left = remaining[j] - (now - t0[j]) * rate[j]
+        return total > 0 and (total - left) < stages[j].last_wave_at * total - 1e-12
+
     def waiting(i: int) -> bool:
-        return any(j in active for j in blockers.get(i, ()))
+        return any(before_last_wave(j) for j in blockers.get(i, ()))
 
     def slowdown(i: int) -> float:
         if waiting(i):
@@ -147,7 +161,11 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
 
     def push(i: int) -> None:
         version[i] += 1
-        heapq.heappush(heap, (t0[i] + remaining[i] / rate[i], i, version[i]))
+        heapq.heappush(heap, (t0[i] + remaining[i] / rate[i], i, version[i], False))
+        if stages[i].fills_device and stages[i].last_wave_at < 1.0:  # when its last wave starts
+            before = remaining[i] - (1.0 - stages[i].last_wave_at) * stages[i].duration_ms
+            if before > 0:
+                heapq.heappush(heap, (t0[i] + before / rate[i], i, version[i], True))
 
     def refresh() -> None:
         for j in active:
@@ -164,8 +182,11 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
         busy[stage.resource] = True
         start[i] = now
         if stage.waits_for_full_grid:
-            # a kernel launched with it (the same instant) does not go first
-            blockers[i] = tuple(j for j in active if stages[j].fills_device and start[j] < now)
+            # a GEMM released by the same kernel's end goes first (candidates start compute first):
+            # the collective's graph node launches microseconds later (run55)
+            released = any(stages[d].resource == "compute" and end[d] == now for d in stage.depends_on)
+            blockers[i] = tuple(j for j in active if stages[j].fills_device
+                                and (start[j] < now or (released and start[j] == now)))
         active[i] = None
         remaining[i], t0[i], rate[i] = stage.duration_ms, now, 1.0 / slowdown(i)
         push(i)
@@ -175,10 +196,13 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
     if any(started):
         refresh()
     while heap:
-        finish, i, ver = heapq.heappop(heap)
+        finish, i, ver, milestone = heapq.heappop(heap)
         if ver != version[i]:
             continue
         now = finish
+        if milestone:  # a full grid's last wave began: SMs go idle, waiting transfers start
+            refresh()
+            continue
         end[i] = now
         del active[i]
         resource = stages[i].resource
@@ -189,7 +213,7 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
             pending[s] -= 1
             if pending[s] == 0:
                 candidates.append(s)
-        for c in sorted(set(candidates)):
+        for c in sorted(set(candidates), key=lambda c: (stages[c].resource != "compute", c)):
             try_start(c)
         refresh()
     if any(e != e for e in end):

@@ -13,7 +13,8 @@ Byte conventions of the curves (match ``Site.comm_bytes``):
   ``reps`` calls back to back (``hocket.bench.timer``): what a call costs in a loop with the host
   ahead, without the launch and release skew that a call from idle behind a barrier pays (2xH200:
   64 MiB all-gather 0.21-0.26 ms from idle, 0.16-0.17 ms back to back). Steady-state predictions
-  read these where present; absent in profiles written before it existed;
+  read these where present; absent in profiles written before it existed. ``collectives_steady["p2p"]``:
+  the ``p2p`` exchange timed the same way (same byte convention), where measured;
 * ``p2p``: bytes one rank sends to its ring neighbour while receiving as many;
 * ``copy_engine``: bytes one rank copies to a peer device; ``host_link``: bytes one way
   between device and pinned host memory;

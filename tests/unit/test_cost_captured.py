@@ -48,8 +48,8 @@ def test_bad_captured_flags_are_refused():
                                   Plan(strategy="chunked", chunks=2), Plan(strategy="ring")])
 @pytest.mark.parametrize("kind", ["ag_mm", "mm_rs"])
 def test_replayed_nccl_pieces_wait_only_for_full_grid_gemms_launched_before_them(plan, kind):
-    """Replayed, an NCCL piece ready while an earlier full-grid GEMM runs ends after it; one that
-    starts with or before the GEMMs is not slowed by them (hocket.cost.stages)."""
+    """Replayed, an NCCL piece ready while an earlier full-grid GEMM runs starts no earlier than that
+    GEMM's last wave; one that starts before the GEMMs is not slowed by them (hocket.cost.stages)."""
     site = Site(kind=kind, m=8192, k=4096, n=4096, dtype="bfloat16", world=2)
     cluster = load_preset("h200x2")
     stages = pipeline_stages(site, plan, cluster, captured=True)
@@ -62,7 +62,10 @@ def test_replayed_nccl_pieces_wait_only_for_full_grid_gemms_launched_before_them
         start, end = timeline.start_ms[i], timeline.end_ms[i]
         for j, s in enumerate(stages):
             if s.fills_device and timeline.start_ms[j] < start < timeline.end_ms[j]:
-                assert end >= timeline.end_ms[j] + stages[i].duration_ms - 1e-9
+                # no progress before the GEMM's last wave began (it runs at most at its solo rate)
+                last_wave = timeline.start_ms[j] + s.last_wave_at * s.duration_ms
+                assert 0 < s.last_wave_at <= 1
+                assert end >= last_wave + stages[i].duration_ms - 1e-9
                 waited += 1
     if kind == "ag_mm" and plan.order == "local_first":
         assert waited  # the second piece is ready while the own-shard GEMM runs

@@ -69,3 +69,18 @@ def test_a_transfer_behind_a_full_grid_gemm_waits_for_it_and_one_launched_with_i
     small = replace(gemm, fills_device=False)  # a grid with idle SMs makes no one wait
     t = schedule([small, issue, late])
     assert t.end_ms[2] == pytest.approx(0.3)
+
+
+def test_a_waiting_transfer_starts_when_the_gemms_last_wave_begins_and_a_gemm_released_with_it_goes_first():
+    # a 4-wave GEMM (last_wave_at 3/4) released by the same kernel's end as the transfer
+    first = Stage(name="gemm0", resource="compute", duration_ms=1.0)
+    gemm = Stage(name="gemm1", resource="compute", duration_ms=1.0, fills_device=True, last_wave_at=0.75)
+    move = Stage(name="rs", resource="link", duration_ms=0.5, kind="sm_collective", depends_on=(0,),
+                 waits_for_full_grid=True)
+    t = schedule([first, move, gemm])  # the transfer is earlier in program order, the GEMM still goes first
+    assert t.start_ms[1] == pytest.approx(1.0)
+    assert t.end_ms[1] == pytest.approx(1.0 + 0.75 + 0.5)
+    assert t.end_ms[2] == pytest.approx(2.0)
+    root = replace(move, depends_on=())  # ready before the GEMM: it runs at once
+    t = schedule([first, root, gemm])
+    assert t.end_ms[1] == pytest.approx(0.5)

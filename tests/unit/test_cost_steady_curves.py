@@ -15,7 +15,7 @@ from hocket.cost.calibration import CalibrationView
 from hocket.cost.predict import predict
 from hocket.hardware import load_cluster
 from hocket.hardware.calibrate import CalibrateConfig, default_config
-from hocket.hardware.calibrate.runner import CAPTURED_TRANSFERS, STEADY_TRANSFERS, _steps, captured_sizes
+from hocket.hardware.calibrate.runner import CAPTURED_TRANSFERS, STEADY_P2P, STEADY_TRANSFERS, _steps, captured_sizes
 from hocket.hardware.profile import CalibrationProfile, CurvePoint, load_profile, save_profile
 from hocket.plan.plan import Plan
 from hocket.plan.search import predict_cost_fn
@@ -79,12 +79,29 @@ def test_config_and_progress_count_the_steady_points(rng):
     assert default_config(quick=False, device_type="cpu").steady_sizes_bytes == ()
     off = replace(config, steady_sizes_bytes=())
     gpu = torch.device("cuda")
-    assert _steps(config, gpu) == _steps(off, gpu) + (len(config.collectives) + len(STEADY_TRANSFERS)) * \
-        len(config.steady_sizes_bytes) + len(CAPTURED_TRANSFERS) * len(captured_sizes(config))  # the relay too
+    steady = len(config.collectives) + len(STEADY_P2P) + len(STEADY_TRANSFERS)  # the P2P exchange and relay too
+    assert _steps(config, gpu) == _steps(off, gpu) + steady * len(config.steady_sizes_bytes) + \
+        len(CAPTURED_TRANSFERS) * len(captured_sizes(config))
     assert _steps(config, torch.device("cpu")) == _steps(off, torch.device("cpu")) + \
-        (len(config.collectives) + len(STEADY_TRANSFERS)) * len(config.steady_sizes_bytes)  # no graphs on CPU
+        steady * len(config.steady_sizes_bytes)  # no graphs on CPU
     good = dict(quick=True, dtype="float32", gemm_shapes=((8, 8, 8),), sizes_bytes=(1024,),
                 contention_shape=(8, 8, 8), contention_bytes=1024)
     for bad in ({"steady_sizes_bytes": (0,)}, {"steady_reps": 1}, {"steady_reps": True}):
         with pytest.raises(ValueError, match="steady_"):
             CalibrateConfig(**good, **bad)
+
+
+def test_steady_and_replayed_ring_steps_read_the_back_to_back_p2p_curve(rng):
+    old = _old()
+    speedup = rng.uniform(1.3, 1.8)
+    steady = {"p2p": tuple(CurvePoint(bytes=p.bytes, ms=p.ms / speedup) for p in old.p2p if p.bytes >= 4 * MiB)}
+    new = replace(old, collectives_steady=steady)
+    view = CalibrationView(new)
+    assert view.for_steady_state().curve("p2p") != view.curve("p2p")
+    assert view.for_captured().curve("p2p") == view.for_steady_state().curve("p2p")
+    cluster = load_cluster("h200x2")
+    site = Site(kind="mm_rs", m=8192, k=2048, n=4096, world=2, dtype="bfloat16")
+    ring = Plan(strategy="ring", chunks=1, transport="p2p")
+    assert predict(site, ring, cluster, new).total_ms == predict(site, ring, cluster, old).total_ms  # from idle
+    assert predict(site, ring, cluster, new, captured=True).comm_ms < predict(site, ring, cluster, old,
+                                                                             captured=True).comm_ms

@@ -21,6 +21,10 @@ from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePo
 CURVE_TRANSFERS = ("p2p", "copy_engine", "host_link", "host_relay")
 STEADY_TRANSFERS = ("host_relay",)
 """transfers besides the collectives timed back to back too (``host_relay_steady``)"""
+STEADY_P2P = ("p2p",)
+"""the P2P exchange timed back to back too, kept with the collectives' (``collectives_steady["p2p"]``):
+from idle it pays ~80 us of launch and release (2xH200 run53: 0.27 ms for 32 MiB), replayed a ring
+step of 32 MiB ran 0.15 ms (run55)"""
 CAPTURED_TRANSFERS = ("host_relay",)
 """transfers timed as back-to-back CUDA graph replays too, on GPUs (``host_relay_captured``)"""
 CAPTURED_SMALLEST_BYTES = 1 << 20
@@ -48,7 +52,7 @@ def _steps(config: CalibrateConfig, device: torch.device) -> int:
     gemm = sum(1 for m, _, _ in config.gemm_shapes for c in config.gemm_chunks if c <= m)
     issue = 1 if device.type == "cuda" else 0
     sustained = 1 if device.type == "cuda" and config.sustained_s > 0 else 0
-    steady = (len(config.collectives) + len(STEADY_TRANSFERS)) * len(config.steady_sizes_bytes)
+    steady = (len(config.collectives) + len(STEADY_P2P) + len(STEADY_TRANSFERS)) * len(config.steady_sizes_bytes)
     captured = len(CAPTURED_TRANSFERS) * len(captured_sizes(config)) if device.type == "cuda" else 0
     return gemm + sustained + steady + captured + \
         (len(config.collectives) + len(CURVE_TRANSFERS)) * len(config.sizes_bytes) + len(kinds_for(device)) + issue
@@ -116,7 +120,8 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
 
         curve(config.collectives + CURVE_TRANSFERS, config.sizes_bytes, timing, "", out.curves)
         # the collectives (and the host relay) again, calls back to back: a loop's per-call cost
-        curve(config.collectives + STEADY_TRANSFERS, config.steady_sizes_bytes, replace(timing, reps=config.steady_reps),
+        curve(config.collectives + STEADY_P2P + STEADY_TRANSFERS, config.steady_sizes_bytes,
+              replace(timing, reps=config.steady_reps),
               f", {config.steady_reps} calls back to back", out.steady_curves)
         if device.type == "cuda":  # the relay replayed from a CUDA graph: its device cost per call alone
 

@@ -68,8 +68,9 @@ def test_back_to_back_collective_points_on_ranks(pool):
     results = pool.run(_measure_tiny, config)
     first = results[0]
     assert all(r.steady_curves == first.steady_curves for r in results)  # maxima over ranks
-    assert set(first.steady_curves) == {"all_gather", "reduce_scatter"}
+    assert set(first.steady_curves) == {"all_gather", "reduce_scatter", "p2p"}  # the P2P exchange too
     for op, points in first.steady_curves.items():
         assert [p.bytes for p in points] == [8192, 65536] and all(p.ms > 0 for p in points), op
     profile = build_profile(first, config=config, fingerprint={"hash": "0123456789abcdef"})
+    assert set(profile.collectives_steady) == {"all_gather", "reduce_scatter", "p2p"}
     assert CalibrationProfile.from_dict(json.loads(profile.to_json())).collectives_steady == profile.collectives_steady

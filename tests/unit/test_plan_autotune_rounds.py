@@ -9,7 +9,7 @@ import random
 import pytest
 
 import hocket.bench.timer as timer
-from hocket.plan.autotune import AutotuneConfig, autotune
+from hocket.plan.autotune import AutotuneConfig, autotune, decide
 from hocket.plan.plan import Plan
 from hocket.site import Site
 
@@ -54,8 +54,9 @@ def test_overlapping_front_runners_are_timed_again_and_the_faster_one_wins(monke
 
 
 def test_without_extra_rounds_the_first_samples_decide(monkeypatch):
+    # CHUNKED (truly faster) has a higher median in its first samples, which alone decide here
     first = {SEQ: [1.6] * 8, BULK: [1.20, 1.22, 1.24, 1.25, 1.26, 1.27, 1.28, 1.30],
-             CHUNKED: [1.05, 1.10, 1.15, 1.20, 1.22, 1.40, 1.45, 1.50]}
+             CHUNKED: [1.05, 1.10, 1.15, 1.28, 1.30, 1.40, 1.45, 1.50]}
     script = Script(first, {SEQ: 1.6, BULK: 1.45, CHUNKED: 1.22}, seed=1)
     assert _tune(monkeypatch, script, extra_rounds=0) == BULK  # the noisy pick the extra rounds correct
     assert len(script.calls) == 1
@@ -80,3 +81,23 @@ def test_extra_rounds_stop_at_the_limit(monkeypatch):
 def test_extra_rounds_must_be_a_count():
     with pytest.raises(ValueError, match="extra_rounds"):
         AutotuneConfig(extra_rounds=-1)
+
+
+def test_decide_takes_a_clear_median_win_and_refuses_what_noise_explains():
+    seq, fast = Plan(), Plan(strategy="chunked", chunks=2)
+    rng = random.Random()
+    base = rng.uniform(1.0, 4.0)
+
+    def spread(center: float, width: float) -> list[float]:
+        return [center * (1 + width * (i / 11 - 0.5)) for i in range(12)]
+
+    # 3.1% faster by median, quartiles apart: chosen (the quartiles and the median margin both hold)
+    samples = {seq.to_json(): spread(base, 0.02), fast.to_json(): spread(base * 0.969, 0.02)}
+    assert decide(samples, [seq, fast], margin=0.03, clear_win=True) == fast
+    # the same medians with quartiles that overlap: the noise may explain it
+    samples = {seq.to_json(): spread(base, 0.2), fast.to_json(): spread(base * 0.969, 0.2)}
+    assert decide(samples, [seq, fast], margin=0.03, clear_win=True) == seq
+    assert decide(samples, [seq, fast], margin=0.03, clear_win=False) == fast
+    # quartiles apart but under the margin: kept sequential
+    samples = {seq.to_json(): spread(base, 0.005), fast.to_json(): spread(base * 0.98, 0.005)}
+    assert decide(samples, [seq, fast], margin=0.03, clear_win=True) == seq

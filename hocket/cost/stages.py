@@ -38,7 +38,8 @@ from typing import Mapping, Sequence
 
 RESOURCES = ("compute", "link", "copy_engine", "host", "issue")
 BLOCKED_SLOWDOWN = 1e9
-"""The rate of a stage that waits (``waits_for_full_grid``): no progress until its blockers end."""
+"""The slowdown of a stage that waits (``waits_for_full_grid``): no progress until its blockers'
+last waves begin."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -42,9 +42,10 @@ from hocket.cost.compute import (FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, gemm_ms, 
                                  peak_tflops)
 from hocket.cost.contention import SM_KINDS, SM_STARVED_SLOWDOWN, contention, fills_device, sms_left_to_gemm
 from hocket.cost.issue import issue_ms, issue_table
+from hocket.cost.local_first import ag_local_first, rs_own_block_last, runs_local_first
 from hocket.cost.peer_pipelines import ag_peer, ar_peer, rs_peer, runs_peer_pipe
 from hocket.cost.stages import Stage
-from hocket.env import host_stage_calls, host_stage_piece_bytes, host_stage_signal
+from hocket.env import host_stage_piece_bytes, host_stage_signal
 from hocket.plan.pieces import fused_offload_sizes, piece_sizes
 
 ENTRY_STAGE = "issue:entry"
@@ -196,8 +197,8 @@ class _Builder:
         """``queued=False``: the transfer is released by a device-side flag (a stream wait on
         memory): issued ahead, but its latency starts at the flag, not behind the previous copy.
         ``calls``: host calls that issue it (a bidirectional ring step: one exchange per lane).
-        ``streamed``: a piece of one call already priced as such (:func:`relay_pieces`): no saving
-        for queueing behind the piece before it, and ``issue`` (what the host issues before it starts,
+        ``streamed``: a piece of one call already priced as such (:func:`hocket.cost.local_first.relay_pieces`):
+        no saving for queueing behind the piece before it, and ``issue`` (what the host issues before it starts,
         and while it runs: :meth:`issue_of`'s pair) replaces the call's own issue items."""
         duration = transfer.ms
         if not streamed and any(s.resource == transfer.resource for s in self.stages):  # behind an earlier one
@@ -351,7 +352,7 @@ def _ag_mm(b: _Builder) -> None:
             return
         pieces = [shard_rows] if strategy == "bulk" else list(piece_sizes(shard_rows, plan))
         if strategy == "chunked" and runs_local_first(b):
-            _ag_local_first(b, shard_rows, pieces)
+            ag_local_first(b, shard_rows, pieces)
             return
         for i, rows in enumerate(pieces):
             nbytes = total * rows / shard_rows
@@ -366,126 +367,6 @@ def _ag_mm(b: _Builder) -> None:
         _tile_fused(b, producer=False)
     else:
         raise _not_for(site, plan)
-
-
-def runs_local_first(b: _Builder) -> bool:
-    """``chunked`` with ``order="local_first"`` over a collective transport (not the copy-engine
-    peer pipe) runs :mod:`hocket.ops.lowering.peer_chunked`'s own-data-first pipelines."""
-    return b.plan.order == "local_first" and b.site.world > 1 and b.plan.transport != "copy_engine"
-
-
-def one_relay_call(b: _Builder) -> bool:
-    """An own-data-first pipeline over ``host_staged`` moves every piece in one relay call
-    (``HOCKET_HOST_STAGE_CALLS=one``, :func:`hocket.ops.lowering.peer_chunked.one_relay_call`)."""
-    return b.plan.transport == "host_staged" and host_stage_calls() == "one"
-
-
-def relay_pieces(b: _Builder, op: str, total: float, pieces: list[int]) -> list[tuple[comm_model.Transfer, tuple]]:
-    """One relay call of ``op`` over ``total`` bytes whose messages end on the pieces' edges (rows
-    ``pieces``), as (transfer, host issue items before and while it runs) per piece: the call's fixed
-    part (its time at no bytes and its first message's device-to-host fill) goes to the first piece,
-    the rest of its time to each piece by its share of the bytes; the host issues the call and the
-    first piece's messages (ramped like one call's), then each later piece's whole messages and its
-    own bookkeeping (``relay_split``)."""
-    whole = b.collective(op, total)
-    fixed = min(whole.ms, b.collective(op, 0.0).ms + whole.queued_saving_ms)
-    rows_total = sum(pieces)
-    down, up = comm_model.host_stage_directions(op, total, b.site.world)
-    message_bytes = max(1.0, host_stage_piece_bytes())
-    suffix = "" if host_stage_signal() == "device" else "_host"
-    call, message, split = f"relay_call{suffix}", f"relay_message{suffix}", f"relay_split{suffix}"
-    out = []
-    for i, rows in enumerate(pieces):
-        share = rows / rows_total if rows_total else 1.0
-        busier = max(down, up) * share
-        if i == 0:
-            count = sum(c for _, c in comm_model.relay_messages(busier, message_bytes))
-            items = (((call, 1), (message, 1)), ((message, count - 1),) if count > 1 else ())
-        else:
-            count = max(1, math.ceil(busier / message_bytes - 1e-9))
-            items = (((message, count), (split, 1)), ())
-        piece = replace(whole, ms=(fixed if i == 0 else 0.0) + (whole.ms - fixed) * share,
-                        egress_bytes=whole.egress_bytes * share, queued_saving_ms=0.0, messages=count)
-        out.append((piece, items))
-    return out
-
-
-def _ag_local_first(b: _Builder, shard_rows: int, pieces: list[int]) -> None:
-    """Every piece's all-gather in flight at once, this rank's whole shard multiplied while they
-    travel, then each piece's peer rows as it lands. Over ``host_staged`` the pieces travel in one
-    relay call (:func:`relay_pieces`) unless ``HOCKET_HOST_STAGE_CALLS=piece``; then the own-shard GEMM is
-    launched before the relay calls (their host handshakes run beside it; the transfers wait
-    only on an event recorded ahead of it); other transports issue the collectives first."""
-    site = b.site
-    p, total = site.world, site.comm_bytes
-    if one_relay_call(b):
-        # hocket.ops.lowering.peer_chunked._local_first_gather_one_call: own GEMM, one call, then each
-        # piece's peer rows once its last message landed (the gathered A is the call's output)
-        b.add_gemm("gemm_own", shard_rows)
-        moves = [b.add_transfer(f"all_gather[{i}]", piece, piece=i, op="all_gather", nbytes=total * rows / shard_rows,
-                                streamed=True, issue=items)
-                 for i, (rows, (piece, items)) in enumerate(zip(pieces, relay_pieces(b, "all_gather", total, pieces)))]
-        for i, (rows, t) in enumerate(zip(pieces, moves)):  # launched once the whole call is issued
-            b.add_gemm(f"gemm[{i}]", rows, deps=(t,), piece=i, count=p - 1)
-        return
-    own_first = b.plan.transport == "host_staged"
-    if own_first:
-        b.add_gemm("gemm_own", shard_rows)
-    moves = []
-    for i, rows in enumerate(pieces):
-        nbytes = total * rows / shard_rows
-        transfer = b.collective("all_gather", nbytes)
-        moves.append(b.add_transfer(f"all_gather[{i}]", transfer, piece=i, op="all_gather", nbytes=nbytes,
-                                    issue=b.piece_issue(transfer) if own_first else None))
-    if not own_first:
-        b.add_gemm("gemm_own", shard_rows)
-    for i, (rows, t) in enumerate(zip(pieces, moves)):
-        g = b.add_gemm(f"gemm[{i}]", rows, deps=(t,), piece=i, count=p - 1)
-        if len(pieces) > 1:
-            b.add_memory(f"copy_gathered[{i}]", 2.0 * total * rows / shard_rows, deps=(g,), piece=i, op="copy")
-
-
-def _rs_own_block_last(b: _Builder, block_rows: int, pieces: list[int]) -> None:
-    """Per piece, the peers' partials (``p - 1`` GEMMs), then its reduce-scatter; this rank's own
-    block is multiplied last, beside the last transfers, and added at the end. Over
-    ``host_staged`` with ``HOCKET_HOST_STAGE_CALLS=piece`` a piece's relay call is issued after the next
-    GEMM is launched (the transfer waits on an event recorded after its own GEMM), so the handshakes
-    run beside that GEMM; with ``one`` (default) all pieces travel in one call (:func:`relay_pieces`)."""
-    site = b.site
-    p, total = site.world, site.comm_bytes
-    row_bytes = site.n * site.num_b * site.itemsize
-    if one_relay_call(b):
-        # hocket.ops.lowering.peer_chunked._own_block_last_scatter_one_call: every GEMM launched, then
-        # one call whose piece i leaves once piece i's partials are written; the call's final sum reads
-        # the own partial and the peers' (one pass: own + received -> output)
-        gemms = [b.add_gemm(f"gemm[{i}]", rows, piece=i, count=p - 1) for i, rows in enumerate(pieces)]
-        own = b.add_gemm("gemm_own", block_rows, piece=len(pieces) - 1)
-        moves = [b.add_transfer(f"reduce_scatter[{i}]", piece, deps=(gemms[i],), piece=i, op="reduce_scatter",
-                                nbytes=total * rows / block_rows, streamed=True, issue=items)
-                 for i, (rows, (piece, items)) in enumerate(zip(pieces, relay_pieces(b, "reduce_scatter", total,
-                                                                                     pieces)))]
-        b.add_memory("sum", (p + 1.0) * block_rows * row_bytes, deps=(own, *moves), piece=len(pieces) - 1)
-        return
-    lag = 1 if b.plan.transport == "host_staged" else 0  # GEMMs launched ahead of a piece's relay call
-    gemms: list[int] = []
-    moves: list[int] = []
-
-    def issue(i: int) -> None:
-        nbytes = total * pieces[i] / block_rows
-        transfer = b.collective("reduce_scatter", nbytes)
-        moves.append(b.add_transfer(f"reduce_scatter[{i}]", transfer, deps=(gemms[i],), piece=i, op="reduce_scatter",
-                                    nbytes=nbytes, issue=b.piece_issue(transfer) if lag else None))
-
-    for i, rows in enumerate(pieces):
-        # the piece's staging holds every rank's block; this rank's own is zeroed, not computed
-        zero = b.add_memory(f"zero[{i}]", rows * row_bytes, piece=i, op="fill")
-        gemms.append(b.add_gemm(f"gemm[{i}]", rows, deps=(zero,), piece=i, count=p - 1))
-        if i - lag >= 0:
-            issue(i - lag)
-    own = b.add_gemm("gemm_own", block_rows, piece=len(pieces) - 1)
-    if lag:
-        issue(len(pieces) - 1)
-    b.add_memory("add_own", 3.0 * block_rows * row_bytes, deps=(own, *moves), piece=len(pieces) - 1)
 
 
 def _ag_ring(b: _Builder, shard_rows: int, *, lanes: int) -> None:
@@ -527,7 +408,7 @@ def _mm_rs(b: _Builder) -> None:
             return
         pieces = [block_rows] if plan.strategy == "bulk" else list(piece_sizes(block_rows, plan))
         if plan.strategy == "chunked" and runs_local_first(b):
-            _rs_own_block_last(b, block_rows, pieces)
+            rs_own_block_last(b, block_rows, pieces)
             return
         for i, rows in enumerate(pieces):
             nbytes = total * rows / block_rows

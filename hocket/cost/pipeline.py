@@ -303,13 +303,16 @@ class _Builder:
         return first / max(1, self.kernels.get(index, 1))
 
     def sm_starved(self) -> bool:
-        """Every GEMM of the pipeline fills the device's SMs and none is capped: SM-driven
-        transfers beside them starve (``contention.SM_STARVED_SLOWDOWN``)."""
+        """Every GEMM of the pipeline leaves fewer SMs idle than an SM-driven transfer needs, and none
+        is capped: such transfers beside them starve (``contention.SM_STARVED_SLOWDOWN``). A grid a few
+        tiles short of the SM count counts too: the transfer finds too few idle SMs either way (were it
+        to take the rest from the GEMM instead, one tile more would make the site cheaper)."""
         gemm_rows = [self.rows[i] for i, s in enumerate(self.stages) if s.op == "gemm" and i in self.rows]
         if self.sm_capped or self.device.sm_count is None or not gemm_rows:
             return False
         n = self.site.n * self.site.num_b
-        return all(fills_device(rows, n, self.device.sm_count) for rows in gemm_rows)
+        crowded = self.device.sm_count - self.comm_sms + 1  # tiles at which fewer than comm_sms SMs idle
+        return all(fills_device(rows, n, crowded) for rows in gemm_rows)
 
     def _sm_factor(self, rows: int, cache: dict, *, measured: bool) -> float:
         """GEMM slowdown from the SMs an SM-driven transfer holds (wave model)."""

@@ -62,6 +62,33 @@ sequential or longer), a slow one does not (NCCL through host memory at ~25 GB/s
 one SM: chunked(4) beat sequential by 12-15% in the same runs). Capped persistent kernels
 (tile_fused beside an SM transport) and GEMMs with fewer tiles than SMs leave SMs free, and
 the usual factors apply."""
+REPLAY_NCCL_CTAS = {"sm_collective": 24, "sm_p2p": 16}
+"""CTAs (one SM each) of an NCCL kernel over a fast intra-node link (``FAST_LINK_GBPS``) when the plan
+sets no SM budget: the grids of 2xH200 NVLink's all-gather/reduce-scatter (24x544 threads) and
+send/recv (16x640) kernels in benchmarks/results/h200x2/run55's traces. Replayed pricing only
+(``held_gemm_sms``); eager prices keep ``comm.DEFAULT_COMM_SMS`` inside the calibrated factor."""
+FAST_LINK_GBPS = 100.0
+"""Per-direction link rate from which NCCL runs ``REPLAY_NCCL_CTAS`` (slower links: fewer channels)."""
+HOPPER_MODELS = ("H100", "H200", "H800", "H20", "GH200")
+
+
+def gemm_cluster_sms(device) -> int:
+    """SMs of one CTA cluster of the device's library GEMMs: cuBLAS's Hopper kernels (nvjet) launch
+    2-CTA clusters on the two SMs of a TPC (run55: grid [2, 66, 1], 213 KB shared memory per CTA, so
+    no other CTA fits beside one); older GPUs and other vendors run single CTAs."""
+    if device.vendor == "nvidia" and any(device.model.startswith(m) for m in HOPPER_MODELS):
+        return 2
+    return 1
+
+
+def held_gemm_sms(rows: int, n: int, device, transfer_ctas: int) -> int:
+    """SMs a GEMM of ``rows`` x ``n`` outputs runs on when it launches beside an SM-driven transfer of
+    ``transfer_ctas`` CTAs that already holds them: each such CTA idles its whole cluster slot
+    (``gemm_cluster_sms``), and the GEMM's grid takes the rest (after any SMs it leaves idle anyway)."""
+    blocked = min(device.sm_count - 1, transfer_ctas * gemm_cluster_sms(device))
+    return sms_left_to_gemm(rows, n, device.sm_count, blocked)
+
+
 CPU_CONTENTION_PER_THREAD = 1.0
 """CPU ranks: busy transfer threads per rank competing with the GEMM threads."""
 DEFAULT_CPU_CORES_PER_RANK = 1.0

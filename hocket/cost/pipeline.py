@@ -40,7 +40,8 @@ from hocket.cost import comm as comm_model
 from hocket.cost.calibration import CalibrationView
 from hocket.cost.compute import (FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, gemm_ms, gpu_grid, launch_ms, memory_ms,
                                  peak_tflops)
-from hocket.cost.contention import SM_KINDS, SM_STARVED_SLOWDOWN, contention, fills_device, sms_left_to_gemm
+from hocket.cost.contention import (FAST_LINK_GBPS, REPLAY_NCCL_CTAS, SM_KINDS, SM_STARVED_SLOWDOWN, contention,
+                                   default_contention, fills_device, held_gemm_sms, sms_left_to_gemm)
 from hocket.cost.issue import issue_ms, issue_table
 from hocket.cost.local_first import ag_local_first, rs_own_block_last, runs_local_first
 from hocket.cost.peer_pipelines import ag_peer, ar_peer, rs_peer, runs_peer_pipe
@@ -268,6 +269,9 @@ class _Builder:
             if stage.is_issue:
                 table = {}
             elif stage.is_transfer and ordered and stage.kind in SM_KINDS and not self.sm_capped:
+                # beside a GEMM that started first it runs in the SMs that GEMM leaves (its last wave, a
+                # small grid); launched before a GEMM it keeps its SMs and its solo speed, and the GEMM
+                # slows instead (Stage.held_sms_by on the GEMM)
                 table = {}
                 stage = replace(stage, waits_for_full_grid=True)
             elif stage.is_transfer:
@@ -281,12 +285,20 @@ class _Builder:
                 rows = self.rows.get(index, 0)
                 if ordered and rows and fills_device(rows, n, self.device.sm_count):
                     stage = replace(stage, fills_device=True, last_wave_at=self.last_wave_at(index, rows))
-                table = {}
+                table, held = {}, {}
                 for kind, c in factors.items():
                     factor = c.gemm_slowdown
-                    if kind in SM_KINDS and rows and not self.sm_capped and not starved:
+                    if ordered and kind in SM_KINDS and not self.sm_capped:
+                        # replayed: the memory and power share always; the SMs only from a transfer
+                        # that holds them when the GEMM launches
+                        factor = default_contention(kind, self.device, transfer_gbps=rates[kind]).gemm_slowdown
+                        if rows:
+                            held[kind] = max(1.0, factor * self._held_factor(rows, kind, sm_cache))
+                    elif kind in SM_KINDS and rows and not self.sm_capped and not starved:
                         factor *= self._sm_factor(rows, sm_cache, measured=c.source == "profile")
                     table[kind] = max(1.0, factor)
+                if held:
+                    stage = replace(stage, held_sms_by=held)
             else:
                 table = {kind: max(1.0, c.gemm_slowdown) for kind, c in factors.items()}
             stage.slowdown_by.update(table)  # each builder stage owns a fresh, still private dict
@@ -313,6 +325,24 @@ class _Builder:
         n = self.site.n * self.site.num_b
         crowded = self.device.sm_count - self.comm_sms + 1  # tiles at which fewer than comm_sms SMs idle
         return all(fills_device(rows, n, crowded) for rows in gemm_rows)
+
+    def replay_ctas(self, kind: str) -> int:
+        """CTAs of a replayed NCCL kernel of ``kind``: the plan's SM budget, else NCCL's own over a fast
+        link (``contention.REPLAY_NCCL_CTAS``), else ``comm.DEFAULT_COMM_SMS``."""
+        if self.plan.comm_sms is not None:
+            return self.plan.comm_sms
+        fast = (self.topo.intra_gbps or 0.0) >= FAST_LINK_GBPS and self.topo.nodes == 1
+        return REPLAY_NCCL_CTAS[kind] if fast else comm_model.DEFAULT_COMM_SMS
+
+    def _held_factor(self, rows: int, kind: str, cache: dict) -> float:
+        """GEMM slowdown beside a replayed transfer of ``kind`` that holds its SMs when the GEMM
+        launches (``contention.held_gemm_sms``)."""
+        key = (rows, kind)
+        if key not in cache:
+            full = self.gemm(rows)
+            left = held_gemm_sms(rows, self.site.n * self.site.num_b, self.device, self.replay_ctas(kind))
+            cache[key] = self.gemm(rows, sms=left) / full if full > 0 else 1.0
+        return cache[key]
 
     def _sm_factor(self, rows: int, cache: dict, *, measured: bool) -> float:
         """GEMM slowdown from the SMs an SM-driven transfer holds (wave model)."""

@@ -26,6 +26,17 @@ transfer). Semantics (same as ``hocket.sim.engine``):
   all-gather launched 15 us after a 1.5 ms full-grid GEMM of 15.5 waves ended with it (x12-17), one
   launched with it or before ran at its solo speed; a reduce-scatter released with the next
   4-wave GEMM started 67 us into its 89 us, as that GEMM's last wave began.
+  A transfer that starts first, or with a full-grid GEMM (``Stage.held_sms_by``), keeps its SMs
+  while the GEMM's persistent grid runs on the rest, and both slow: run55's replayed reduce-scatter
+  of 24 CTAs, launched 6 us before a 2048x14336x8192 GEMM of 132 two-CTA clusters, ran x4.3 and the
+  GEMM ran at 0.64 of its rate beside it (its clusters lost 24 two-SM pairs: 84 of 132 SMs left).
+  A transfer released by a compute kernel's end that a full-grid GEMM follows within ``RACE_MS``
+  (launched behind a short kernel, e.g. a zero fill) races it, and the order differs between
+  ranks: on one the transfer holds its SMs and the GEMM slows, on the other the GEMM goes first and
+  the transfer waits for its last wave; the collective ends with the later rank, so the pair is
+  priced as both (run55: a reduce-scatter released 6 us before a 2048x14336x8192 GEMM ran 650 us,
+  x7.5 its solo time, ending as the peer's GEMM's last wave would let it, and the GEMM beside it
+  ran at 0.64 of its rate all that time).
   ``hocket.sim.engine``, which simulates eager steps, has no such flags.
 """
 
@@ -37,6 +48,10 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 RESOURCES = ("compute", "link", "copy_engine", "host", "issue")
+RACE_MS = 0.02
+"""A transfer released by a compute kernel's end races a full-grid GEMM launched this soon after it
+(through a short kernel such as a zero fill): the order is then decided per rank, and the worst rank
+sets the time (module docstring)."""
 BLOCKED_SLOWDOWN = 1e9
 """The slowdown of a stage that waits (``waits_for_full_grid``): no progress until its blockers'
 last waves begin."""
@@ -64,6 +79,10 @@ class Stage:
     idle (1.0: the grid is a whole number of waves, no SM idles before the end)."""
     waits_for_full_grid: bool = False
     """a transfer that waits for the ``fills_device`` stages running when it starts (module docstring)."""
+    held_sms_by: Mapping[str, float] | None = None
+    """factors that replace ``slowdown_by``'s against a stage of that kind when the transfer of the pair
+    started no later than the compute stage (replayed: it holds its SMs when the GEMM launches, the
+    GEMM's persistent grid fills the rest; module docstring). None: ``slowdown_by`` applies alone."""
     steady_ms: float | None = None
     """an issue stage's host time in the steady state where it differs from ``duration_ms``: a call's
     first item costs its stage no wait from an idle GPU (its latency is in the item's own price), so its
@@ -76,9 +95,10 @@ class Stage:
             raise ValueError(f"Stage {self.name!r}: resource={self.resource!r} is unknown; use one of {RESOURCES}")
         if not (math.isfinite(self.duration_ms) and self.duration_ms >= 0):
             raise ValueError(f"Stage {self.name!r}: duration_ms={self.duration_ms!r} must be finite and >= 0")
-        for other, factor in self.slowdown_by.items():
-            if not (math.isfinite(factor) and factor >= 1.0):
-                raise ValueError(f"Stage {self.name!r}: slowdown_by[{other!r}]={factor!r} must be finite and >= 1")
+        for table in ("slowdown_by", "held_sms_by"):
+            for other, factor in (getattr(self, table) or {}).items():
+                if not (math.isfinite(factor) and factor >= 1.0):
+                    raise ValueError(f"Stage {self.name!r}: {table}[{other!r}]={factor!r} must be finite and >= 1")
         object.__setattr__(self, "depends_on", tuple(self.depends_on))
 
     @property
@@ -136,6 +156,9 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
     now = 0.0
 
     blockers: dict[int, tuple[int, ...]] = {}
+    released_at: dict[int, float] = {}
+    """transfer (``waits_for_full_grid``) -> when a compute kernel's end released it (``RACE_MS``)."""
+    raced: set[tuple[int, int]] = set()
 
     def before_last_wave(j: int) -> bool:
         """``j`` runs and has not reached its last wave (``Stage.last_wave_at``)."""
@@ -151,14 +174,25 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
     def slowdown(i: int) -> float:
         if waiting(i):
             return BLOCKED_SLOWDOWN
-        table = stages[i].slowdown_by
-        if not table:
+        table, held = stages[i].slowdown_by, stages[i].held_sms_by
+        if not table and not held:
             return 1.0
-        kinds = {stages[j].kind for j in active if j != i and not waiting(j)}
-        factor = 1.0
-        for kind in kinds:
-            factor *= table.get(kind, 1.0)
-        return factor
+        by_kind: dict[str, float] = {}
+        for j in active:
+            if j == i or (waiting(j) and (j, i) not in raced):
+                continue
+            kind = stages[j].kind
+            factor = table.get(kind, 1.0)
+            if held and kind in held and ((j, i) in raced or holds_sms_first(i, j)):
+                factor = held[kind]
+            by_kind[kind] = max(by_kind.get(kind, 1.0), factor)
+        return math.prod(by_kind.values())
+
+    def holds_sms_first(i: int, j: int) -> bool:
+        """Of the pair, the transfer started no later than the compute stage and did not wait for it
+        (``Stage.held_sms_by``)."""
+        transfer, compute = (i, j) if stages[i].is_transfer else (j, i)
+        return start[transfer] <= start[compute] and compute not in blockers.get(transfer, ())
 
     def push(i: int) -> None:
         version[i] += 1
@@ -188,6 +222,14 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
             released = any(stages[d].resource == "compute" and end[d] == now for d in stage.depends_on)
             blockers[i] = tuple(j for j in active if stages[j].fills_device
                                 and (start[j] < now or (released and start[j] == now)))
+            if released and not blockers[i]:
+                released_at[i] = now
+        elif stage.fills_device:
+            # a transfer released just before by a compute kernel's end races this GEMM
+            for j in active:
+                if j in released_at and now - released_at[j] <= RACE_MS + 1e-12 and not waiting(j):
+                    blockers[j] = blockers.get(j, ()) + (i,)
+                    raced.add((j, i))
         active[i] = None
         remaining[i], t0[i], rate[i] = stage.duration_ms, now, 1.0 / slowdown(i)
         push(i)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hocket.cost import pipeline_stages, predict, schedule
+from hocket.cost.contention import held_gemm_sms
 from hocket.cost.pipeline import CAPTURED_REPLAY_US
 from hocket.cost.steady import host_issue_ms
 from hocket.hardware import load_preset
@@ -71,3 +72,37 @@ def test_replayed_nccl_pieces_wait_only_for_full_grid_gemms_launched_before_them
         assert waited  # the second piece is ready while the own-shard GEMM runs
     eager = pipeline_stages(site, plan, cluster)
     assert not any(s.waits_for_full_grid for s in eager)  # eager calls keep the calibrated factors
+
+
+def test_held_gemm_sms_count_cluster_slots_and_idle_sms():
+    h200 = load_preset("h200x2").device(0)
+    assert h200.sm_count == 132
+    assert held_gemm_sms(8192, 8192, h200, 24) == 132 - 48  # 2-CTA clusters: one pair per NCCL CTA
+    assert held_gemm_sms(8192, 8192, h200, 16) == 132 - 32
+    assert held_gemm_sms(256, 512, h200, 24) == 132  # 8 tiles leave 124 SMs idle: the transfer takes those
+    a100 = load_preset("a100x8").device(0)
+    assert held_gemm_sms(8192, 8192, a100, 24) == a100.sm_count - 24  # no clusters before Hopper
+
+
+@pytest.mark.parametrize("kind", ["mm_rs", "ag_mm"])
+def test_replayed_nccl_beside_a_later_gemm_slows_it_and_a_racing_piece_costs_both(kind):
+    """Own-data-first mm_rs: each piece's reduce-scatter, released by its GEMM's end, races the next
+    GEMM (launched behind the zero fill); ag_mm: the first all-gather is launched before the own-shard
+    GEMM and holds its SMs. Either way the GEMM beside it runs slower than its solo time."""
+    site = Site(kind=kind, m=8192, k=14336, n=8192, dtype="bfloat16", world=2)
+    cluster = load_preset("h200x2")
+    plan = Plan(strategy="chunked", chunks=2, order="local_first")
+    stages = pipeline_stages(site, plan, cluster, captured=True)
+    t = schedule(stages)
+    nccl = [i for i, s in enumerate(stages) if s.kind == "sm_collective"]
+    # 24 NCCL CTAs idle 48 of 132 SMs: the GEMM loses >= 0.3 ms per ms it runs beside the first piece
+    slowed = [j for j, s in enumerate(stages) if s.op == "gemm" and s.held_sms_by
+              and t.end_ms[j] - t.start_ms[j] - s.duration_ms >= 0.3 * stages[nccl[0]].duration_ms]
+    assert slowed, [(s.name, t.start_ms[j], t.end_ms[j], s.duration_ms) for j, s in enumerate(stages)]
+    if kind == "mm_rs":
+        first, gemm1 = nccl[0], next(j for j, s in enumerate(stages) if s.name == "gemm[1]")
+        # the raced piece ends no earlier than the next GEMM's last wave at its solo rate, plus its own time
+        last_wave = t.start_ms[gemm1] + stages[gemm1].last_wave_at * stages[gemm1].duration_ms
+        assert t.end_ms[first] >= last_wave + 0.9 * stages[first].duration_ms
+        seq = predict(site, Plan(strategy="sequential"), cluster, captured=True).total_ms
+        assert t.total_ms > 0.98 * seq  # no saving: as measured (run56/run58: 2-4% slower than sequential)

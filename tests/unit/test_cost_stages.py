@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hocket.cost.stages import Stage, schedule
+from hocket.cost.stages import RACE_MS, Stage, schedule
 
 
 def test_without_contention_it_is_the_list_schedule():
@@ -84,3 +84,42 @@ def test_a_waiting_transfer_starts_when_the_gemms_last_wave_begins_and_a_gemm_re
     root = replace(move, depends_on=())  # ready before the GEMM: it runs at once
     t = schedule([first, root, gemm])
     assert t.end_ms[1] == pytest.approx(0.5)
+
+
+def test_a_gemm_launched_beside_a_transfer_that_holds_its_sms_slows_by_the_held_factor():
+    move = Stage(name="ag", resource="link", duration_ms=0.5, kind="sm_collective", waits_for_full_grid=True)
+    gemm = Stage(name="gemm", resource="compute", duration_ms=1.0, fills_device=True, last_wave_at=0.75,
+                 slowdown_by={"sm_collective": 1.1}, held_sms_by={"sm_collective": 2.0})
+    issue = Stage(name="issue", resource="issue", duration_ms=0.1, kind="issue")
+    t = schedule([move, issue, replace(gemm, depends_on=(1,))])  # the transfer first: the GEMM runs at half rate
+    assert t.end_ms[0] == pytest.approx(0.5)
+    assert t.end_ms[2] == pytest.approx(0.5 + (1.0 - 0.4 / 2.0))
+    # the GEMM first: the transfer waits for its last wave and then takes idle SMs (only slowdown_by applies)
+    t = schedule([gemm, issue, replace(move, depends_on=(1,))])
+    assert t.start_ms[2] == pytest.approx(0.1)
+    assert t.end_ms[2] == pytest.approx(0.75 + 0.5)
+    assert t.end_ms[0] == pytest.approx(0.75 + 0.25 * 1.1)
+
+
+@pytest.mark.parametrize("gap_ms", [0.01, 0.05])
+def test_a_transfer_released_just_before_a_full_grid_gemm_races_it(gap_ms):
+    """Released by a kernel's end and followed by a full-grid GEMM within RACE_MS (behind a short
+    kernel), the transfer waits for that GEMM's last wave while the GEMM runs at its held rate (the worst
+    rank of the race); a later GEMM finds it holding its SMs and only slows."""
+    first = Stage(name="gemm0", resource="compute", duration_ms=1.0)
+    fill = Stage(name="zero", resource="compute", duration_ms=gap_ms, depends_on=(0,))
+    gemm = Stage(name="gemm1", resource="compute", duration_ms=1.0, fills_device=True, last_wave_at=0.75,
+                 held_sms_by={"sm_collective": 2.0}, depends_on=(1,))
+    move = Stage(name="rs", resource="link", duration_ms=0.5, kind="sm_collective", depends_on=(0,),
+                 waits_for_full_grid=True)
+    t = schedule([first, fill, gemm, move])
+    assert RACE_MS > 0.01 and RACE_MS < 0.05
+    g0 = 1.0 + gap_ms
+    if gap_ms < RACE_MS:
+        # gap_ms of solo progress, no progress until the last wave (0.75 of the work at half rate), then the rest
+        last_wave = g0 + 0.75 * 2.0
+        assert t.end_ms[3] == pytest.approx(last_wave + 0.5 - gap_ms)
+        assert t.end_ms[2] == pytest.approx(t.end_ms[3] + 0.25 - (0.5 - gap_ms) / 2.0)  # half rate until then
+    else:
+        assert t.end_ms[3] == pytest.approx(1.5)  # no race: it runs at once at its solo speed
+        assert t.end_ms[2] == pytest.approx(1.5 + (1.0 - (1.5 - g0) / 2.0))

@@ -73,7 +73,7 @@ from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 from hocket.transport.peer_protocol import peer_protocol_for
-from hocket.env import (HOST_STAGE_CALLS, HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, host_stage_calls,
+from hocket.env import (HOST_STAGE_CALLS, HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, host_stage_calls, own_block_zero,
                         host_stage_pipeline, host_stage_signal, host_stage_slots, overridden)
 from hocket.transport.registry import get_transport
 from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
@@ -276,6 +276,9 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
             entry["plan"] = plan.to_dict()
             if plan.strategy == "chunked" and plan.transport == "copy_engine" and site.kind in PEER_KINDS:
                 entry["peer_protocol"] = peer_protocol_for(site.kind, plan.chunks)  # under the variant's env
+            if site.kind == "mm_rs" and plan.strategy == "chunked" and plan.order == "local_first" \
+                    and plan.transport != "copy_engine":
+                entry["own_block_zero"] = own_block_zero()  # under the variant's env
             if plan.transport == "host_staged" and site.world > 1:
                 entry["host_stage_signal"] = host_stage_signal()  # under the variant's env
                 entry["host_stage_pipeline"] = host_stage_pipeline()
@@ -485,6 +488,7 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
                                           "host_stage_pipeline": entry.get("host_stage_pipeline"),
                                           "host_stage_slots": entry.get("host_stage_slots"),
                                           "host_stage_calls": entry.get("host_stage_calls"),
+                                          "own_block_zero": entry.get("own_block_zero"),
                                           "planner_source": row["planner"]["source"] if name == "planner" else None,
                                           "paired": row.get("paired") if name == "planner" else None})
         records.append(make_record(site=site, plan=Plan.from_dict(entry["plan"]), timing=timing,

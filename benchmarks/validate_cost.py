@@ -154,13 +154,28 @@ def line_calls(record) -> str | None:
     return run.get("host_stage_calls") or "piece"
 
 
+def line_own_zero(record) -> str | None:
+    """How an own-block-last mm_rs line over a collective transport kept its staging's own block at
+    zero (``run.own_block_zero``; ``"each"``, a fill kernel per piece, for lines written before the field:
+    runs up to 59), None for every other line (``hocket.env.own_block_zero``)."""
+    plan = record.plan
+    if record.site.kind != "mm_rs" or plan.strategy != "chunked" or plan.order != "local_first" \
+            or plan.transport == "copy_engine" or record.site.world < 2:
+        return None
+    run = record.run if isinstance(record.run, dict) else {}
+    return run.get("own_block_zero") or "each"
+
+
 @contextmanager
 def priced_as_ran(record) -> Iterator[None]:
-    """Price ``record``'s plan with the copy-engine protocol and the relay signalling and calls it ran."""
-    signal, calls = line_signal(record), line_calls(record)
+    """Price ``record``'s plan with the copy-engine protocol, the relay signalling and calls, and the
+    own-block zeroing it ran."""
+    signal, calls, zero = line_signal(record), line_calls(record), line_own_zero(record)
     relay = {"HOCKET_HOST_STAGE_SIGNAL": signal} if signal else {}
     if calls:
         relay["HOCKET_HOST_STAGE_CALLS"] = calls
+    if zero:
+        relay["HOCKET_OWN_BLOCK_ZERO"] = zero
     with priced_with_protocol(line_protocol(record)), overridden(relay):
         yield
 
@@ -548,16 +563,19 @@ def summary(result: dict) -> dict:
 
 
 IMPLEMENTATION_KEYS = ("method", "variant", "tile_config", "chunk_flags", "copy_streams", "copy_wait", "dynamic",
-                       "edge_pieces", "side_waits", "link", "backend", "threads_per_rank", "peer_protocol", "captured")
+                       "edge_pieces", "side_waits", "link", "backend", "threads_per_rank", "peer_protocol", "captured",
+                       "own_block_zero")
 """Fields of a results line's ``run`` that name how a plan was implemented (benchmarks add them
 when they compare kernel variants of one plan); lines that differ in them are different things.
-``peer_protocol`` is read through :func:`line_protocol` (a copy-engine line without it ran push)."""
+``peer_protocol`` is read through :func:`line_protocol` (a copy-engine line without it ran push),
+``own_block_zero`` through :func:`line_own_zero`."""
 
 
 def implementation(record) -> tuple[str, ...]:
     """The ``IMPLEMENTATION_KEYS`` values of a line (as strings; ``peer_protocol`` by :func:`line_protocol`)."""
     run = record.run if isinstance(record.run, dict) else {}
-    return tuple(str(line_protocol(record) if key == "peer_protocol" else run.get(key)) for key in IMPLEMENTATION_KEYS)
+    read = {"peer_protocol": line_protocol, "own_block_zero": line_own_zero}
+    return tuple(str(read[key](record) if key in read else run.get(key)) for key in IMPLEMENTATION_KEYS)
 
 
 def run_to_run(groups: list[SiteGroup], *, same_commit: bool = False) -> dict:

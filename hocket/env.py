@@ -166,6 +166,18 @@ def host_stage_calls() -> str:
     return _choice("HOCKET_HOST_STAGE_CALLS", HOST_STAGE_CALLS)
 
 
+OWN_BLOCK_ZERO = ("once", "each")
+
+
+def own_block_zero() -> str:
+    """``HOCKET_OWN_BLOCK_ZERO``: how matmul + reduce-scatter with ``order="local_first"`` over a
+    collective transport keeps this rank's block of each piece's staging at zero. ``once`` (default):
+    the buffers are zeroed when made and that block is never written, so a piece's GEMM follows the
+    previous one at once. ``each``: a fill kernel before every piece's GEMM (runs up to 59): replayed,
+    the previous piece's collective then races that GEMM for the SMs (``hocket.cost.stages.RACE_MS``)."""
+    return _choice("HOCKET_OWN_BLOCK_ZERO", OWN_BLOCK_ZERO)
+
+
 def host_stage_slots() -> int:
     """``HOCKET_HOST_STAGE_SLOTS``: message slots per rank in the host-staged relay's shared buffer
     (default 4, at most 64; each slot holds ``HOCKET_SYMM_MAILBOX_MB`` / slots). A rank's

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hocket.cost import comm as comm_model
-from hocket.env import host_stage_calls, host_stage_piece_bytes, host_stage_signal
+from hocket.env import host_stage_calls, host_stage_piece_bytes, host_stage_signal, own_block_zero
 
 if TYPE_CHECKING:
     from hocket.cost.pipeline import _Builder
@@ -125,10 +125,13 @@ def rs_own_block_last(b: _Builder, block_rows: int, pieces: list[int]) -> None:
         moves.append(b.add_transfer(f"reduce_scatter[{i}]", transfer, deps=(gemms[i],), piece=i, op="reduce_scatter",
                                     nbytes=nbytes, issue=b.piece_issue(transfer) if lag else None))
 
+    zero_each = own_block_zero() == "each"
     for i, rows in enumerate(pieces):
-        # the piece's staging holds every rank's block; this rank's own is zeroed, not computed
-        zero = b.add_memory(f"zero[{i}]", rows * row_bytes, piece=i, op="fill")
-        gemms.append(b.add_gemm(f"gemm[{i}]", rows, deps=(zero,), piece=i, count=p - 1))
+        # the piece's staging holds every rank's block; this rank's own stays zero from the buffer's
+        # creation (no fill kernel: the next GEMM follows this one's end at once, so it goes first),
+        # or is filled before each piece's GEMM (HOCKET_OWN_BLOCK_ZERO=each)
+        zero = (b.add_memory(f"zero[{i}]", rows * row_bytes, piece=i, op="fill"),) if zero_each else ()
+        gemms.append(b.add_gemm(f"gemm[{i}]", rows, deps=zero, piece=i, count=p - 1))
         if i - lag >= 0:
             issue(i - lag)
     own = b.add_gemm("gemm_own", block_rows, piece=len(pieces) - 1)

@@ -58,14 +58,17 @@ class OpContext:
         self._buffers: OrderedDict[tuple, torch.Tensor] = OrderedDict()
         self._closed = False
 
-    def buffer(self, role: str, shape: tuple[int, ...] | list[int], dtype: torch.dtype | None = None) -> torch.Tensor:
-        """A scratch tensor for ``role`` of ``shape``; the same one on every call with the same key."""
+    def buffer(self, role: str, shape: tuple[int, ...] | list[int], dtype: torch.dtype | None = None, *,
+               zeroed: bool = False) -> torch.Tensor:
+        """A scratch tensor for ``role`` of ``shape``; the same one on every call with the same key.
+        ``zeroed``: filled with zeros when it is made, for a caller that never writes part of it and
+        relies on that part staying zero across calls (no fill kernel on the hot path)."""
         if self._closed:
             raise RuntimeError(f"OpContext for group {self.group_name!r} is closed; get a new one from the registry")
         key = (role, tuple(int(s) for s in shape), dtype or self.dtype)
         buf = self._buffers.get(key)
         if buf is None:
-            buf = torch.empty(key[1], dtype=key[2], device=self.device)
+            buf = (torch.zeros if zeroed else torch.empty)(key[1], dtype=key[2], device=self.device)
             self._buffers[key] = buf
             while len(self._buffers) > self.max_buffers:
                 self._buffers.popitem(last=False)

@@ -60,6 +60,19 @@ def test_context_reuses_buffers_by_role_and_shape_and_closes():
         ctx.buffer("stage0", (4, 5))
 
 
+def test_a_zeroed_buffer_is_zero_when_made_and_then_keeps_what_callers_write():
+    ctx = OpContext(group_name="g", device=torch.device("cpu"), dtype=torch.float32, max_buffers=2)
+    z = ctx.buffer("own", (3, 4), zeroed=True)
+    assert torch.count_nonzero(z) == 0
+    z[0].fill_(7.0)  # the same buffer on the next call, not zeroed again (no fill on the hot path)
+    again = ctx.buffer("own", (3, 4), zeroed=True)
+    assert again is z and torch.count_nonzero(again[0] - 7.0) == 0 and torch.count_nonzero(again[1:]) == 0
+    ctx.buffer("a", (1,))
+    ctx.buffer("b", (1,))  # evicts "own": made again, zeroed again
+    fresh = ctx.buffer("own", (3, 4), zeroed=True)
+    assert fresh is not z and torch.count_nonzero(fresh) == 0
+
+
 def test_buffers_recorded_while_capturing_outlive_their_eviction():
     """What CapturedCall relies on: the buffers handed out inside recording_buffers() stay the caller's
     even after the context drops them (a graph keeps replaying their addresses)."""

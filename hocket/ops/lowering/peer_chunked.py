@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from hocket.env import host_stage_calls
+from hocket.env import host_stage_calls, own_block_zero
 from hocket.ops._pipeline import piece_bounds
 from hocket.ops.lowering import chunked, peer_pull
 from hocket.ops.lowering.peer_pipe import FLAGS_PER_SOURCE, PIPES, PeerPipe
@@ -131,13 +131,18 @@ def _local_first_gather_one_call(g: GatherMatmul, rt, pieces) -> tuple:
 def own_block_last_scatter(A, B, reduce_op, dim, rt, plan):
     """Matmul + reduce-scatter over a collective transport, own block last: per row piece, the peers'
     partials are computed and reduce-scattered (this rank's block of the piece is zero), all pieces
-    in flight at once; this rank's own partial is computed while they travel and added at the end."""
+    in flight at once; this rank's own partial is computed while they travel and added at the end.
+    The staging's own blocks are zeroed once, when the buffers are made, and never written: no fill
+    kernel between a piece's GEMM and the next, which would let the piece's collective race that GEMM
+    for the SMs (``hocket.cost.stages.RACE_MS``); ``HOCKET_OWN_BLOCK_ZERO=each`` fills them per piece
+    (``hocket.env.own_block_zero``)."""
     w, rank = rt.world, rt.rank
     s = ScatterMatmul(A, B, dim, w)
     pieces = piece_bounds(s.rows, min(plan.chunks, FLAGS_PER_SOURCE))
     if one_relay_call(rt):
         return _own_block_last_scatter_one_call(s, reduce_op, rt, pieces or [(0, 0)])
     deferred = takes_ready_event(rt)
+    zero_each = own_block_zero() == "each"
     pending, waiting = [], []  # deferred: a piece's transfer is issued after the next GEMM is launched
 
     def issue(item):
@@ -146,12 +151,12 @@ def own_block_last_scatter(A, B, reduce_op, dim, rt, plan):
         pending.append(rt.transport.reduce_scatter(s.out_c[lo:hi], st, **kwargs))
 
     for i, (lo, hi) in enumerate(pieces):
-        st = rt.ctx.buffer(f"own_last.rs{i}", (w, hi - lo, s.cols))
+        st = rt.ctx.buffer(f"own_last.rs{i}", (w, hi - lo, s.cols), zeroed=True)
         for b in range(w):
-            if b == rank:
-                st[b].zero_()
-            else:
+            if b != rank:
                 s.partial(b, lo, hi, st[b])
+            elif zero_each:
+                st[b].zero_()
         item = ((lo, hi), st, torch.cuda.current_stream().record_event() if deferred else None)
         if not deferred:
             issue(item)

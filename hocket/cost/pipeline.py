@@ -263,7 +263,8 @@ class _Builder:
         # replayed from a graph, who waits for whom follows the launch order (Stage.waits_for_full_grid)
         ordered = self.captured and self.device.sm_count is not None
         starved = self.sm_starved() and not ordered
-        n = self.site.n * self.site.num_b
+        sm_kinds = {s.kind for s in self.stages if s.is_transfer and s.kind in SM_KINDS}
+        replay_ctas = max((self.replay_ctas(kind) for kind in sm_kinds), default=0)
         out = []
         for index, stage in enumerate(self.stages):
             if stage.is_issue:
@@ -283,7 +284,7 @@ class _Builder:
                                                                           gbps / comm_model.PER_SM_COPY_GBPS))
             elif stage.op == "gemm":
                 rows = self.rows.get(index, 0)
-                if ordered and rows and fills_device(rows, n, self.device.sm_count):
+                if ordered and rows and self.crowds_nccl(rows, replay_ctas):
                     stage = replace(stage, fills_device=True, last_wave_at=self.last_wave_at(index, rows))
                 table, held = {}, {}
                 for kind, c in factors.items():
@@ -325,6 +326,15 @@ class _Builder:
         n = self.site.n * self.site.num_b
         crowded = self.device.sm_count - self.comm_sms + 1  # tiles at which fewer than comm_sms SMs idle
         return all(fills_device(rows, n, crowded) for rows in gemm_rows)
+
+    def crowds_nccl(self, rows: int, ctas: int) -> bool:
+        """Replayed, a GEMM stage of ``rows`` rows makes an NCCL kernel of ``ctas`` CTAs launched after it
+        wait (``Stage.fills_device``): its first wave (the wave model's grid, ``compute.gpu_grid``: a
+        GEMM library fills the SMs with smaller tiles or split-K where the tiles are few) leaves fewer SMs
+        idle than the kernel needs. 2xH200 run61: an all-gather piece ready while a 1024x4096x1536 GEMM
+        ran a grid of 128 CTAs (4 SMs idle) started as that GEMM ended."""
+        grid = gpu_grid(self.device, m=rows, k=self.site.k, n=self.site.n, dtype=self.site.dtype)
+        return ctas > 0 and min(grid, self.device.sm_count) > self.device.sm_count - ctas
 
     def replay_ctas(self, kind: str) -> int:
         """CTAs of a replayed NCCL kernel of ``kind``: the plan's SM budget, else NCCL's own over a fast

@@ -119,3 +119,17 @@ def test_replayed_nccl_launched_before_a_gemm_slows_it_and_one_released_with_the
     raced = schedule(with_fill[:gemm1] + [fill] + [replace(s, depends_on=tuple(d + (d >= gemm1) for d in s.depends_on))
                                                   for s in with_fill[gemm1:]])
     assert raced.total_ms > t.total_ms + 0.3 * stages[first].duration_ms
+
+
+def test_a_gemm_piece_that_leaves_fewer_idle_sms_than_nccls_ctas_makes_the_next_piece_wait():
+    """Replayed ag_mm 8192x4096x1536 in four own-data-first pieces: each 1024-row piece GEMM has only 48
+    tiles of 128x256 but the library fills the SMs (run61: 128 CTAs), so an all-gather piece launched
+    while it runs waits (fills_device); a GEMM of a few tiles leaves SMs idle and makes no one wait."""
+    cluster = load_preset("h200x2")
+    plan = Plan(strategy="chunked", chunks=4, order="local_first")
+    site = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
+    pieces = [s for s in pipeline_stages(site, plan, cluster, captured=True) if s.name.startswith("gemm[")]
+    assert len(pieces) == 4 and all(s.fills_device and 0 < s.last_wave_at <= 1 for s in pieces)
+    tiny = Site(kind="ag_mm", m=256, k=64, n=128, dtype="bfloat16", world=2)
+    stages = pipeline_stages(tiny, plan, cluster, captured=True)
+    assert not any(s.fills_device for s in stages if s.op == "gemm")

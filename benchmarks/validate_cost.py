@@ -33,6 +33,12 @@ default, and is labelled `` ~pull``/`` ~put`` where it ran no push.
   python benchmarks/validate_cost.py                            # every *.jsonl under results/
   python benchmarks/validate_cost.py results/h200/bench_single_gpu.jsonl --cluster h200x1 --json out.json
   python benchmarks/validate_cost.py --no-calibration           # datasheet + mechanisms only
+  python benchmarks/validate_cost.py --lease-only               # each line with its own lease's profile
+
+``--lease-profiles`` prices the lines of each results file with the profile ``hocket calibrate`` made on
+the same lease (``profile.json``/``profile_host.json`` beside it, :func:`lease_profile_path`) where one
+exists, that profile alone (host issue costs and curves differ up to 2x between leases of one machine
+kind); ``--lease-only`` also skips the lines of leases that left none. The held-out split is the same.
 """
 
 from __future__ import annotations
@@ -497,9 +503,13 @@ def sustained_note(profile: CalibrationProfile, base: CalibrationProfile | None)
         f"{s.sustained_ms:.3f} ms back to back), {how}"
 
 
-def evaluate(groups: list[SiteGroup], view: CalibrationView | None) -> dict:
+def evaluate(groups: list[SiteGroup], view: CalibrationView | None, lease_views: dict | None = None) -> dict:
+    """Every line of ``groups`` priced with ``view``, or with ``lease_views[group.key]`` where the group's
+    lease left a profile (``--lease-profiles``)."""
     points, signs, bests, unpriced = [], [], [], []
+    default_view = view
     for g in groups:
+        view = (lease_views or {}).get(g.key, default_view)
         try:
             seq_plan, seq_cluster = g.pricing(g.sequential_ran(), view)
             predicted_seq = predict(g.site, seq_plan, seq_cluster, view, steady_state=g.steady,
@@ -671,6 +681,35 @@ def lease_profile_path(results: Path | str) -> Path | None:
     return None
 
 
+def lease_profile_views(paths, groups: list[SiteGroup], *, all_relays: bool = False) -> dict[str, CalibrationView]:
+    """Group key -> a view of the profile calibrated on the lease of the file the group's lines came
+    from (:func:`lease_profile_path`), for the groups whose lease left one that loads."""
+    by_line = {}  # the groups hold other record objects (read once for all files): match by content
+    for path in paths:
+        for record in read_current([path], all_relays=all_relays)[0]:
+            by_line.setdefault(_line_identity(record), path)
+    views: dict[str, CalibrationView] = {}
+    loaded: dict[Path, CalibrationView | None] = {}
+    for g in groups:
+        path = by_line.get(_line_identity(g.records[0]))
+        profile_path = lease_profile_path(path) if path is not None else None
+        if profile_path is None:
+            continue
+        if profile_path not in loaded:
+            profile = load_profile(profile_path, expected=None)
+            loaded[profile_path] = CalibrationView(profile) if profile is not None else None
+        if loaded[profile_path] is not None:
+            views[g.key] = loaded[profile_path]
+    return views
+
+
+def _line_identity(record) -> str:
+    """What tells one results line from every other: its site, plan, timing and run fields."""
+    return json.dumps([record.site.key, record.plan.to_dict(), record.median_ms, record.timing.p10_ms,
+                       record.timing.p90_ms, record.baselines.sequential_ms,
+                       record.run if isinstance(record.run, dict) else None], sort_keys=True, default=str)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", help="results JSON-lines files (default: every *.jsonl under results/)")
@@ -684,6 +723,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all-relays", action="store_true",
                         help=f"also price host_staged lines of earlier relays (not {CURRENT_RELAY})")
     parser.add_argument("--json", default=None, help="write points, decisions and summaries to this file")
+    parser.add_argument("--lease-profiles", action="store_true",
+                        help="price each results file's lines with the profile hocket calibrate made on the same "
+                             "lease (profile.json / profile_host.json beside it) where it left one, that profile "
+                             "alone; other lines as without the flag")
+    parser.add_argument("--lease-only", action="store_true",
+                        help="--lease-profiles, and skip the lines of leases that left no profile")
     args = parser.parse_args(argv)
     if not 1 / 3 - 1e-9 <= args.holdout < 1:
         parser.error(f"--holdout {args.holdout} must be in [1/3, 1): a third of the sites at least stay out")
@@ -691,6 +736,12 @@ def main(argv: list[str] | None = None) -> int:
     records, read_notes = read_current(paths, all_relays=args.all_relays)
     forced = load_cluster(args.cluster) if args.cluster else None
     groups, notes = group_sites(records, forced)
+    lease_views = lease_profile_views(paths, groups, all_relays=args.all_relays) \
+        if args.lease_profiles or args.lease_only else {}
+    if args.lease_only:
+        dropped = len(groups) - sum(g.key in lease_views for g in groups)
+        groups = [g for g in groups if g.key in lease_views]
+        notes.append(f"--lease-only: {dropped} site runs of leases that left no profile skipped")
     for note in read_notes + notes:
         print(f"note: {note}")
     if not groups:
@@ -710,9 +761,14 @@ def main(argv: list[str] | None = None) -> int:
             label = f"calibrated on {len(calibration)} other {machine} site runs' baselines" + \
                 (" + profile" if base else "")
             print(f"note: {machine}: {sustained_note(merged, base)}")
+        if args.lease_only:
+            label = "each site run priced with its own lease's profile only"
+        elif lease_views:
+            leased = sum(g.key in lease_views for g in mine)
+            label += f"; {leased} of {len(mine)} site runs priced with their own lease's profile only"
         for cluster in sorted({g.cluster.name for g in mine}):
-            held = evaluate([g for g in held_out if g.cluster.name == cluster], view)
-            calib = evaluate([g for g in calibration if g.cluster.name == cluster], view)
+            held = evaluate([g for g in held_out if g.cluster.name == cluster], view, lease_views)
+            calib = evaluate([g for g in calibration if g.cluster.name == cluster], view, lease_views)
             print(f"\n## {cluster} ({machine})")
             print_report(held, calib, label, all_points=args.all_points)
             here = [g for g in mine if g.cluster.name == cluster]

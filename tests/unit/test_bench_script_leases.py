@@ -1,0 +1,95 @@
+"""validate_cost prices each line as it ran and, with ``--lease-profiles``/``--lease-only``, with the
+profile calibrated on its own lease: own-block-last mm_rs lines written before ``run.own_block_zero``
+ran a fill per piece (``each``); a results file beside a ``profile.json`` is priced with that profile,
+one without it with the shared one (or skipped). Synthetic records on the h200x2 preset."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hocket.cost import predict
+from hocket.cost.calibration import CalibrationView
+from hocket.hardware import load_preset
+from hocket.hardware.profile import load_profile
+from hocket.plan.plan import Plan
+from hocket.site import Site
+from _bench_scripts import BENCHMARKS, baselines, load_script, record, write
+
+vc = load_script("validate_cost")
+LEASE_PROFILE = BENCHMARKS / "results" / "h200x2" / "run60" / "profile.json"
+OWN_LAST = Plan(strategy="chunked", chunks=2, order="local_first")
+MM_RS = Site(kind="mm_rs", m=8192, k=14336, n=8192, dtype="bfloat16", world=2)
+
+
+def _line(site, plan, run=None, rng=None):
+    rng = rng or random.Random(7)
+    base = baselines(rng)
+    return record(site=site, plan=plan, median_ms=base.sequential_ms * rng.uniform(0.8, 1.1), base=base, run=run)
+
+
+def test_line_own_zero_of_old_new_and_other_lines(monkeypatch):
+    assert vc.line_own_zero(_line(MM_RS, OWN_LAST)) == "each"  # written before the field: a fill per piece
+    assert vc.line_own_zero(_line(MM_RS, OWN_LAST, {"own_block_zero": "once"})) == "once"
+    assert vc.line_own_zero(_line(MM_RS, Plan(strategy="chunked", chunks=2))) is None
+    assert vc.line_own_zero(_line(MM_RS, OWN_LAST.with_(transport="copy_engine"))) is None
+    ag = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
+    assert vc.line_own_zero(_line(ag, OWN_LAST)) is None
+    cluster = load_preset("h200x2")
+    prices = {}
+    for zero in ("each", "once"):
+        monkeypatch.setenv("HOCKET_OWN_BLOCK_ZERO", zero)
+        prices[zero] = predict(MM_RS, OWN_LAST, cluster, captured=True).total_ms
+    monkeypatch.delenv("HOCKET_OWN_BLOCK_ZERO")
+    assert prices["each"] != prices["once"]
+    for zero, line in (("each", _line(MM_RS, OWN_LAST)), ("once", _line(MM_RS, OWN_LAST, {"own_block_zero": "once"}))):
+        with vc.priced_as_ran(line):
+            assert predict(MM_RS, OWN_LAST, cluster, captured=True).total_ms == pytest.approx(prices[zero])
+    assert "HOCKET_OWN_BLOCK_ZERO" not in __import__("os").environ  # restored
+
+
+def _two_leases(tmp_path: Path) -> tuple[Path, Path]:
+    rng = random.Random(11)
+    site = Site(kind="ag_mm", m=8192, k=8192, n=7168, dtype="bfloat16", world=2)
+    paths = []
+    for lease in ("lease_a", "lease_b"):
+        base = baselines(rng)
+        lines = [record(site=site, plan=plan, median_ms=base.sequential_ms * rng.uniform(0.8, 1.05), base=base)
+                 for plan in (Plan(), Plan(strategy="chunked", chunks=2))]
+        paths.append(write(tmp_path / lease / "bench_multigpu_nvlink.jsonl", lines))
+    shutil.copy(LEASE_PROFILE, tmp_path / "lease_a" / "profile.json")  # lease_b left no profile
+    return paths[0], paths[1]
+
+
+def test_lease_profile_views_map_each_group_to_its_own_lease(tmp_path):
+    a, b = _two_leases(tmp_path)
+    records, _ = vc.read_current([a, b])
+    groups, _ = vc.group_sites(records, None)
+    assert len(groups) == 2
+    views = vc.lease_profile_views([a, b], groups)
+    assert len(views) == 1
+    (key, view), = views.items()
+    assert isinstance(view, CalibrationView)
+    leased = next(g for g in groups if g.key == key)
+    assert leased.sequential_ms in {r.baselines.sequential_ms for r in vc.read_current([a])[0]}
+
+
+def test_lease_only_prices_every_line_with_its_leases_profile_and_skips_the_rest(tmp_path, capsys):
+    a, b = _two_leases(tmp_path)
+    out = tmp_path / "report.json"
+    assert vc.main([str(a), str(b), "--lease-only", "--holdout", "0.5", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())["h200x2"]
+    points = report["held_out"]["points"] + report["calibration"]["points"]
+    lines_a = vc.read_current([a])[0]
+    assert len(points) == len(lines_a) == 2
+    view = CalibrationView(load_profile(LEASE_PROFILE, expected=None))
+    by_plan = {r.plan.describe(): r for r in lines_a}
+    for p in points:
+        line = by_plan[p["plan"]]
+        assert p["measured_ms"] == pytest.approx(line.median_ms)
+        assert p["predicted_ms"] == pytest.approx(predict(line.site, line.plan, load_preset("h200x2"), view).total_ms)
+    assert "1 site runs of leases that left no profile skipped" in capsys.readouterr().out

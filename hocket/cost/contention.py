@@ -81,12 +81,22 @@ def gemm_cluster_sms(device) -> int:
     return 1
 
 
+def persistent_ctas(rows: int, n: int, sm_count: int) -> int:
+    """CTAs of a library GEMM of ``rows`` x ``n`` outputs on a device of ``sm_count`` SMs: a persistent
+    grid of at most one CTA per SM, which takes smaller tiles (``compute.GPU_TILES[-1]``) rather than
+    leave SMs idle (2xH200 run61: 1024x1536 outputs, 48 tiles of 128x256, ran 128 CTAs of 96x128)."""
+    tile_rows, tile_cols, _ = GPU_TILES[-1]
+    return min(sm_count, math.ceil(max(rows, 1) / tile_rows) * math.ceil(max(n, 1) / tile_cols))
+
+
 def held_gemm_sms(rows: int, n: int, device, transfer_ctas: int) -> int:
     """SMs a GEMM of ``rows`` x ``n`` outputs runs on when it launches beside an SM-driven transfer of
     ``transfer_ctas`` CTAs that already holds them: each such CTA idles its whole cluster slot
-    (``gemm_cluster_sms``), and the GEMM's grid takes the rest (after any SMs it leaves idle anyway)."""
+    (``gemm_cluster_sms``), and the GEMM's persistent grid (``persistent_ctas``) takes the rest, after
+    the SMs it leaves idle anyway."""
     blocked = min(device.sm_count - 1, transfer_ctas * gemm_cluster_sms(device))
-    return sms_left_to_gemm(rows, n, device.sm_count, blocked)
+    idle = device.sm_count - persistent_ctas(rows, n, device.sm_count)
+    return max(1, device.sm_count - max(0, blocked - idle))
 
 
 CPU_CONTENTION_PER_THREAD = 1.0

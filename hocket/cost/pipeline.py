@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from hocket.cost import comm as comm_model
 from hocket.cost.calibration import CalibrationView
-from hocket.cost.compute import (FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, gemm_ms, gpu_grid, launch_ms, memory_ms,
+from hocket.cost.compute import (FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, GPU_TILES, gemm_ms, gpu_grid, launch_ms, memory_ms,
                                  peak_tflops)
 from hocket.cost.contention import (FAST_LINK_GBPS, REPLAY_NCCL_CTAS, SM_KINDS, SM_STARVED_SLOWDOWN, contention,
                                    default_contention, fills_device, held_gemm_sms, sms_left_to_gemm)
@@ -308,8 +308,13 @@ class _Builder:
 
     def last_wave_at(self, index: int, rows: int) -> float:
         """The fraction of a full-grid GEMM stage after which SMs go idle (``Stage.last_wave_at``):
-        its first kernel's partial last wave, or that kernel's end when its grid is whole waves."""
+        its first kernel's partial last wave, or that kernel's end when its grid is whole waves, or
+        when its work is under one wave of the largest tiles (the library spreads it over every SM in
+        one balanced persistent wave: run61's 1024x1536 pieces, run55's 132 tiles of 192x128)."""
         sms = self.device.sm_count
+        tile_rows, tile_cols, _ = GPU_TILES[0]
+        if math.ceil(rows / tile_rows) * math.ceil(self.site.n / tile_cols) < sms:
+            return 1.0
         grid = gpu_grid(self.device, m=rows, k=self.site.k, n=self.site.n, dtype=self.site.dtype)
         waves = math.ceil(grid / sms) if grid else 1
         first = (waves - 1) / waves if grid % sms else 1.0

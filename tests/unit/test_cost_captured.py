@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from hocket.cost import pipeline_stages, predict, schedule
-from hocket.cost.contention import held_gemm_sms
+from hocket.cost.contention import held_gemm_sms, persistent_ctas
 from hocket.cost.pipeline import CAPTURED_REPLAY_US
 from hocket.cost.stages import Stage
 from hocket.cost.steady import host_issue_ms
@@ -82,7 +82,10 @@ def test_held_gemm_sms_count_cluster_slots_and_idle_sms():
     assert h200.sm_count == 132
     assert held_gemm_sms(8192, 8192, h200, 24) == 132 - 48  # 2-CTA clusters: one pair per NCCL CTA
     assert held_gemm_sms(8192, 8192, h200, 16) == 132 - 32
-    assert held_gemm_sms(256, 512, h200, 24) == 132  # 8 tiles leave 124 SMs idle: the transfer takes those
+    assert held_gemm_sms(256, 512, h200, 24) == 132  # 32 CTAs leave 100 SMs idle: the transfer takes those
+    assert persistent_ctas(1024, 1536, 132) == 132  # 48 tiles of 128x256, but the library fills the SMs
+    assert persistent_ctas(256, 512, 132) == 32 and persistent_ctas(1, 1, 132) == 1
+    assert held_gemm_sms(1024, 1536, h200, 24) == 132 - 48
     a100 = load_preset("a100x8").device(0)
     assert held_gemm_sms(8192, 8192, a100, 24) == a100.sm_count - 24  # no clusters before Hopper
 
@@ -129,7 +132,12 @@ def test_a_gemm_piece_that_leaves_fewer_idle_sms_than_nccls_ctas_makes_the_next_
     plan = Plan(strategy="chunked", chunks=4, order="local_first")
     site = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
     pieces = [s for s in pipeline_stages(site, plan, cluster, captured=True) if s.name.startswith("gemm[")]
-    assert len(pieces) == 4 and all(s.fills_device and 0 < s.last_wave_at <= 1 for s in pieces)
+    # under one wave of 128x256 tiles, the library spreads the piece over every SM in one balanced wave:
+    # no SM idles before it ends (run61: the next piece started as the GEMM ended)
+    assert len(pieces) == 4 and all(s.fills_device and s.last_wave_at == 1.0 for s in pieces)
+    big = Site(kind="mm_rs", m=8192, k=2048, n=4096, dtype="bfloat16", world=2)
+    own = next(s for s in pipeline_stages(big, plan, cluster, captured=True) if s.name == "gemm_own")
+    assert own.fills_device and 0.7 < own.last_wave_at < 0.8  # 4096x4096: 512 tiles, its last wave at ~3/4 (run55)
     tiny = Site(kind="ag_mm", m=256, k=64, n=128, dtype="bfloat16", world=2)
     stages = pipeline_stages(tiny, plan, cluster, captured=True)
     assert not any(s.fills_device for s in stages if s.op == "gemm")

@@ -341,10 +341,11 @@ def _fill_signal(record, path: Path | str) -> None:
     run["host_stage_signal"] = "device" if any(r in where for r in DEVICE_SIGNAL_RUNS) else "host"
 
 
-def read_current(paths, *, all_relays: bool = False, strict: bool = False) -> tuple[list, list[str]]:
+def read_current(paths, *, all_relays: bool = False, strict: bool = False,
+                 sources: dict | None = None) -> tuple[list, list[str]]:
     """Results lines of ``paths`` that measured today's executors (all of them with
     ``all_relays``), and notes on what was skipped. A file that is not results lines is
-    noted and skipped, or raises with ``strict``."""
+    noted and skipped, or raises with ``strict``. ``sources``: filled with id(line) -> its file."""
     records, notes, superseded = [], [], 0
     for path in paths:
         try:
@@ -357,6 +358,8 @@ def read_current(paths, *, all_relays: bool = False, strict: bool = False) -> tu
         kept = lines if all_relays else [r for r in lines if measures_current_executor(r, path)]
         for r in kept:
             _fill_signal(r, path)
+            if sources is not None:
+                sources[id(r)] = path
         superseded += len(lines) - len(kept)
         records.extend(kept)
     if superseded:
@@ -681,17 +684,14 @@ def lease_profile_path(results: Path | str) -> Path | None:
     return None
 
 
-def lease_profile_views(paths, groups: list[SiteGroup], *, all_relays: bool = False) -> dict[str, CalibrationView]:
+def lease_profile_views(sources: dict, groups: list[SiteGroup]) -> dict[str, CalibrationView]:
     """Group key -> a view of the profile calibrated on the lease of the file the group's lines came
-    from (:func:`lease_profile_path`), for the groups whose lease left one that loads."""
-    by_line = {}  # the groups hold other record objects (read once for all files): match by content
-    for path in paths:
-        for record in read_current([path], all_relays=all_relays)[0]:
-            by_line.setdefault(_line_identity(record), path)
+    from (:func:`lease_profile_path`; ``sources``: id(line) -> its file, as :func:`read_current` fills
+    it), for the groups whose lease left one that loads."""
     views: dict[str, CalibrationView] = {}
     loaded: dict[Path, CalibrationView | None] = {}
     for g in groups:
-        path = by_line.get(_line_identity(g.records[0]))
+        path = sources.get(id(g.records[0]))
         profile_path = lease_profile_path(path) if path is not None else None
         if profile_path is None:
             continue
@@ -701,13 +701,6 @@ def lease_profile_views(paths, groups: list[SiteGroup], *, all_relays: bool = Fa
         if loaded[profile_path] is not None:
             views[g.key] = loaded[profile_path]
     return views
-
-
-def _line_identity(record) -> str:
-    """What tells one results line from every other: its site, plan, timing and run fields."""
-    return json.dumps([record.site.key, record.plan.to_dict(), record.median_ms, record.timing.p10_ms,
-                       record.timing.p90_ms, record.baselines.sequential_ms,
-                       record.run if isinstance(record.run, dict) else None], sort_keys=True, default=str)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -733,11 +726,11 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 / 3 - 1e-9 <= args.holdout < 1:
         parser.error(f"--holdout {args.holdout} must be in [1/3, 1): a third of the sites at least stay out")
     paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
-    records, read_notes = read_current(paths, all_relays=args.all_relays)
+    sources: dict = {}
+    records, read_notes = read_current(paths, all_relays=args.all_relays, sources=sources)
     forced = load_cluster(args.cluster) if args.cluster else None
     groups, notes = group_sites(records, forced)
-    lease_views = lease_profile_views(paths, groups, all_relays=args.all_relays) \
-        if args.lease_profiles or args.lease_only else {}
+    lease_views = lease_profile_views(sources, groups) if args.lease_profiles or args.lease_only else {}
     if args.lease_only:
         dropped = len(groups) - sum(g.key in lease_views for g in groups)
         groups = [g for g in groups if g.key in lease_views]

@@ -67,10 +67,12 @@ def _two_leases(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_lease_profile_views_map_each_group_to_its_own_lease(tmp_path):
     a, b = _two_leases(tmp_path)
-    records, _ = vc.read_current([a, b])
+    sources: dict = {}
+    records, _ = vc.read_current([a, b], sources=sources)
+    assert len(sources) == len(records) == 4 and set(sources.values()) == {a, b}
     groups, _ = vc.group_sites(records, None)
     assert len(groups) == 2
-    views = vc.lease_profile_views([a, b], groups)
+    views = vc.lease_profile_views(sources, groups)
     assert len(views) == 1
     (key, view), = views.items()
     assert isinstance(view, CalibrationView)

@@ -21,7 +21,8 @@ def merge_rank_axis(stacked: torch.Tensor, dim: int) -> torch.Tensor:
         return stacked.reshape(world * shape[0], *shape[1:])
     moved = stacked.movedim(0, dim)  # [..., world, S_dim, ...]
     shape[dim] *= world
-    return moved.reshape(shape)
+    # reshape copies, except where size-1 dims let it return a strided view (S = [2, 1], dim 1)
+    return moved.reshape(shape).contiguous()
 
 
 def split_rank_axis(full: torch.Tensor, dim: int, world: int) -> torch.Tensor:

@@ -499,22 +499,37 @@ def _rs_ring(b: _Builder, block_rows: int, *, lanes: int) -> list[int | None]:
 
 
 def _tile_fused(b: _Builder, *, producer: bool) -> None:
-    """One persistent kernel over flag groups (ag_mm: consumer; mm_rs: producer)."""
+    """One persistent kernel over flag groups, as :mod:`hocket.ops.lowering.tile_fused` runs it.
+    ag_mm (consumer): this rank's shard is copied in and its flags raised before the kernel starts, so
+    its tiles go first whatever the order; then each group of peer rows as it lands. mm_rs (producer):
+    the peers' blocks in ring order, ``plan.chunks`` groups each, every group pushed to its owner as its
+    flag rises; this rank's own block last (it stays), and the owner adds the pushed groups to it."""
     site, plan = b.site, b.plan
     p, m, total = site.world, site.m, site.comm_bytes
     op = "reduce_scatter" if producer else "all_gather"
-    local_rows = m // p if not producer and plan.order == "local_first" else 0
-    scale = p / (p - 1) if local_rows else 1.0  # with a local part first, the groups hold remote rows only
+    scale = p / (p - 1)  # the groups hold remote rows only: (p - 1) / p of a collective's buffer moves
 
     def transfer(i: int, rows: int, deps=(), queued: bool = True) -> int:
         nbytes = total * rows / m * scale
         return b.add_transfer(f"{op}[{i}]", b.collective(op, nbytes), deps=deps, piece=i, op=op, nbytes=nbytes,
                               queued=queued)
 
-    _fused_groups(b, consumer_of=None if producer else transfer, producer_for=transfer if producer else None,
-                  local_rows=local_rows)
-    if producer:  # partial blocks land in symmetric memory; the owner sums the p of them
-        b.add_memory("reduce[final]", (p + 1) * total / p, deps=(len(b.stages) - 1,))
+    if not producer:
+        _fused_groups(b, consumer_of=transfer, local_rows=m // p)
+        return
+    block = split_even(m, p)
+    per_block = [split_even(rows, plan.chunks) for rows in block]
+    sizes = tuple(g for blk in per_block[:-1] for g in blk) + tuple(per_block[-1])  # own block last
+    pushed = sum(len(blk) for blk in per_block[:-1])
+
+    def push(i: int, rows: int, deps=(), queued: bool = True) -> int | None:
+        return transfer(i, rows, deps, queued) if i < pushed else None  # the own block's groups stay
+
+    _fused_groups(b, producer_for=push, sizes=sizes)
+    # partial blocks land in symmetric memory; the owner sums the p of them once its own block is done
+    # and the peers' groups are in (pushes are symmetric: this rank's last one ends as the peers' do)
+    moves = tuple(i for i, stage in enumerate(b.stages) if stage.op == op)
+    b.add_memory("reduce[final]", (p + 1) * total / p, deps=(len(b.stages) - 1, *moves))
 
 
 def _fused_groups(b: _Builder, *, consumer_of=None, producer_for=None, local_rows: int = 0,

@@ -99,3 +99,36 @@ def test_the_protocol_costs_the_host_more_than_a_sequential_call():
     names = [s.name for s in pipeline_stages(site, Plan(strategy="chunked", chunks=1, transport="copy_engine"),
                                              H200X2)]
     assert names.index("issue:pipe.begin") < names.index("push[0.0]") and names[-1] == "issue:pipe.end"
+
+
+@pytest.mark.parametrize("order", ["natural", "local_first"])
+def test_tile_fused_consumer_multiplies_its_own_shard_before_any_peer_row_lands(order):
+    """hocket.ops.lowering.tile_fused copies this rank's shard in and raises its flags before the kernel
+    starts, so its tiles go first whatever the plan's order; only the peers' rows wait for a transfer."""
+    site = Site(kind="ag_mm", m=8192, k=8192, n=7168, dtype="bfloat16", world=2)
+    plan = Plan(strategy="tile_fused", chunks=2, transport="copy_engine", order=order)
+    stages = pipeline_stages(site, plan, load_preset("h200x2"))
+    t = schedule(stages)
+    local = next(i for i, s in enumerate(stages) if s.name == "gemm[local]")
+    first_move = next(i for i, s in enumerate(stages) if s.op == "all_gather")
+    assert not stages[local].depends_on or all(not stages[d].is_transfer for d in stages[local].depends_on)
+    assert t.start_ms[local] < t.end_ms[first_move]  # computing while the first group travels
+    moved = sum(s.nbytes for s in stages if s.op == "all_gather")
+    assert moved == pytest.approx(site.comm_bytes)  # the peer rows' buffer: (p-1)/p of it moves
+
+
+def test_tile_fused_producer_pushes_the_peers_blocks_and_keeps_its_own_last():
+    site = Site(kind="mm_rs", m=8192, k=14336, n=8192, dtype="bfloat16", world=2)
+    plan = Plan(strategy="tile_fused", chunks=2, transport="copy_engine")
+    stages = pipeline_stages(site, plan, load_preset("h200x2"))
+    t = schedule(stages)
+    gemms = [i for i, s in enumerate(stages) if s.name.startswith("gemm[")]
+    moves = [i for i, s in enumerate(stages) if s.op == "reduce_scatter"]
+    assert len(gemms) == 4 and len(moves) == 2  # two groups per block; only the peer block's groups travel
+    assert all(any(d in gemms[:2] for d in stages[m].depends_on) for m in moves)
+    assert t.start_ms[moves[-1]] <= t.start_ms[gemms[2]] + 1e-9 < t.end_ms[moves[-1]]  # the own block hides the last push
+    assert t.end_ms[moves[0]] > t.start_ms[gemms[1]]  # the first group travels beside the second
+    final = next(i for i, s in enumerate(stages) if s.name == "reduce[final]")
+    assert t.start_ms[final] >= max(t.end_ms[i] for i in moves + gemms) - 1e-9
+    moved = sum(stages[i].nbytes for i in moves)
+    assert moved == pytest.approx(site.comm_bytes)  # a buffer whose (p-1)/p, the peer block, travels

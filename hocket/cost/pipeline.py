@@ -37,11 +37,11 @@ import math
 from dataclasses import dataclass, field, replace
 
 from hocket.cost import comm as comm_model
+from hocket.cost import replay
 from hocket.cost.calibration import CalibrationView
-from hocket.cost.compute import (FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, GPU_TILES, gemm_ms, gpu_grid, launch_ms, memory_ms,
-                                 peak_tflops)
-from hocket.cost.contention import (FAST_LINK_GBPS, REPLAY_NCCL_CTAS, SM_KINDS, SM_STARVED_SLOWDOWN, contention,
-                                   default_contention, fills_device, held_gemm_sms, sms_left_to_gemm)
+from hocket.cost.compute import FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, gemm_ms, launch_ms, memory_ms, peak_tflops
+from hocket.cost.contention import (SM_KINDS, SM_STARVED_SLOWDOWN, contention, default_contention, fills_device,
+                                   sms_left_to_gemm)
 from hocket.cost.issue import issue_ms, issue_table
 from hocket.cost.local_first import ag_local_first, rs_own_block_last, runs_local_first
 from hocket.cost.peer_pipelines import ag_peer, ar_peer, rs_peer, runs_peer_pipe
@@ -264,7 +264,7 @@ class _Builder:
         ordered = self.captured and self.device.sm_count is not None
         starved = self.sm_starved() and not ordered
         sm_kinds = {s.kind for s in self.stages if s.is_transfer and s.kind in SM_KINDS}
-        replay_ctas = max((self.replay_ctas(kind) for kind in sm_kinds), default=0)
+        replay_ctas = max((replay.nccl_ctas(self, kind) for kind in sm_kinds), default=0)
         out = []
         for index, stage in enumerate(self.stages):
             if stage.is_issue:
@@ -284,8 +284,8 @@ class _Builder:
                                                                           gbps / comm_model.PER_SM_COPY_GBPS))
             elif stage.op == "gemm":
                 rows = self.rows.get(index, 0)
-                if ordered and rows and self.crowds_nccl(rows, replay_ctas):
-                    stage = replace(stage, fills_device=True, last_wave_at=self.last_wave_at(index, rows))
+                if ordered and rows and replay.crowds_nccl(self, rows, replay_ctas):
+                    stage = replace(stage, fills_device=True, last_wave_at=replay.last_wave_at(self, index, rows))
                 table, held = {}, {}
                 for kind, c in factors.items():
                     factor = c.gemm_slowdown
@@ -294,7 +294,7 @@ class _Builder:
                         # that holds them when the GEMM launches
                         factor = default_contention(kind, self.device, transfer_gbps=rates[kind]).gemm_slowdown
                         if rows:
-                            held[kind] = max(1.0, factor * self._held_factor(rows, kind, sm_cache))
+                            held[kind] = max(1.0, factor * replay.held_factor(self, rows, kind, sm_cache))
                     elif kind in SM_KINDS and rows and not self.sm_capped and not starved:
                         factor *= self._sm_factor(rows, sm_cache, measured=c.source == "profile")
                     table[kind] = max(1.0, factor)
@@ -305,20 +305,6 @@ class _Builder:
             stage.slowdown_by.update(table)  # each builder stage owns a fresh, still private dict
             out.append(stage)
         return out
-
-    def last_wave_at(self, index: int, rows: int) -> float:
-        """The fraction of a full-grid GEMM stage after which SMs go idle (``Stage.last_wave_at``):
-        its first kernel's partial last wave, or that kernel's end when its grid is whole waves, or
-        when its work is under one wave of the largest tiles (the library spreads it over every SM in
-        one balanced persistent wave: run61's 1024x1536 pieces, run55's 132 tiles of 192x128)."""
-        sms = self.device.sm_count
-        tile_rows, tile_cols, _ = GPU_TILES[0]
-        if math.ceil(rows / tile_rows) * math.ceil(self.site.n / tile_cols) < sms:
-            return 1.0
-        grid = gpu_grid(self.device, m=rows, k=self.site.k, n=self.site.n, dtype=self.site.dtype)
-        waves = math.ceil(grid / sms) if grid else 1
-        first = (waves - 1) / waves if grid % sms else 1.0
-        return first / max(1, self.kernels.get(index, 1))
 
     def sm_starved(self) -> bool:
         """Every GEMM of the pipeline leaves fewer SMs idle than an SM-driven transfer needs, and none
@@ -331,33 +317,6 @@ class _Builder:
         n = self.site.n * self.site.num_b
         crowded = self.device.sm_count - self.comm_sms + 1  # tiles at which fewer than comm_sms SMs idle
         return all(fills_device(rows, n, crowded) for rows in gemm_rows)
-
-    def crowds_nccl(self, rows: int, ctas: int) -> bool:
-        """Replayed, a GEMM stage of ``rows`` rows makes an NCCL kernel of ``ctas`` CTAs launched after it
-        wait (``Stage.fills_device``): its first wave (the wave model's grid, ``compute.gpu_grid``: a
-        GEMM library fills the SMs with smaller tiles or split-K where the tiles are few) leaves fewer SMs
-        idle than the kernel needs. 2xH200 run61: an all-gather piece ready while a 1024x4096x1536 GEMM
-        ran a grid of 128 CTAs (4 SMs idle) started as that GEMM ended."""
-        grid = gpu_grid(self.device, m=rows, k=self.site.k, n=self.site.n, dtype=self.site.dtype)
-        return ctas > 0 and min(grid, self.device.sm_count) > self.device.sm_count - ctas
-
-    def replay_ctas(self, kind: str) -> int:
-        """CTAs of a replayed NCCL kernel of ``kind``: the plan's SM budget, else NCCL's own over a fast
-        link (``contention.REPLAY_NCCL_CTAS``), else ``comm.DEFAULT_COMM_SMS``."""
-        if self.plan.comm_sms is not None:
-            return self.plan.comm_sms
-        fast = (self.topo.intra_gbps or 0.0) >= FAST_LINK_GBPS and self.topo.nodes == 1
-        return REPLAY_NCCL_CTAS[kind] if fast else comm_model.DEFAULT_COMM_SMS
-
-    def _held_factor(self, rows: int, kind: str, cache: dict) -> float:
-        """GEMM slowdown beside a replayed transfer of ``kind`` that holds its SMs when the GEMM
-        launches (``contention.held_gemm_sms``)."""
-        key = (rows, kind)
-        if key not in cache:
-            full = self.gemm(rows)
-            left = held_gemm_sms(rows, self.site.n * self.site.num_b, self.device, self.replay_ctas(kind))
-            cache[key] = self.gemm(rows, sms=left) / full if full > 0 else 1.0
-        return cache[key]
 
     def _sm_factor(self, rows: int, cache: dict, *, measured: bool) -> float:
         """GEMM slowdown from the SMs an SM-driven transfer holds (wave model)."""

@@ -44,7 +44,7 @@ def _ms(fn, *, iters: int, warmup: int = 3) -> dict:
     torch.cuda.synchronize()
     times = sorted(a.elapsed_time(b) for a, b in marks)
     return {"median_ms": statistics.median(times), "p10_ms": times[len(times) // 10],
-            "p90_ms": times[(9 * len(times)) // 10], "n": len(times)}
+            "p90_ms": times[(9 * len(times)) // 10], "samples": len(times)}
 
 
 def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
@@ -118,7 +118,7 @@ def probe_shape(m: int, k: int, n: int, *, iters: int, programs_list: tuple[int,
         first = _ms(lambda ws=ws: _launch_consumer(ws, a_host, B, c_dev, wait=False), iters=1, warmup=1)
         if first["median_ms"] > 40:
             rows.append({"m": m, "k": k, "n": n, "direction": "from_host", "variant": f"direct/{label}",
-                         "median_ms": first["median_ms"], "n": 1, "note": "one call (too slow to repeat)"})
+                         "median_ms": first["median_ms"], "samples": 1, "note": "one call (too slow to repeat)"})
             print(f"  from_host direct/{label:17s} {first['median_ms']:8.3f} ms (one call)", flush=True)
             continue
         add("from_host", f"direct/{label}", lambda ws=ws: _launch_consumer(ws, a_host, B, c_dev, wait=False),

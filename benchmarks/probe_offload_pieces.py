@@ -1,0 +1,175 @@
+"""Probe: stream-level offload pipelines with ramped pieces against the tile-fused kernels (one GPU).
+
+A copy-bound offload (the PCIe copy is ~2x the GEMM on issue 5's large shapes) loses only
+its fill (to host: until the first piece can be copied) and drain (from host: the GEMM of
+the last piece), plus a few microseconds per piece. A library GEMM of a small first piece
+uses the whole GPU (split-K / small tiles) where the tile-fused kernel's first group still
+waits for one full-K tile, so a ``chunked`` pipeline whose pieces grow geometrically from
+one row block (``plan.split_sizes``) may start the copy sooner. This probe measures, medians
+of ``--iters`` CUDA-event-timed calls, every output checked first against ``torch.mm``:
+
+* the library GEMM alone on row pieces of 128..1024 rows (what the fill costs);
+* a copy whole and in 8 / 16 even pieces back to back (what each piece costs);
+* ``chunked`` with ramped pieces (``hocket.kernels.schedule.ramp_row_offsets``) in both
+  directions, beside even ``chunked(16)``, ``tile_fused(8)`` and sequential.
+
+    python3 benchmarks/probe_offload_pieces.py --out $OUT/probe_offload_pieces.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
+RAMPS = (6, 8, 10, 12, 16)
+PIECE_ROWS = (128, 256, 512, 1024)
+
+
+def _ms(fn, *, iters: int, warmup: int = 3) -> dict:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    marks = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        marks.append((a, b))
+    torch.cuda.synchronize()
+    times = sorted(a.elapsed_time(b) for a, b in marks)
+    return {"median_ms": statistics.median(times), "p10_ms": times[len(times) // 10],
+            "p90_ms": times[(9 * len(times)) // 10], "samples": len(times)}
+
+
+def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    got, ref = got.float().cpu(), ref.float().cpu()
+    if not torch.isfinite(got).all():
+        return float("inf")
+    return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def _sizes(offsets) -> tuple[int, ...]:
+    return tuple(b - a for a, b in zip(offsets, offsets[1:]))
+
+
+def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
+    from hocket.kernels.schedule import even_row_offsets, ramp_row_offsets
+    from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host
+    from hocket.plan.plan import Plan
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    dt = torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(m + 3 * k + 7 * n)
+    A = torch.randn(m, k, device=dev, dtype=dt, generator=g)
+    B = torch.randn(k, n, device=dev, dtype=dt, generator=g) / k**0.5
+    ref = torch.mm(A, B)
+    c_dev = torch.empty(m, n, device=dev, dtype=dt)
+    c_host = torch.empty(m, n, dtype=dt, pin_memory=True)
+    a_host = A.cpu().pin_memory()
+    a_dev = torch.empty_like(A)
+    rows: list[dict] = []
+    ctx = OffloadContext(dev)
+    side = torch.cuda.Stream(dev)
+
+    def add(direction: str, variant: str, fn, *, check=None, extra=None) -> None:
+        record = {"m": m, "k": k, "n": n, "direction": direction, "variant": variant, **(extra or {})}
+        if check is not None:
+            c_host.fill_(float("nan"))
+            c_dev.fill_(float("nan"))
+            fn()
+            torch.cuda.synchronize()
+            record["rel_err"] = _rel_err(check(), ref)
+            if record["rel_err"] > 2e-2:
+                rows.append({**record, "correct": False})
+                print(f"  {direction:9s} {variant:26s} WRONG rel_err={record['rel_err']:.3g}", flush=True)
+                return
+        record.update(_ms(fn, iters=iters))
+        rows.append(record)
+        print(f"  {direction:9s} {variant:26s} {record['median_ms']:8.3f} ms", flush=True)
+
+    add("gemm", "mm", lambda: torch.mm(A, B, out=c_dev), check=lambda: c_dev)
+    for r in PIECE_ROWS:
+        add("gemm", f"mm rows={r}", lambda r=r: torch.mm(A[:r], B, out=c_dev[:r]), extra={"rows": r})
+
+    def copies(dst, src, pieces: int):
+        offsets = even_row_offsets(m, pieces, align=128)
+        with torch.cuda.stream(side):
+            side.wait_stream(torch.cuda.current_stream())
+            for a, b in zip(offsets, offsets[1:]):
+                dst[a:b].copy_(src[a:b], non_blocking=True)
+        torch.cuda.current_stream().wait_stream(side)
+
+    for pieces in (1, 8, 16):
+        add("to_host", f"copy pieces={pieces}", lambda p=pieces: copies(c_host, c_dev, p), extra={"pieces": pieces})
+        add("from_host", f"copy pieces={pieces}", lambda p=pieces: copies(a_dev, a_host, p), extra={"pieces": pieces})
+
+    add("to_host", "sequential", lambda: (torch.mm(A, B, out=c_dev), c_host.copy_(c_dev, non_blocking=True)),
+        check=lambda: c_host)
+    add("from_host", "sequential", lambda: (a_dev.copy_(a_host, non_blocking=True), torch.mm(a_dev, B, out=c_dev)),
+        check=lambda: c_dev)
+    plans = [("tile_fused(8)", Plan(strategy="tile_fused", chunks=8, transport="host_staged"), None),
+             ("chunked(16) even", Plan(strategy="chunked", chunks=16, transport="host_staged"), None)]
+    for c in RAMPS:
+        up = _sizes(ramp_row_offsets(m, c, align=128))
+        plans.append((f"chunked ramp({len(up)})", None, up))
+    for label, plan, up in plans:
+        to_plan = plan or Plan(strategy="chunked", chunks=len(up), split_sizes=up, transport="host_staged")
+        from_plan = plan or Plan(strategy="chunked", chunks=len(up), split_sizes=tuple(reversed(up)),
+                                 transport="host_staged")
+        extra = {"split_sizes": list(up)} if up else {}
+        add("to_host", label, lambda p=to_plan: matmul_to_host(A, B, out=c_host, plan=p, context=ctx,
+                                                              non_blocking=True), check=lambda: c_host, extra=extra)
+        add("from_host", label, lambda p=from_plan: matmul_from_host(a_host, B, out=c_dev, plan=p, context=ctx),
+            check=lambda: c_dev, extra=extra)
+    ctx.close()
+    return rows
+
+
+def _eff(rows: list[dict], direction: str, variant: str) -> str:
+    def med(d, v):
+        return next((r["median_ms"] for r in rows if r["direction"] == d and r["variant"] == v and "median_ms" in r),
+                    None)
+    t, seq = med(direction, variant), med(direction, "sequential")
+    mm, copy = med("gemm", "mm"), med(direction, "copy pieces=1")
+    if None in (t, seq, mm, copy) or seq - max(mm, copy) <= 0:
+        return ""
+    return f"{(seq - t) / (seq - max(mm, copy)):.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
+                        help="m x k x n, comma separated")
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=None, help="JSON lines file")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("probe_offload_pieces needs a CUDA GPU", file=sys.stderr)
+        return 2
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
+    table = []
+    for i, (m, k, n) in enumerate(shapes):
+        print(f"[{i + 1}/{len(shapes)}] m={m} k={k} n={n}", flush=True)
+        rows = probe_shape(m, k, n, iters=args.iters)
+        table += [(r, _eff(rows, r["direction"], r["variant"])) for r in rows]
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r, _ in table))
+    print(f"\n{'direction':9s} {'m x k x n':18s} {'variant':26s} {'median':>8s} {'p10':>8s} {'p90':>8s}  eff")
+    for r, eff in table:
+        med = f"{r['median_ms']:8.3f}" if "median_ms" in r else "   WRONG"
+        p10 = f"{r['p10_ms']:8.3f}" if "p10_ms" in r else ""
+        p90 = f"{r['p90_ms']:8.3f}" if "p90_ms" in r else ""
+        print(f"{r['direction']:9s} {r['m']}x{r['k']}x{r['n']:<8d} {r['variant']:26s} {med} {p10} {p90}  {eff}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,7 +7,9 @@ reference):
 
 * compute alone (``torch.mm``, the whole problem) and transfer alone (one copy of the bytes);
 * ``sequential`` (copy then mm / mm then copy), ``chunked`` (two streams) for several
-  chunk counts, ``tile_fused`` (the Triton kernels; tile config chosen first by timing
+  chunk counts, even and ramped (``--ramps``: pieces growing from one row block at the
+  exposed edge, ``hocket.plan.offload.ramp_sizes``), what ``plan=None`` chooses (variant
+  ``planner``), ``tile_fused`` (the Triton kernels; tile config chosen first by timing
   the kernel alone) in several variants (``VARIANTS``): the operator's defaults (ramp of
   pieces, narrow edge tiles, tiles from a ticket counter, device-held copies) for several
   piece counts and narrow pieces, each lever undone once, the previous run's schedule
@@ -53,7 +55,8 @@ from hocket.bench.paired import alternating_ms
 from hocket.kernels import (candidate_configs, consumer_gemm, even_row_offsets, producer_gemm, reset_producer,
                             warmup_consumer, warmup_producer)
 from hocket.kernels.schedule import trapezoid_row_offsets
-from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host, offload_tile_config
+from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host, offload_tile_config, planned
+from hocket.plan.offload import ramp_sizes
 from hocket.ops.offload_pieces import piece_offsets
 from hocket.ops.offload_timeline import offload_timeline
 from hocket.ops.tolerance import max_error, tolerance
@@ -64,6 +67,8 @@ SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 122
 SMOKE_SHAPES = ((8192, 8192, 7168),)
 DIRECTIONS = ("to_host", "from_host")
 CHUNKS = (4, 8, 16, 32)
+RAMP_CHUNKS = (6, 8, 10, 12)
+"""``chunked`` with ramped pieces (``hocket.plan.offload.ramp_sizes``: one row block at the exposed edge)."""
 CALIBRATION_PROGRAMS = (8, 16, 32, 66, 100, 132)
 SMOKE_PROGRAMS = (8, 132)
 SM_COLLECTIVE_PROGRAMS = 32
@@ -279,7 +284,8 @@ def _timeline(direction, ctx, plan, *, a_dev, a_host, b, c_dev, host_out):
     return offload_timeline(direction, a=a_host, b=b, out=c_dev, staging=staging, plan=plan, context=ctx)
 
 
-def measure(direction: str, shape, *, iters: int, chunk_counts, variants, configs, provenance, log) -> dict:
+def measure(direction: str, shape, *, iters: int, chunk_counts, variants, configs, provenance, log,
+            ramp_counts=RAMP_CHUNKS, with_planner: bool = True) -> dict:
     m, k, n = shape
     dev = torch.device("cuda", torch.cuda.current_device())
     a_dev = torch.randn(m, k, device=dev).to(DTYPE)
@@ -316,6 +322,14 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
 
     runs = [("-", dict(), None, Plan(strategy="sequential", transport="host_staged"))]
     runs += [("-", dict(), None, Plan(strategy="chunked", chunks=c, transport="host_staged")) for c in chunk_counts]
+    kind = "mm_d2h" if direction == "to_host" else "h2d_mm"
+    probe_site = Site(kind=kind, m=m, k=k, n=n, dtype="bfloat16", world=1)
+    for c in (c for c in ramp_counts if c <= -(-m // 128)):
+        sizes = ramp_sizes(probe_site, c)
+        runs.append(("ramp", dict(), None, Plan(strategy="chunked", chunks=len(sizes), split_sizes=sizes,
+                                                 transport="host_staged")))
+    if with_planner:  # what plan=None runs (hocket.plan.offload.choose_offload_plan on this machine)
+        runs.append(("planner", dict(), None, planned(kind, m, k, n, DTYPE)))
     for variant in variants:
         cfg = chosen[variant.config]
         for c in variant.chunks if cfg is not None and direction in variant.directions else ():
@@ -324,6 +338,9 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
                              fused_plan(variant, c, m, block_m=cfg.block_m, direction=direction)))
     contexts = {}
     contexts_config = {name: cfg for name, _, cfg, _ in runs if cfg is not None}
+    for name, _, cfg, plan in runs:
+        if cfg is None and plan.strategy == "tile_fused":  # the planner's tile_fused pick: the operators' config
+            contexts_config[name] = offload_tile_config(m, n, k, DTYPE)
     timed = []
     try:
         for name, kwargs, cfg, plan in runs:
@@ -336,7 +353,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
             timed.append((name, plan, summary, err))
             log(f"    {plan.describe():28s} {name:13s} {summary.median_ms:.3f} ms (p10 {summary.p10_ms:.3f}, "
                 f"p90 {summary.p90_ms:.3f}), max error {err:.2g}, pieces {list(plan.split_sizes or ())}")
-        fused = [t for t in timed if t[1].strategy == "tile_fused"]
+        fused = [t for t in timed if t[1].strategy == "tile_fused" and t[0] != "planner"]
         best_name, best_plan = min(fused, key=lambda t: t[2].median_ms)[:2]
         alone_ms, alone_cublas_ms = fused_alone_ms(contexts[best_name], direction, best_plan, a_dev, b, c_dev,
                                                    iters=max(30, iters // 2))
@@ -362,8 +379,8 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
                   cublas_tflops=flops / compute_ms / 1e9, comm_bytes=comm_bytes)
     records = []
     for name, plan, summary, err in timed:
-        extra = dict(common, variant=name, tile_config=contexts_config[name].label() if name != "-" else None)
-        if name != "-":
+        extra = dict(common, variant=name, tile_config=contexts_config[name].label() if name in contexts_config else None)
+        if name not in ("-", "ramp", "planner"):
             extra.update(next(v for v in variants if v.name == name).context_kwargs(),
                          copy_wait_used=contexts[name].copy_wait)
         if (name, plan) == (best_name, best_plan):
@@ -381,7 +398,9 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     row = dict(direction=direction, shape=shape, compute_ms=compute_ms, comm_ms=comm_ms, sequential_ms=sequential_ms,
                fused_alone_pct=alone_cublas_ms / alone_ms, best_config_pct=config_pct[chosen["best"]],
                tile_config=best_cfg.label(), best_variant=best_name)
-    columns = {"chunked": lambda name, p: p.strategy == "chunked",
+    columns = {"chunked": lambda name, p: p.strategy == "chunked" and name == "-",
+               "ramp": lambda name, p: name == "ramp",
+               "planner": lambda name, p: name == "planner",
                "tile_fused": lambda name, p: p.strategy == "tile_fused",
                "previous": lambda name, p: name == "previous"}
     for column, select in columns.items():
@@ -394,21 +413,24 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'direction':9s} {'m x k x n':18s} {'mm_ms':>7s} {'copy_ms':>7s} {'seq_ms':>7s} "
-            f"{'chunked_ms (c) eff':>22s} {'fused_ms (c) eff':>22s} {'fusedGEMM/cuBLAS':>16s} "
-            f"{'previous_ms (c) eff':>22s} {'bestCfg/cuBLAS':>14s}  best fused variant (tile config)")
+            f"{'chunked_ms (c) eff':>22s} {'ramp_ms (c) eff':>22s} {'fused_ms (c) eff':>22s} "
+            f"{'planner_ms (c) eff':>22s} {'fusedGEMM/cuBLAS':>16s} {'previous_ms (c) eff':>22s} "
+            f"{'bestCfg/cuBLAS':>14s}  best fused variant (tile config)")
     print("\n" + head)
     print("-" * len(head))
     for r in rows:
         shape = "x".join(str(d) for d in r["shape"])
         cells = []
-        for column in ("chunked", "tile_fused", "previous"):
+        for column in ("chunked", "ramp", "tile_fused", "planner", "previous"):
             ms, chunks, label = r[column]
             cells.append(f"{ms:7.3f} ({chunks}) {label:>7s}")
         print(f"{r['direction']:9s} {shape:18s} {r['compute_ms']:7.3f} {r['comm_ms']:7.3f} {r['sequential_ms']:7.3f} "
-              f"{cells[0]:>22s} {cells[1]:>22s} {r['fused_alone_pct']:16.0%} {cells[2]:>22s} "
-              f"{r['best_config_pct']:14.0%}  {r['best_variant']} ({r['tile_config']})")
+              f"{cells[0]:>22s} {cells[1]:>22s} {cells[2]:>22s} {cells[3]:>22s} {r['fused_alone_pct']:16.0%} "
+              f"{cells[4]:>22s} {r['best_config_pct']:14.0%}  {r['best_variant']} ({r['tile_config']})")
     print("eff: overlap efficiency (T_seq - T) / (T_seq - max(mm, copy)); 'x' marks a speedup where the "
-          "possible saving is under 15% of T_seq. fused: best tile_fused plan; fusedGEMM/cuBLAS: that plan's "
+          "possible saving is under 15% of T_seq. chunked: even pieces; ramp: chunked with pieces growing from one "
+          "row block at the exposed edge; fused: best tile_fused plan; planner: what plan=None runs "
+          "(hocket.plan.offload); fusedGEMM/cuBLAS: the best fused plan's "
           "GEMM alone (flags pre-set / nothing waiting) vs torch.mm timed in alternation with it; bestCfg/cuBLAS: the "
           "fastest tile config's GEMM alone (8-piece ramp), likewise; previous: the last run's tuned schedule "
           "(fixed-stride tiles, spin-kernel flag waits, chunk flags behind each copy), re-measured")
@@ -519,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", choices=("all", "rule"), default="all",
                         help="tile configs timed alone before choosing one: all candidate_configs (default), or "
                              "only the operators' default for the shape (hocket.ops.offload.offload_tile_config)")
+    parser.add_argument("--ramps", default=",".join(map(str, RAMP_CHUNKS)),
+                        help="piece counts of ramped chunked runs (empty: none)")
+    parser.add_argument("--no-planner", action="store_true", help="skip the run of what plan=None chooses")
     parser.add_argument("--variants", default=None,
                         help="comma-separated tile_fused variants to run (default: all of "
                              + ", ".join(v.name for v in VARIANTS) + ")")
@@ -556,6 +581,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.configs == "rule":
         configs = "rule"
     chunk_counts = (8,) if args.smoke else CHUNKS
+    try:
+        ramp_counts = tuple(int(c) for c in args.ramps.split(",") if c.strip())
+    except ValueError:
+        parser.error(f"--ramps={args.ramps!r} must be comma-separated piece counts, e.g. 6,8,10")
     variants = SMOKE_VARIANTS if args.smoke else VARIANTS
     if args.variants:
         names = args.variants.split(",")
@@ -568,7 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     for shape in shapes:
         for direction in DIRECTIONS:
             result = measure(direction, shape, iters=iters, chunk_counts=chunk_counts, variants=variants,
-                             configs=configs, provenance=provenance, log=log)
+                             configs=configs, provenance=provenance, log=log, ramp_counts=ramp_counts,
+                             with_planner=not args.no_planner)
             rows.append(result["row"])
             records.extend(result["records"])
             write_records(out, result["records"])

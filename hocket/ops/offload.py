@@ -12,6 +12,10 @@ Strategies (``plan.strategy``; ``plan.chunks`` pieces; the transport is always h
   each host->device copy (``consumer_gemm``), or whose finished row groups raise flags that
   release each group's device->host copy (``producer_gemm``).
 
+``plan=None`` runs the plan :func:`hocket.plan.offload.choose_offload_plan` predicts fastest for the
+call's shape on this machine (sequential, even or ramped ``chunked``, ``tile_fused``), chosen once per
+shape (:func:`planned`).
+
 Pieces (``hocket.ops.offload_pieces``): ``plan.split_sizes`` if given, else even for
 ``chunked`` and a geometric ramp for ``tile_fused`` (one row block where the pipeline is
 exposed: the first group to host, the last chunk from host; that piece's tiles are narrow;
@@ -32,6 +36,7 @@ until :func:`close_offload_contexts`.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
 import torch
@@ -53,11 +58,48 @@ CHUNK_ALIGN_ROWS = 128
 """chunked pieces start on multiples of this many rows (whole GEMM tiles)."""
 
 
-def _resolve_plan(plan, m: int) -> Plan:
+_PLANNED: dict[tuple, Plan] = {}
+"""(kind, m, k, n, dtype) -> the plan ``plan=None`` runs (:func:`planned`)."""
+
+
+def fallback_plan(m: int) -> Plan:
+    """What ``plan=None`` runs when the planner cannot price the call: ``chunked`` in up to
+    ``DEFAULT_CHUNKS`` even pieces."""
+    return Plan(strategy="chunked", chunks=max(1, min(DEFAULT_CHUNKS, cdiv(m, CHUNK_ALIGN_ROWS))),
+                transport="host_staged")
+
+
+def planned(kind: str, m: int, k: int, n: int, dtype: torch.dtype) -> Plan:
+    """The plan of a ``plan=None`` call: ``hocket.plan.offload.choose_offload_plan`` on this process's
+    cluster and profile (``hocket.plan.live.process_planner``), once per shape (then a dict lookup);
+    sequential under ``HOCKET_DISABLE=1``; :func:`fallback_plan` with a warning if pricing fails."""
+    from hocket.env import disabled
+
+    if disabled():
+        return Plan(strategy="sequential", transport="host_staged")
+    key = (kind, m, k, n, dtype)
+    if key not in _PLANNED:
+        from hocket.plan.live import process_planner
+        from hocket.plan.offload import choose_offload_plan
+        from hocket.site import Site
+
+        site = Site(kind=kind, m=m, k=k, n=n, dtype=str(dtype).replace("torch.", ""), world=1)
+        try:
+            planner = process_planner()
+            _PLANNED[key] = choose_offload_plan(site, planner.cluster, planner.profile)[0]
+        except Exception as err:  # a cluster description that does not fit this machine, a foreign profile
+            warnings.warn(f"hocket: could not plan {kind} {m}x{k}x{n} ({err}); running {fallback_plan(m).describe()}",
+                          RuntimeWarning, stacklevel=3)
+            _PLANNED[key] = fallback_plan(m)
+    return _PLANNED[key]
+
+
+def _resolve_plan(plan, m: int, *, site: tuple | None = None) -> Plan:
+    """``plan`` as a Plan, checked; None: :func:`planned` for ``site`` = (kind, m, k, n, dtype), or
+    :func:`fallback_plan` without one."""
     resolved = as_plan(plan)
     if resolved is None:
-        resolved = Plan(strategy="chunked", chunks=max(1, min(DEFAULT_CHUNKS, cdiv(m, CHUNK_ALIGN_ROWS))),
-                        transport="host_staged")
+        resolved = planned(*site) if site is not None else fallback_plan(m)
     if resolved.strategy not in OFFLOAD_STRATEGIES:
         raise ValueError(f"plan.strategy={resolved.strategy!r} is not an offload strategy; use one of "
                          f"{OFFLOAD_STRATEGIES}")
@@ -324,7 +366,7 @@ def matmul_from_host(A_host: torch.Tensor, B: torch.Tensor, *, out: torch.Tensor
     if tuple(out.shape) != (m, n) or out.dtype != B.dtype or out.device != B.device or not out.is_contiguous():
         raise ValueError(f"out is {tuple(out.shape)} {out.dtype} on {out.device}; it must be a contiguous "
                          f"[{m}, {n}] {B.dtype} tensor on {B.device}")
-    plan = _resolve_plan(plan, m)
+    plan = _resolve_plan(plan, m, site=("h2d_mm", m, k, n, B.dtype))
     ctx = context or offload_context(B.device)
     if B.device != ctx.device:
         raise ValueError(f"B is on {B.device} but the offload context is on {ctx.device}")
@@ -336,7 +378,6 @@ def matmul_from_host(A_host: torch.Tensor, B: torch.Tensor, *, out: torch.Tensor
 def _from_host(ctx: OffloadContext, A_host: torch.Tensor, B: torch.Tensor, out: torch.Tensor,
                plan: Plan) -> torch.Tensor:
     m, k = A_host.shape
-    n = B.shape[1]
     a_dev = ctx.staged.device_buffer("from_host.A", (m, k), A_host.dtype)
     current = torch.cuda.current_stream(ctx.device)
     if plan.strategy == "sequential":
@@ -378,7 +419,7 @@ def matmul_to_host(A: torch.Tensor, B: torch.Tensor, *, out: torch.Tensor | None
     if out is None:
         out = torch.empty(m, n, dtype=A.dtype, pin_memory=True)
     _check_pinned_host("out", out)
-    plan = _resolve_plan(plan, m)
+    plan = _resolve_plan(plan, m, site=("mm_d2h", m, A.shape[1], n, A.dtype))
     ctx = context or offload_context(A.device)
     if A.device != ctx.device:
         raise ValueError(f"A is on {A.device} but the offload context is on {ctx.device}")

@@ -22,7 +22,9 @@ from hocket.kernels import ConsumerWorkspace, consumer_gemm, raise_on_timeout, r
 from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host  # noqa: E402
 from hocket.ops.offload_timeline import offload_timeline  # noqa: E402
 from hocket.ops.tolerance import tolerance  # noqa: E402
+from hocket.plan.offload import ramp_sizes  # noqa: E402
 from hocket.plan.plan import Plan  # noqa: E402
+from hocket.site import Site  # noqa: E402
 from hocket.transport.shared_host_buffer import SharedHostBuffer  # noqa: E402
 
 DEV = torch.device("cuda", torch.cuda.current_device())
@@ -75,6 +77,34 @@ def test_matmul_to_host(ctx, plan, dtype, shape):
         result = matmul_to_host(a, b, out=out, plan=plan, context=ctx)
         assert result.data_ptr() == out.data_ptr() and result.is_pinned()
         _check(result, a, b, f"matmul_to_host {plan.describe()} {dtype} {shape}")
+
+
+def _ramped_and_planned(kind: str, dtype, shape) -> list:
+    """A ramped chunked plan (one row block at the exposed edge, hocket.plan.offload.ramp_sizes) and
+    plan=None (what hocket.plan.offload.choose_offload_plan picks on this machine)."""
+    m, k, n = shape
+    site = Site(kind=kind, m=m, k=k, n=n, dtype=str(dtype).replace("torch.", ""), world=1)
+    sizes = ramp_sizes(site, min(6, -(-m // 128)))
+    return [Plan(strategy="chunked", chunks=len(sizes), split_sizes=sizes, transport="host_staged"), None]
+
+
+@pytest.mark.parametrize("dtype,shape", CASES, ids=lambda c: str(c))
+def test_ramped_pieces_and_plan_none(ctx, dtype, shape):
+    m, k, n = shape
+    for plan in _ramped_and_planned("h2d_mm", dtype, shape):
+        a_host = torch.randn(m, k).to(dtype).pin_memory()
+        b = torch.randn(k, n, device=DEV).to(dtype)
+        ctx.staged.device_buffer("from_host.A", (m, k), dtype).fill_(float("nan"))
+        out = torch.full((m, n), float("nan"), dtype=dtype, device=DEV)
+        matmul_from_host(a_host, b, out=out, plan=plan, context=ctx)
+        torch.cuda.synchronize()
+        ctx.check()
+        _check(out, a_host, b, f"matmul_from_host {plan} {dtype} {shape}")
+    for plan in _ramped_and_planned("mm_d2h", dtype, shape):
+        a = torch.randn(m, k, device=DEV).to(dtype)
+        b = torch.randn(k, n, device=DEV).to(dtype)
+        out = torch.full((m, n), float("nan"), dtype=dtype, pin_memory=True)
+        _check(matmul_to_host(a, b, out=out, plan=plan, context=ctx), a, b, f"matmul_to_host {plan} {dtype} {shape}")
 
 
 SETTINGS = [  # (edge_pieces, context knobs)

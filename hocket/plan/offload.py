@@ -1,0 +1,90 @@
+"""Plans of the single-device offload operators, and the one ``plan=None`` runs.
+
+``hocket.ops.matmul_from_host`` (site kind ``h2d_mm``: A streams in from pinned host memory)
+and ``hocket.ops.matmul_to_host`` (``mm_d2h``: C streams out to it) run one GPU and its host
+link, so the collective candidate space (:mod:`hocket.plan.space`) does not list them. Their
+candidates (:func:`offload_candidates`), all ``transport="host_staged"``:
+
+* ``sequential``;
+* ``chunked`` with even pieces (``EVEN_CHUNKS``);
+* ``chunked`` with a geometric ramp of pieces from one ``ALIGN``-row block at the exposed
+  edge (``RAMP_CHUNKS``; ``hocket.kernels.schedule.ramp_row_offsets``): first to host, where
+  the first copy waits for the first piece's GEMM; last from host, where the last piece's
+  GEMM runs after every copy. A library GEMM of a 128-256-row piece uses the whole GPU, so
+  the copy starts ~0.05 ms in; the pieces then grow as fast as the copy lets the GEMM stay
+  ahead. On an H200 over PCIe (benchmarks/results/h200/run9) this was the fastest layout on
+  the copy-bound shapes: to host 8192x8192x7168 2.197 ms (eff 0.94) against 2.270 for
+  tile_fused(8) and 2.253 for even chunked(16);
+* ``tile_fused`` (``FUSED_CHUNKS`` flag groups).
+
+:func:`choose_offload_plan` prices them with :func:`hocket.cost.predict` and keeps sequential
+unless a plan is predicted faster by more than the search margin (``hocket.plan.search.select``).
+"""
+
+from __future__ import annotations
+
+from hocket.plan.pieces import ramp_row_offsets
+from hocket.plan.plan import Plan
+from hocket.plan.search import DEFAULT_MARGIN, select
+from hocket.site import Site
+
+OFFLOAD_KINDS = ("h2d_mm", "mm_d2h")
+ALIGN = 128
+"""rows of one piece boundary step (a GEMM row block; the tile-fused kernels' ``block_m``)."""
+EVEN_CHUNKS = (2, 4, 8, 16, 32)
+RAMP_CHUNKS = (6, 8, 10, 12, 16)
+FUSED_CHUNKS = (6, 8, 12)
+SEQUENTIAL = Plan(strategy="sequential", transport="host_staged")
+
+
+def _check_site(site: Site) -> None:
+    if not isinstance(site, Site):
+        raise TypeError(f"site={site!r} must be a hocket.Site")
+    if site.kind not in OFFLOAD_KINDS:
+        raise ValueError(f"site.kind={site.kind!r} is not an offload site; offload plans are for {OFFLOAD_KINDS}")
+    if site.world != 1:
+        raise ValueError(f"site.world={site.world}: an offload site runs on one device (world=1)")
+
+
+def ramp_sizes(site: Site, chunks: int) -> tuple[int, ...]:
+    """Piece rows of a ``chunks``-piece ramp over ``site.m`` in processing order: one ``ALIGN``-row
+    block first for ``mm_d2h``, last for ``h2d_mm``."""
+    _check_site(site)
+    offsets = ramp_row_offsets(site.m, chunks, align=ALIGN, reverse=site.kind == "h2d_mm")
+    return tuple(b - a for a, b in zip(offsets, offsets[1:]))
+
+
+def offload_candidates(site: Site, *, fused: bool = True) -> tuple[Plan, ...]:
+    """Every plan of the module docstring that fits ``site.m`` (pieces of at least one ``ALIGN``-row
+    block); sequential first. ``fused=False`` leaves ``tile_fused`` out (no Triton on this device)."""
+    _check_site(site)
+    blocks = -(-site.m // ALIGN)
+    plans = [SEQUENTIAL]
+    plans += [Plan(strategy="chunked", chunks=c, transport="host_staged") for c in EVEN_CHUNKS if c <= blocks]
+    for c in RAMP_CHUNKS:
+        if c <= blocks:
+            sizes = ramp_sizes(site, c)
+            if len(set(sizes)) > 1:  # an even ramp is an even plan already listed
+                plans.append(Plan(strategy="chunked", chunks=len(sizes), split_sizes=sizes, transport="host_staged"))
+    if fused:
+        plans += [Plan(strategy="tile_fused", chunks=c, transport="host_staged") for c in FUSED_CHUNKS if c <= blocks]
+    return tuple(dict.fromkeys(plans))
+
+
+def choose_offload_plan(site: Site, cluster=None, profile=None, *, cost=None, margin: float = DEFAULT_MARGIN,
+                        fused: bool = True) -> tuple[Plan, float, float]:
+    """``(plan, predicted_ms, sequential_ms)``: the fastest candidate, priced by ``cost(site, plan)`` (ms;
+    default :func:`hocket.cost.predict` on ``cluster`` with ``profile``), when it beats sequential by
+    more than ``margin``, else sequential."""
+    if cost is None:
+        if cluster is None:
+            raise ValueError("choose_offload_plan needs a cluster (hocket.hardware.load_cluster or probe()) "
+                             "or a cost function")
+        from hocket.cost.predict import predict
+
+        def cost(s, p):
+            return predict(s, p, cluster, profile).total_ms
+
+    priced = [(plan, cost(site, plan)) for plan in offload_candidates(site, fused=fused)]
+    chosen, chosen_ms, _ = select(priced, baseline=SEQUENTIAL, margin=margin)
+    return chosen, chosen_ms, priced[0][1]

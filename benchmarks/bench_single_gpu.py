@@ -326,8 +326,9 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     probe_site = Site(kind=kind, m=m, k=k, n=n, dtype="bfloat16", world=1)
     for c in (c for c in ramp_counts if c <= -(-m // 128)):
         sizes = ramp_sizes(probe_site, c)
-        runs.append(("ramp", dict(), None, Plan(strategy="chunked", chunks=len(sizes), split_sizes=sizes,
-                                                 transport="host_staged")))
+        ramp = Plan(strategy="chunked", chunks=len(sizes), split_sizes=sizes, transport="host_staged")
+        runs.append(("ramp", dict(), None, ramp))  # the exposed piece split along k (OffloadContext default)
+        runs.append(("ramp/nosk", dict(edge_split_k=False), None, ramp))
     if with_planner:  # what plan=None runs (hocket.plan.offload.choose_offload_plan on this machine)
         runs.append(("planner", dict(), None, planned(kind, m, k, n, DTYPE)))
     for variant in variants:
@@ -379,8 +380,9 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
                   cublas_tflops=flops / compute_ms / 1e9, comm_bytes=comm_bytes)
     records = []
     for name, plan, summary, err in timed:
-        extra = dict(common, variant=name, tile_config=contexts_config[name].label() if name in contexts_config else None)
-        if name not in ("-", "ramp", "planner"):
+        config = contexts_config.get(name)
+        extra = dict(common, variant=name, tile_config=config.label() if config is not None else None)
+        if name in {v.name for v in variants}:
             extra.update(next(v for v in variants if v.name == name).context_kwargs(),
                          copy_wait_used=contexts[name].copy_wait)
         if (name, plan) == (best_name, best_plan):
@@ -400,6 +402,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
                tile_config=best_cfg.label(), best_variant=best_name)
     columns = {"chunked": lambda name, p: p.strategy == "chunked" and name == "-",
                "ramp": lambda name, p: name == "ramp",
+               "ramp_nosk": lambda name, p: name == "ramp/nosk",
                "planner": lambda name, p: name == "planner",
                "tile_fused": lambda name, p: p.strategy == "tile_fused",
                "previous": lambda name, p: name == "previous"}
@@ -413,7 +416,8 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'direction':9s} {'m x k x n':18s} {'mm_ms':>7s} {'copy_ms':>7s} {'seq_ms':>7s} "
-            f"{'chunked_ms (c) eff':>22s} {'ramp_ms (c) eff':>22s} {'fused_ms (c) eff':>22s} "
+            f"{'chunked_ms (c) eff':>22s} {'ramp_ms (c) eff':>22s} {'ramp_nosk_ms (c) eff':>22s} "
+            f"{'fused_ms (c) eff':>22s} "
             f"{'planner_ms (c) eff':>22s} {'fusedGEMM/cuBLAS':>16s} {'previous_ms (c) eff':>22s} "
             f"{'bestCfg/cuBLAS':>14s}  best fused variant (tile config)")
     print("\n" + head)
@@ -421,15 +425,17 @@ def print_table(rows: list[dict]) -> None:
     for r in rows:
         shape = "x".join(str(d) for d in r["shape"])
         cells = []
-        for column in ("chunked", "ramp", "tile_fused", "planner", "previous"):
+        for column in ("chunked", "ramp", "ramp_nosk", "tile_fused", "planner", "previous"):
             ms, chunks, label = r[column]
             cells.append(f"{ms:7.3f} ({chunks}) {label:>7s}")
         print(f"{r['direction']:9s} {shape:18s} {r['compute_ms']:7.3f} {r['comm_ms']:7.3f} {r['sequential_ms']:7.3f} "
-              f"{cells[0]:>22s} {cells[1]:>22s} {cells[2]:>22s} {cells[3]:>22s} {r['fused_alone_pct']:16.0%} "
-              f"{cells[4]:>22s} {r['best_config_pct']:14.0%}  {r['best_variant']} ({r['tile_config']})")
+              f"{cells[0]:>22s} {cells[1]:>22s} {cells[2]:>22s} {cells[3]:>22s} {cells[4]:>22s} "
+              f"{r['fused_alone_pct']:16.0%} {cells[5]:>22s} {r['best_config_pct']:14.0%}  {r['best_variant']} "
+              f"({r['tile_config']})")
     print("eff: overlap efficiency (T_seq - T) / (T_seq - max(mm, copy)); 'x' marks a speedup where the "
           "possible saving is under 15% of T_seq. chunked: even pieces; ramp: chunked with pieces growing from one "
-          "row block at the exposed edge; fused: best tile_fused plan; planner: what plan=None runs "
+          "row block at the exposed edge, that piece's GEMM split along k (ramp_nosk: not split); fused: best "
+          "tile_fused plan; planner: what plan=None runs "
           "(hocket.plan.offload); fusedGEMM/cuBLAS: the best fused plan's "
           "GEMM alone (flags pre-set / nothing waiting) vs torch.mm timed in alternation with it; bestCfg/cuBLAS: the "
           "fastest tile config's GEMM alone (8-piece ramp), likewise; previous: the last run's tuned schedule "

@@ -62,6 +62,7 @@ def _sizes(offsets) -> tuple[int, ...]:
 def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
     from hocket.kernels.schedule import even_row_offsets, ramp_row_offsets
     from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host
+    from hocket.ops.split_k import split_k_mm, split_k_parts
     from hocket.plan.plan import Plan
 
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -95,8 +96,13 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
         print(f"  {direction:9s} {variant:26s} {record['median_ms']:8.3f} ms", flush=True)
 
     add("gemm", "mm", lambda: torch.mm(A, B, out=c_dev), check=lambda: c_dev)
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
     for r in PIECE_ROWS:
         add("gemm", f"mm rows={r}", lambda r=r: torch.mm(A[:r], B, out=c_dev[:r]), extra={"rows": r})
+        parts = split_k_parts(r, n, k, sms)
+        if parts > 1:
+            add("gemm", f"split-k({parts}) rows={r}", lambda r=r, p=parts: split_k_mm(A[:r], B, c_dev[:r], p),
+                extra={"rows": r, "parts": parts})
 
     def copies(dst, src, pieces: int):
         offsets = even_row_offsets(m, pieces, align=128)

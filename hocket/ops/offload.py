@@ -47,6 +47,7 @@ from hocket.kernels.schedule import cdiv, tail_narrow_rows
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
 from hocket.ops.offload_fused import fused_from_host, fused_to_host
 from hocket.ops.offload_pieces import EDGE_PIECES, edge_rows, piece_offsets
+from hocket.ops.split_k import split_k_mm, split_k_parts
 from hocket.plan.plan import Plan, as_plan
 from hocket.transport.host_staged import HostStagedContext, cuda_device, require_cuda
 
@@ -230,13 +231,16 @@ class OffloadContext:
     the GEMM alone from 79-83% to 91-93% of cuBLAS). Off by default: with it on, the
     overlapped to-host operator measured 2.90 ms on 8192x8192x1280 (0.48 ms before) and
     1.57 on 4096x12288x6144 (1.13) on an H200 (h200x2 run13), so the narrow tiles that fill
-    the last wave hold back the flag groups the copies wait for.
+    the last wave hold back the flag groups the copies wait for. ``edge_split_k``: a ``chunked``
+    plan's exposed piece (the first to host, the last from host) runs its GEMM split along k
+    (``hocket.ops.split_k``), so a piece of a few row blocks uses every SM.
     """
 
     def __init__(self, device: torch.device | str | int | None = None, *, config: TileConfig | None = None,
                  num_programs: int | None = None, flag_method: str = "auto", edge_pieces: int = EDGE_PIECES,
                  side_waits: bool = True, dynamic: bool = False, copy_wait: str = "auto",
-                 chunk_flags: str = "copy", copy_streams: int = 1, balance_tail: bool = False) -> None:
+                 chunk_flags: str = "copy", copy_streams: int = 1, balance_tail: bool = False,
+                 edge_split_k: bool = True) -> None:
         require_cuda("hocket.ops offload operators")
         if not isinstance(edge_pieces, int) or isinstance(edge_pieces, bool) or edge_pieces < 0:
             raise ValueError(f"edge_pieces={edge_pieces!r} must be an int >= 0 (0: no narrow tiles)")
@@ -250,6 +254,8 @@ class OffloadContext:
             raise ValueError(f"copy_streams={copy_streams!r} must be 1 or 2")
         if not isinstance(balance_tail, bool):
             raise TypeError(f"balance_tail={balance_tail!r} must be a bool")
+        if not isinstance(edge_split_k, bool):
+            raise TypeError(f"edge_split_k={edge_split_k!r} must be a bool")
         self.device = cuda_device(device)
         self.staged = HostStagedContext(self.device, flag_method=flag_method)
         self.config = config
@@ -260,6 +266,7 @@ class OffloadContext:
         self.copy_wait = _resolve_copy_wait(copy_wait, self.side_waits, self.device)
         self.chunk_flags = chunk_flags
         self.balance_tail = balance_tail
+        self.edge_split_k = edge_split_k
         self.second_copy_stream = torch.cuda.Stream(self.device) if copy_streams == 2 else None
         self._workspaces: dict[tuple, ConsumerWorkspace | ProducerWorkspace] = {}
         self.timeouts = _TimeoutWatch()
@@ -272,6 +279,14 @@ class OffloadContext:
         if self.config is not None:
             return self.config
         return offload_tile_config(m, n, k, dtype)
+
+    def edge_parts(self, rows: int, exposed: bool, n: int, k: int) -> int:
+        """k-slices of a ``rows``-row chunked piece's GEMM (``hocket.ops.split_k``): ``split_k_parts`` for
+        the exposed piece (``exposed``: the first to host, the last from host, of two or more) with
+        ``edge_split_k``, else 1."""
+        if not (self.edge_split_k and exposed) or rows < 1:
+            return 1
+        return split_k_parts(rows, n, k, torch.cuda.get_device_properties(self.device).multi_processor_count)
 
     def programs(self) -> int:
         """Persistent grid size of the tile-fused GEMMs on this device."""
@@ -387,9 +402,12 @@ def _from_host(ctx: OffloadContext, A_host: torch.Tensor, B: torch.Tensor, out: 
         offsets = piece_offsets(plan, m, align=CHUNK_ALIGN_ROWS, direction="from_host")
         start = current.record_event()
         events = ctx.staged.h2d_chunks(A_host, a_dev, offsets, after=start)
+        last = len(events) - 1
         for i, event in enumerate(events):
             current.wait_event(event)
-            torch.mm(a_dev[offsets[i]:offsets[i + 1]], B, out=out[offsets[i]:offsets[i + 1]])
+            rows = slice(offsets[i], offsets[i + 1])
+            # the last piece's GEMM runs after every copy: split along k it runs on every SM
+            split_k_mm(a_dev[rows], B, out[rows], ctx.edge_parts(rows.stop - rows.start, i == last > 0, B.shape[1], k))
         return out
     fused_from_host(ctx, A_host, a_dev, B, out, plan)
     return out
@@ -445,7 +463,9 @@ def _to_host(ctx: OffloadContext, A: torch.Tensor, B: torch.Tensor, out: torch.T
         events = []
         for i in range(len(offsets) - 1):
             rows = slice(offsets[i], offsets[i + 1])
-            torch.mm(A[rows], B, out=c_dev[rows])
+            # the first copy waits for the first piece's GEMM: split along k it runs on every SM
+            parts = ctx.edge_parts(rows.stop - rows.start, i == 0 < len(offsets) - 2, n, A.shape[1])
+            split_k_mm(A[rows], B, c_dev[rows], parts)
             events.append(current.record_event())
         done = ctx.staged.d2h_groups(c_dev, out, offsets, events=events)[-1]
     else:

@@ -327,8 +327,8 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     for c in (c for c in ramp_counts if c <= -(-m // 128)):
         sizes = ramp_sizes(probe_site, c)
         ramp = Plan(strategy="chunked", chunks=len(sizes), split_sizes=sizes, transport="host_staged")
-        runs.append(("ramp", dict(), None, ramp))  # the exposed piece split along k (OffloadContext default)
-        runs.append(("ramp/nosk", dict(edge_split_k=False), None, ramp))
+        runs.append(("ramp", dict(), None, ramp))
+        runs.append(("ramp/sk", dict(edge_split_k=True), None, ramp))  # the exposed piece's GEMM split along k
     if with_planner:  # what plan=None runs (hocket.plan.offload.choose_offload_plan on this machine)
         runs.append(("planner", dict(), None, planned(kind, m, k, n, DTYPE)))
     for variant in variants:
@@ -402,7 +402,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
                tile_config=best_cfg.label(), best_variant=best_name)
     columns = {"chunked": lambda name, p: p.strategy == "chunked" and name == "-",
                "ramp": lambda name, p: name == "ramp",
-               "ramp_nosk": lambda name, p: name == "ramp/nosk",
+               "ramp_sk": lambda name, p: name == "ramp/sk",
                "planner": lambda name, p: name == "planner",
                "tile_fused": lambda name, p: p.strategy == "tile_fused",
                "previous": lambda name, p: name == "previous"}
@@ -416,7 +416,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'direction':9s} {'m x k x n':18s} {'mm_ms':>7s} {'copy_ms':>7s} {'seq_ms':>7s} "
-            f"{'chunked_ms (c) eff':>22s} {'ramp_ms (c) eff':>22s} {'ramp_nosk_ms (c) eff':>22s} "
+            f"{'chunked_ms (c) eff':>22s} {'ramp_ms (c) eff':>22s} {'ramp_sk_ms (c) eff':>22s} "
             f"{'fused_ms (c) eff':>22s} "
             f"{'planner_ms (c) eff':>22s} {'fusedGEMM/cuBLAS':>16s} {'previous_ms (c) eff':>22s} "
             f"{'bestCfg/cuBLAS':>14s}  best fused variant (tile config)")
@@ -425,7 +425,7 @@ def print_table(rows: list[dict]) -> None:
     for r in rows:
         shape = "x".join(str(d) for d in r["shape"])
         cells = []
-        for column in ("chunked", "ramp", "ramp_nosk", "tile_fused", "planner", "previous"):
+        for column in ("chunked", "ramp", "ramp_sk", "tile_fused", "planner", "previous"):
             ms, chunks, label = r[column]
             cells.append(f"{ms:7.3f} ({chunks}) {label:>7s}")
         print(f"{r['direction']:9s} {shape:18s} {r['compute_ms']:7.3f} {r['comm_ms']:7.3f} {r['sequential_ms']:7.3f} "
@@ -434,7 +434,7 @@ def print_table(rows: list[dict]) -> None:
               f"({r['tile_config']})")
     print("eff: overlap efficiency (T_seq - T) / (T_seq - max(mm, copy)); 'x' marks a speedup where the "
           "possible saving is under 15% of T_seq. chunked: even pieces; ramp: chunked with pieces growing from one "
-          "row block at the exposed edge, that piece's GEMM split along k (ramp_nosk: not split); fused: best "
+          "row block at the exposed edge (ramp_sk: that piece's GEMM split along k); fused: best "
           "tile_fused plan; planner: what plan=None runs "
           "(hocket.plan.offload); fusedGEMM/cuBLAS: the best fused plan's "
           "GEMM alone (flags pre-set / nothing waiting) vs torch.mm timed in alternation with it; bestCfg/cuBLAS: the "

@@ -233,14 +233,17 @@ class OffloadContext:
     1.57 on 4096x12288x6144 (1.13) on an H200 (h200x2 run13), so the narrow tiles that fill
     the last wave hold back the flag groups the copies wait for. ``edge_split_k``: a ``chunked``
     plan's exposed piece (the first to host, the last from host) runs its GEMM split along k
-    (``hocket.ops.split_k``), so a piece of a few row blocks uses every SM.
+    (``hocket.ops.split_k``), so a piece of a few row blocks uses every SM. Off by default: on an
+    H200 (benchmarks/results/h200/run11_splitk) a 128 x 8192 x 7168 piece took 0.070 ms split in 4
+    (batched GEMM, reduction, rounding: three kernels) against 0.035 for cuBLAS's own, and the ramped
+    pipelines lost 0.02-0.03 ms with it.
     """
 
     def __init__(self, device: torch.device | str | int | None = None, *, config: TileConfig | None = None,
                  num_programs: int | None = None, flag_method: str = "auto", edge_pieces: int = EDGE_PIECES,
                  side_waits: bool = True, dynamic: bool = False, copy_wait: str = "auto",
                  chunk_flags: str = "copy", copy_streams: int = 1, balance_tail: bool = False,
-                 edge_split_k: bool = True) -> None:
+                 edge_split_k: bool = False) -> None:
         require_cuda("hocket.ops offload operators")
         if not isinstance(edge_pieces, int) or isinstance(edge_pieces, bool) or edge_pieces < 0:
             raise ValueError(f"edge_pieces={edge_pieces!r} must be an int >= 0 (0: no narrow tiles)")

@@ -88,9 +88,17 @@ def _ramped_and_planned(kind: str, dtype, shape) -> list:
     return [Plan(strategy="chunked", chunks=len(sizes), split_sizes=sizes, transport="host_staged"), None]
 
 
+@pytest.fixture(scope="module")
+def split_ctx():
+    with OffloadContext(DEV, edge_split_k=True) as context:
+        yield context
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["mm", "edge-split-k"])
 @pytest.mark.parametrize("dtype,shape", CASES, ids=lambda c: str(c))
-def test_ramped_pieces_and_plan_none(ctx, dtype, shape):
+def test_ramped_pieces_and_plan_none(ctx, split_ctx, split, dtype, shape):
     m, k, n = shape
+    ctx = split_ctx if split else ctx
     for plan in _ramped_and_planned("h2d_mm", dtype, shape):
         a_host = torch.randn(m, k).to(dtype).pin_memory()
         b = torch.randn(k, n, device=DEV).to(dtype)

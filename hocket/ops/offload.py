@@ -60,7 +60,9 @@ CHUNK_ALIGN_ROWS = 128
 
 
 _PLANNED: dict[tuple, Plan] = {}
-"""(kind, m, k, n, dtype) -> the plan ``plan=None`` runs (:func:`planned`)."""
+"""(kind, bucketed m, k, n, dtype) -> the plan ``plan=None`` chose for that bucket (:func:`planned`)."""
+_FITTED: dict[tuple, Plan] = {}
+"""(kind, m, k, n, dtype) -> that plan cut for ``m`` (the hot path: one dict lookup)."""
 
 
 def fallback_plan(m: int) -> Plan:
@@ -72,27 +74,37 @@ def fallback_plan(m: int) -> Plan:
 
 def planned(kind: str, m: int, k: int, n: int, dtype: torch.dtype) -> Plan:
     """The plan of a ``plan=None`` call: ``hocket.plan.offload.choose_offload_plan`` on this process's
-    cluster and profile (``hocket.plan.live.process_planner``), once per shape (then a dict lookup);
-    sequential under ``HOCKET_DISABLE=1``; :func:`fallback_plan` with a warning if pricing fails."""
+    cluster and profile (``hocket.plan.live.process_planner``) for the call's shape with ``m`` rounded up
+    to its bucket (``hocket.plan.bucket.bucket_m``: a new sequence length in the same bucket reuses the
+    decision), cut for ``m`` (``fit_offload_plan``); then a dict lookup. Sequential under
+    ``HOCKET_DISABLE=1``; :func:`fallback_plan` with a warning if pricing fails."""
     from hocket.env import disabled
 
     if disabled():
         return Plan(strategy="sequential", transport="host_staged")
     key = (kind, m, k, n, dtype)
-    if key not in _PLANNED:
+    if key in _FITTED:
+        return _FITTED[key]
+    from hocket.plan.bucket import bucket_m
+    from hocket.plan.offload import fit_offload_plan
+    from hocket.site import Site
+
+    name = str(dtype).replace("torch.", "")
+    bucket = (kind, bucket_m(m), k, n, dtype)
+    if bucket not in _PLANNED:
         from hocket.plan.live import process_planner
         from hocket.plan.offload import choose_offload_plan
-        from hocket.site import Site
 
-        site = Site(kind=kind, m=m, k=k, n=n, dtype=str(dtype).replace("torch.", ""), world=1)
+        site = Site(kind=kind, m=bucket[1], k=k, n=n, dtype=name, world=1)
         try:
             planner = process_planner()
-            _PLANNED[key] = choose_offload_plan(site, planner.cluster, planner.profile)[0]
+            _PLANNED[bucket] = choose_offload_plan(site, planner.cluster, planner.profile)[0]
         except Exception as err:  # a cluster description that does not fit this machine, a foreign profile
             warnings.warn(f"hocket: could not plan {kind} {m}x{k}x{n} ({err}); running {fallback_plan(m).describe()}",
                           RuntimeWarning, stacklevel=3)
-            _PLANNED[key] = fallback_plan(m)
-    return _PLANNED[key]
+            _PLANNED[bucket] = fallback_plan(bucket[1])
+    _FITTED[key] = fit_offload_plan(_PLANNED[bucket], Site(kind=kind, m=m, k=k, n=n, dtype=name, world=1))
+    return _FITTED[key]
 
 
 def _resolve_plan(plan, m: int, *, site: tuple | None = None) -> Plan:

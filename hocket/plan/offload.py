@@ -71,6 +71,22 @@ def offload_candidates(site: Site, *, fused: bool = True) -> tuple[Plan, ...]:
     return tuple(dict.fromkeys(plans))
 
 
+def fit_offload_plan(plan: Plan, site: Site) -> Plan:
+    """A plan chosen for a bucket of ``site`` (``hocket.plan.bucket.bucket_m``: a larger ``m``) cut for
+    ``site.m`` itself: at most one piece per ``ALIGN``-row block; a ramp is the same ramp over the real
+    rows (uneven sizes are not rescaled: the edge piece stays one block)."""
+    _check_site(site)
+    if plan.strategy == "sequential":
+        return plan
+    chunks = min(plan.chunks, -(-site.m // ALIGN))
+    if plan.split_sizes is not None and plan.strategy == "chunked":
+        sizes = ramp_sizes(site, chunks) if chunks > 1 else (site.m,)
+        if len(set(sizes)) > 1:
+            return plan.with_(chunks=len(sizes), split_sizes=sizes)
+        return plan.with_(chunks=chunks, split_sizes=None)
+    return plan.with_(chunks=chunks, split_sizes=None) if plan.split_sizes is not None else plan.with_(chunks=chunks)
+
+
 def choose_offload_plan(site: Site, cluster=None, profile=None, *, cost=None, margin: float = DEFAULT_MARGIN,
                         fused: bool = True) -> tuple[Plan, float, float]:
     """``(plan, predicted_ms, sequential_ms)``: the fastest candidate, priced by ``cost(site, plan)`` (ms;

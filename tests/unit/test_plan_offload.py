@@ -102,6 +102,7 @@ def test_plan_none_asks_the_planner_once(monkeypatch):
     monkeypatch.setattr(plan_offload, "choose_offload_plan", fake_choose)
     monkeypatch.setattr("hocket.plan.live.process_planner", lambda: FakePlanner())
     monkeypatch.setattr(offload, "_PLANNED", {})
+    monkeypatch.setattr(offload, "_FITTED", {})
     key = ("mm_d2h", 1000, 64, 32, torch.bfloat16)
     for _ in range(3):
         assert offload._resolve_plan(None, 1000, site=key).chunks == 3
@@ -115,6 +116,7 @@ def test_plan_none_falls_back_with_a_warning(monkeypatch):
 
     monkeypatch.setattr(plan_offload, "choose_offload_plan", broken)
     monkeypatch.setattr(offload, "_PLANNED", {})
+    monkeypatch.setattr(offload, "_FITTED", {})
     with pytest.warns(RuntimeWarning, match="could not plan h2d_mm 1000x64x32.*no profile fits"):
         plan = offload._resolve_plan(None, 1000, site=("h2d_mm", 1000, 64, 32, torch.float32))
     assert plan == offload.fallback_plan(1000)
@@ -123,4 +125,43 @@ def test_plan_none_falls_back_with_a_warning(monkeypatch):
 def test_plan_none_is_sequential_when_disabled(monkeypatch):
     monkeypatch.setenv("HOCKET_DISABLE", "1")
     monkeypatch.setattr(offload, "_PLANNED", {})
+    monkeypatch.setattr(offload, "_FITTED", {})
     assert offload._resolve_plan(None, 1000, site=("mm_d2h", 1000, 64, 32, torch.float32)).strategy == "sequential"
+
+
+def test_a_new_length_in_the_bucket_reuses_the_decision(monkeypatch):
+    """m=7950 and 8100 share the 8192 bucket (multiples of 256): one decision (a ramp chosen for 8192 rows), each cut for its own m."""
+    calls = []
+    bucket_site = _site(m=8192)
+    ramp = Plan(strategy="chunked", chunks=8, split_sizes=ramp_sizes(bucket_site, 8), transport="host_staged")
+
+    def fake_choose(site, cluster, profile=None, **kw):
+        calls.append(site.m)
+        return ramp, 1.0, 2.0
+
+    class FakePlanner:
+        cluster, profile = "cluster", None
+
+    monkeypatch.setattr(plan_offload, "choose_offload_plan", fake_choose)
+    monkeypatch.setattr("hocket.plan.live.process_planner", lambda: FakePlanner())
+    monkeypatch.setattr(offload, "_PLANNED", {})
+    monkeypatch.setattr(offload, "_FITTED", {})
+    for m in (7950, 8100, 7950):
+        plan = offload._resolve_plan(None, m, site=("mm_d2h", m, 8192, 7168, torch.bfloat16))
+        assert sum(plan.split_sizes) == m and plan.split_sizes[0] == ALIGN and plan.chunks == 8
+    assert calls == [8192]
+
+
+@pytest.mark.parametrize("m", [8192, 5000, 700, 129, 100])
+def test_fit_keeps_the_plan_shape(m):
+    site = _site(m=m)
+    bucket = _site(m=8192)
+    blocks = -(-m // ALIGN)
+    ramp = Plan(strategy="chunked", chunks=8, split_sizes=ramp_sizes(bucket, 8), transport="host_staged")
+    fitted = plan_offload.fit_offload_plan(ramp, site)
+    assert fitted.chunks == min(8, blocks) or fitted.split_sizes is None
+    assert sum(fitted.split_sizes or (m,)) == m
+    for plan in (Plan(strategy="chunked", chunks=16, transport="host_staged"),
+                 Plan(strategy="tile_fused", chunks=8, transport="host_staged"), SEQUENTIAL):
+        fitted = plan_offload.fit_offload_plan(plan, site)
+        assert fitted.strategy == plan.strategy and fitted.chunks <= max(1, blocks) and fitted.split_sizes is None

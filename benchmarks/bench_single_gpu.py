@@ -54,6 +54,7 @@ from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePo
 from hocket.bench.paired import alternating_ms
 from hocket.kernels import (candidate_configs, consumer_gemm, even_row_offsets, producer_gemm, reset_producer,
                             warmup_consumer, warmup_producer)
+from hocket.kernels.config import NARROW_BF16
 from hocket.kernels.schedule import trapezoid_row_offsets
 from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host, offload_tile_config, planned
 from hocket.plan.offload import ramp_sizes
@@ -310,6 +311,8 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
     comm_ms = min(one_copy_ms, two_copies_ms)  # the fastest transport for these bytes
     if configs == "rule":
         configs = (offload_tile_config(m, n, k, DTYPE),)  # what the operators run by default
+    elif configs == "narrow":
+        configs = (NARROW_BF16,)  # 128x128 tiles: a shorter tile time at the exposed edge
     chosen, config_ms, config_cublas_ms = choose_tile_config(direction, a_dev, b, c_dev, configs=configs,
                                                              iters=max(30, iters // 2))
     per_config = {cfg.label(): ms for cfg, ms in config_ms.items()}
@@ -544,9 +547,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=None, help="timed runs per measurement (default 50; smoke 10)")
     parser.add_argument("--shapes", default=None,
                         help="comma-separated MxKxN shapes (default: the four of issue 5; smoke: the first)")
-    parser.add_argument("--configs", choices=("all", "rule"), default="all",
+    parser.add_argument("--configs", choices=("all", "rule", "narrow"), default="all",
                         help="tile configs timed alone before choosing one: all candidate_configs (default), or "
-                             "only the operators' default for the shape (hocket.ops.offload.offload_tile_config)")
+                             "only the operators' default for the shape (hocket.ops.offload.offload_tile_config), or "
+                             "128x128 tiles (hocket.kernels.config.NARROW_BF16)")
     parser.add_argument("--ramps", default=",".join(map(str, RAMP_CHUNKS)),
                         help="piece counts of ramped chunked runs (empty: none)")
     parser.add_argument("--no-planner", action="store_true", help="skip the run of what plan=None chooses")
@@ -584,8 +588,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = candidate_configs(DTYPE)
     if args.smoke:  # the first config and the first with 64-row blocks
         configs = configs[:1] + tuple(c for c in configs if c.block_m == 64)[:1]
-    if args.configs == "rule":
-        configs = "rule"
+    if args.configs in ("rule", "narrow"):
+        configs = args.configs
     chunk_counts = (8,) if args.smoke else CHUNKS
     try:
         ramp_counts = tuple(int(c) for c in args.ramps.split(",") if c.strip())

@@ -41,7 +41,7 @@ from dataclasses import replace
 
 import torch
 
-from hocket.kernels.config import TileConfig, config_for, persistent_programs
+from hocket.kernels.config import NARROW_BF16, TileConfig, config_for, persistent_programs
 from hocket.kernels.errors import NUM_SLOTS, raise_on_timeout
 from hocket.kernels.schedule import cdiv, tail_narrow_rows
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
@@ -166,9 +166,24 @@ def _resolve_copy_wait(copy_wait: str, side_waits: bool, device: torch.device) -
     return "side_kernel"
 
 
+SQUARE_TILES_MIN_N = 2048
+"""16-bit offloads with outputs at least this wide run 128x128 tiles (``NARROW_BF16``)."""
+
+
 def offload_tile_config(m: int, n: int, k: int, dtype: torch.dtype) -> TileConfig:
-    """The offload operators' default tile config: ``config_for`` the shape with the default (64-wide)
-    narrow edge tiles (see :meth:`OffloadContext.tile_config`)."""
+    """The offload operators' default tile config (see :meth:`OffloadContext.tile_config`).
+
+    16-bit with ``n >= SQUARE_TILES_MIN_N``: 128x128 tiles (``NARROW_BF16``, 64-wide narrow edge
+    tiles). A tile takes about half as long as a 128x256 one, so the flag groups next to the exposed
+    edge are ready (to host) or done (from host) sooner. On an H200 (benchmarks/results/h200/
+    run13_tiles, the same lease, tile_fused medians of 50 against 128x256 tiles): 8192x8192x7168 to host
+    2.254 against 2.268 ms, from host 2.529 against 2.563; 8192x3584x8192 to host 2.488 against 2.683,
+    from host 1.155 against 1.158; 4096x12288x6144 1.171 / 1.935 against 1.196 / 1.945. At n=1280 it
+    lost (to host 0.757 against 0.602), so narrower outputs keep ``config_for`` with 64-wide narrow
+    tiles. Other dtypes: ``config_for``."""
+    name = str(dtype).replace("torch.", "")
+    if name in ("bfloat16", "float16") and n >= SQUARE_TILES_MIN_N:
+        return NARROW_BF16
     return replace(config_for(m, n, k, dtype), narrow_block_n=None)
 
 
@@ -287,10 +302,9 @@ class OffloadContext:
         self.timeouts = _TimeoutWatch()
 
     def tile_config(self, m: int, n: int, k: int, dtype: torch.dtype) -> TileConfig:
-        """The context's ``config``, else ``hocket.kernels.config.config_for`` the shape with the
-        default (64-wide) narrow tiles: the exposed edge piece of an offload is narrow, and
-        128-wide edge tiles made the overlapped to-host operator slower on an H200 (8192x3584x8192:
-        2.744 ms against 2.491 with 64-wide ones, h200x2 run13 / h200 run 2)."""
+        """The context's ``config``, else :func:`offload_tile_config` (64-wide narrow tiles at the exposed
+        edge either way: 128-wide edge tiles made the overlapped to-host operator slower on an H200,
+        8192x3584x8192: 2.744 ms against 2.491 with 64-wide ones, h200x2 run13 / h200 run 2)."""
         if self.config is not None:
             return self.config
         return offload_tile_config(m, n, k, dtype)

@@ -52,3 +52,16 @@ def test_plan_resolution():
         _resolve_plan(Plan(strategy="ring"), 1000)
     with pytest.raises(ValueError, match="plan.transport='p2p'"):
         _resolve_plan(Plan(strategy="chunked", transport="p2p"), 1000)
+
+
+def test_offload_tile_config_rule():
+    from hocket.kernels.config import NARROW_BF16, config_for
+    from hocket.ops.offload import SQUARE_TILES_MIN_N, offload_tile_config
+
+    for dtype in (torch.bfloat16, torch.float16):
+        wide = offload_tile_config(8192, 7168, 8192, dtype)
+        assert wide == NARROW_BF16 and (wide.block_m, wide.block_n, wide.narrow_n) == (128, 128, 64)
+        assert offload_tile_config(8192, SQUARE_TILES_MIN_N, 8192, dtype) == NARROW_BF16
+        thin = offload_tile_config(8192, 1280, 8192, dtype)
+        assert (thin.block_n, thin.narrow_n) == (256, 64)  # config_for's tiles, 64-wide edge tiles
+    assert offload_tile_config(777, 4096, 300, torch.float32) == config_for(777, 4096, 300, torch.float32)

@@ -8,6 +8,13 @@ costs a fixed set-up. With the times measured on an H200 for (8192, 8192, 7168)
 the measured 2.27 ms of the 8-piece ramp and prints what other piece layouts would give.
 
     python benchmarks/offload_model.py
+
+The same for a ``chunked`` pipeline (one library GEMM per row piece, then its copy), with the piece
+GEMM times of h200 run11 (``probe_offload_pieces.py``: 128 rows 0.035 ms, 256 0.046, 512 0.085, 1024
+0.166, then 0.1438 us per row), ~2 us per copy piece and ~2 us per hand-over, searched over every
+nondecreasing layout of 128-row blocks with 3-8 pieces (``chunked_search``): it reproduces the measured
+ramp(8) (2.194 against 2.195-2.198 ms) and finds nothing under 2.192 ms (eff 0.945) to host on
+8192x8192x7168.
 """
 
 from __future__ import annotations
@@ -53,6 +60,58 @@ def to_host_ms(sizes: list[int], times: PipelineTimes, *, narrow_pieces: int = 1
     return copy_end, max(done.values())
 
 
+PIECE_GEMM_MS = {128: 0.035, 256: 0.046, 512: 0.085, 1024: 0.166}
+"""library GEMM of a row piece of 8192x8192x7168 bf16 on an H200 (h200 run11), ms."""
+PER_ROW_GEMM_MS = 0.1438e-3
+"""beyond 1024 rows: the whole GEMM's time per row (1.178 ms / 8192)."""
+
+
+def piece_gemm_ms(rows: int) -> float:
+    """Interpolated ``PIECE_GEMM_MS``; linear in rows beyond the largest point."""
+    points = sorted(PIECE_GEMM_MS)
+    if rows <= points[0]:
+        return PIECE_GEMM_MS[points[0]]
+    for a, b in zip(points, points[1:]):
+        if rows <= b:
+            return PIECE_GEMM_MS[a] + (PIECE_GEMM_MS[b] - PIECE_GEMM_MS[a]) * (rows - a) / (b - a)
+    return PIECE_GEMM_MS[points[-1]] + (rows - points[-1]) * PER_ROW_GEMM_MS
+
+
+def chunked_to_host_ms(sizes: list[int], *, copy_ms_per_row: float = 2.127 / 8192, piece_ms: float = 0.002,
+                       handoff_ms: float = 0.002, launch_ms: float = 0.003) -> float:
+    """End of the last copy of a chunked to-host pipeline: GEMMs back to back, each piece's copy after
+    its GEMM and the previous copy."""
+    gemm_end, copy_end = launch_ms, 0.0
+    for rows in sizes:
+        gemm_end += piece_gemm_ms(rows)
+        copy_end = max(copy_end, gemm_end + handoff_ms) + rows * copy_ms_per_row + piece_ms
+    return copy_end
+
+
+def chunked_search(m: int = 8192, block: int = 128, max_pieces: int = 8) -> dict[int, tuple[float, list[int]]]:
+    """pieces -> (best end ms, its sizes) over every nondecreasing layout of ``block``-row units."""
+    units = m // block
+    best: dict[int, tuple[float, list[int]]] = {}
+
+    def walk(left: int, low: int, seq: list[int], depth: int) -> None:
+        if left == 0:
+            sizes = [u * block for u in seq]
+            ms = chunked_to_host_ms(sizes)
+            if len(seq) not in best or ms < best[len(seq)][0]:
+                best[len(seq)] = (ms, sizes)
+            return
+        if depth == 0:
+            return
+        for u in range(low, left + 1):
+            if depth == 1 and u != left:
+                continue
+            walk(left - u, u, seq + [u], depth - 1)
+
+    for pieces in range(3, max_pieces + 1):
+        walk(units, 1, [], pieces)
+    return best
+
+
 def main() -> None:
     times = PipelineTimes()
     print(f"one copy alone: {8192 / times.copy_rows_per_ms:.3f} ms")
@@ -63,6 +122,10 @@ def main() -> None:
             for narrow in (1, 2):
                 end_ms, gemm_ms = to_host_ms(sizes, times, narrow_pieces=narrow)
                 print(f"{name:9s} {chunks:2d} pieces, {narrow} narrow: {end_ms:.3f} ms (GEMM ends {gemm_ms:.3f}) {sizes[:4]}...")
+    ramp = [128, 256, 256, 512, 768, 1280, 1920, 3072]
+    print(f"chunked ramp(8) {ramp}: {chunked_to_host_ms(ramp):.3f} ms")
+    for pieces, (ms, sizes) in sorted(chunked_search().items()):
+        print(f"chunked, best of {pieces} pieces: {ms:.3f} ms {sizes}")
 
 
 if __name__ == "__main__":

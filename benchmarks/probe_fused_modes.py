@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contexts", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--copy-wait", default="auto", help="OffloadContext(copy_wait=...): auto, stream, "
+                        "side_kernel, copy_kernel")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     contexts = []
     for c in range(args.contexts):
-        ctx = OffloadContext(dev)
+        ctx = OffloadContext(dev, copy_wait=args.copy_wait)
         contexts.append(ctx)  # kept alive: a freed context's buffers would be reused by the next
         out.fill_(float("nan"))
         matmul_to_host(A, B, out=out, plan=plan, context=ctx)

@@ -23,11 +23,12 @@ exposed: the first group to host, the last chunk from host; that piece's tiles a
 
 tile_fused defaults (``OffloadContext``): the shape's tile config (``config_for``),
 fixed-stride tiles, narrow tiles on the edge piece and on as many more row blocks as fill
-the launch's last wave (``fused_narrow_rows``), to-host copies released by
-spin kernels on a side stream, from-host chunk flags behind each copy. Options measured on
-an H200 (benchmarks/results/h200/README.md), none a reliable gain there: tiles from a
-ticket counter (``dynamic``), a driver stream wait (``copy_wait="stream"``), from-host flags
-off the copy stream (``chunk_flags="side"``), two copy streams (``copy_streams=2``).
+the launch's last wave (``fused_narrow_rows``), to-host copies held at their flags by a driver
+wait on the copy stream (spin kernels on a side stream where the driver has none: they made the
+pipeline bimodal on an H200), from-host chunk flags behind each copy. Options measured on an H200
+(benchmarks/results/h200/README.md), none a reliable gain there: tiles from a ticket counter
+(``dynamic``), spin-kernel waits (``copy_wait="side_kernel"``), from-host flags off the copy stream
+(``chunk_flags="side"``), two copy streams (``copy_streams=2``).
 
 Resources (copy streams, pinned and device staging buffers, kernel workspaces) live in an
 :class:`OffloadContext`; without ``context=`` each device gets one default context, kept
@@ -163,7 +164,9 @@ def _resolve_copy_wait(copy_wait: str, side_waits: bool, device: torch.device) -
         return copy_wait
     if not side_waits:
         return "copy_kernel"
-    return "side_kernel"
+    from hocket.kernels.stream_wait import stream_wait_available
+
+    return "stream" if stream_wait_available(device.index) else "side_kernel"
 
 
 SQUARE_TILES_MIN_N = 2048
@@ -243,10 +246,12 @@ class OffloadContext:
     waits for its flag: ``"stream"`` (the D2H stream holds on the flag value in the GPU's
     front end, ``hocket.kernels.wait_value_on_stream``), ``"side_kernel"`` (spin kernels on
     a side stream hand over with events), ``"copy_kernel"`` (spin kernels on the D2H stream);
-    ``"auto"``: ``"side_kernel"`` (on an H200 a driver wait costs ~8 us per group on the
-    copy stream even when the flag is already up: 0.03 ms slower on 8 groups; it wins only
-    while a spin kernel would slow the link beside a long GEMM); ``side_waits=False``
-    keeps its old meaning, ``"copy_kernel"``. ``chunk_flags``: where a
+    ``"auto"``: ``"stream"`` where the driver offers it, else ``"side_kernel"``. On an H200
+    (benchmarks/results/h200/run15_modes) spin kernels made the pipeline bimodal by context:
+    to host 8192x8192x7168 tile_fused(8) took 2.24 ms in every other context and 2.43 in the rest
+    (the copies ran ~5% slower beside the GEMM; 2.29 / 2.34 with the spin kernels on the copy
+    stream), while the driver wait took 2.257-2.262 in every context (~8 us per group of its own);
+    ``side_waits=False`` keeps its old meaning, ``"copy_kernel"``. ``chunk_flags``: where a
     from-host chunk's flag is raised: ``"side"`` (every chunk but the last from a side stream
     after the chunk's event, so the copies run back to back; the last right behind its copy)
     or ``"copy"`` (each right behind its copy on the H2D stream). ``copy_streams``: 1, or 2

@@ -386,8 +386,9 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
         config = contexts_config.get(name)
         extra = dict(common, variant=name, tile_config=config.label() if config is not None else None)
         if name in {v.name for v in variants}:
-            extra.update(next(v for v in variants if v.name == name).context_kwargs(),
-                         copy_wait_used=contexts[name].copy_wait)
+            extra.update(next(v for v in variants if v.name == name).context_kwargs())
+        if plan.strategy == "tile_fused":  # how its to-host copies waited (the planner's run included)
+            extra.update(copy_wait_used=contexts[name].copy_wait)
         if (name, plan) == (best_name, best_plan):
             extra.update(tile_alone_ms=alone_ms, tile_alone_tflops=flops / alone_ms / 1e9,
                          tile_alone_cublas_ms=alone_cublas_ms)

@@ -56,7 +56,8 @@ from hocket.kernels import (candidate_configs, consumer_gemm, even_row_offsets, 
                             warmup_consumer, warmup_producer)
 from hocket.kernels.config import NARROW_BF16
 from hocket.kernels.schedule import trapezoid_row_offsets
-from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host, offload_tile_config, planned
+from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host, offload_tile_config
+from hocket.ops.offload_plans import planned
 from hocket.plan.offload import ramp_sizes
 from hocket.ops.offload_pieces import piece_offsets
 from hocket.ops.offload_timeline import offload_timeline

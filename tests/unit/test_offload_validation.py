@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from hocket.ops.offload import _resolve_plan, matmul_from_host, matmul_to_host
+from hocket.ops.offload import matmul_from_host, matmul_to_host
+from hocket.ops.offload_plans import _resolve_plan
 from hocket.plan.plan import Plan
 
 

@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-import hocket.ops.offload as offload
+import hocket.ops.offload_plans as offload
 from hocket.hardware import load_cluster
 from hocket.plan import offload as plan_offload
 from hocket.plan.offload import ALIGN, SEQUENTIAL, choose_offload_plan, offload_candidates, ramp_sizes

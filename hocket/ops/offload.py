@@ -14,7 +14,7 @@ Strategies (``plan.strategy``; ``plan.chunks`` pieces; the transport is always h
 
 ``plan=None`` runs the plan :func:`hocket.plan.offload.choose_offload_plan` predicts fastest for the
 call's shape on this machine (sequential, even or ramped ``chunked``, ``tile_fused``), chosen once per
-shape (:func:`hocket.ops.offload_plans.planned`).
+shape bucket of ``m`` (:func:`hocket.ops.offload_plans.planned`).
 
 Pieces (``hocket.ops.offload_pieces``): ``plan.split_sizes`` if given, else even for
 ``chunked`` and a geometric ramp for ``tile_fused`` (one row block where the pipeline is
@@ -374,7 +374,11 @@ def _from_host(ctx: OffloadContext, A_host: torch.Tensor, B: torch.Tensor, out: 
             current.wait_event(event)
             rows = slice(offsets[i], offsets[i + 1])
             # the last piece's GEMM runs after every copy: split along k it runs on every SM
-            split_k_mm(a_dev[rows], B, out[rows], ctx.edge_parts(rows.stop - rows.start, i == last > 0, B.shape[1], k))
+            parts = ctx.edge_parts(rows.stop - rows.start, i == last > 0, B.shape[1], k)
+            if parts > 1:
+                split_k_mm(a_dev[rows], B, out[rows], parts)
+            else:
+                torch.mm(a_dev[rows], B, out=out[rows])
         return out
     fused_from_host(ctx, A_host, a_dev, B, out, plan)
     return out
@@ -432,7 +436,10 @@ def _to_host(ctx: OffloadContext, A: torch.Tensor, B: torch.Tensor, out: torch.T
             rows = slice(offsets[i], offsets[i + 1])
             # the first copy waits for the first piece's GEMM: split along k it runs on every SM
             parts = ctx.edge_parts(rows.stop - rows.start, i == 0 < len(offsets) - 2, n, A.shape[1])
-            split_k_mm(A[rows], B, c_dev[rows], parts)
+            if parts > 1:
+                split_k_mm(A[rows], B, c_dev[rows], parts)
+            else:
+                torch.mm(A[rows], B, out=c_dev[rows])
             events.append(current.record_event())
         done = ctx.staged.d2h_groups(c_dev, out, offsets, events=events)[-1]
     else:

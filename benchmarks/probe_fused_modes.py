@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -24,18 +23,10 @@ import torch
 
 
 def _median_ms(fn, iters: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    marks = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        marks.append((a, b))
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in marks)
+    """Median of ``iters`` CUDA-event-timed calls after 3 warm-ups (``hocket.bench.timer``)."""
+    from hocket.bench.timer import TimingConfig, time_callable
+
+    return time_callable(fn, config=TimingConfig(warmup=3, iters=iters), device=torch.device("cuda")).median_ms
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -30,28 +29,21 @@ import torch
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 
 
-def _ms(fn, *, iters: int, warmup: int = 3) -> dict:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    marks = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        marks.append((a, b))
-    torch.cuda.synchronize()
-    times = sorted(a.elapsed_time(b) for a, b in marks)
-    return {"median_ms": statistics.median(times), "p10_ms": times[len(times) // 10],
-            "p90_ms": times[(9 * len(times)) // 10], "samples": len(times)}
+def timed_ms(fn, *, iters: int, warmup: int = 3) -> dict:
+    """Median, p10, p90 of ``iters`` CUDA-event-timed calls (``hocket.bench.timer``)."""
+    from hocket.bench.timer import TimingConfig, time_callable
+
+    summary = time_callable(fn, config=TimingConfig(warmup=warmup, iters=iters), device=torch.device("cuda"))
+    return {"median_ms": summary.median_ms, "p10_ms": summary.p10_ms, "p90_ms": summary.p90_ms,
+            "samples": summary.n}
 
 
-def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
-    got, ref = got.float().cpu(), ref.float().cpu()
-    if not torch.isfinite(got).all():
-        return float("inf")
-    return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+def rel_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """``hocket.ops.tolerance.max_error`` on the host (inf where a NaN poison survived)."""
+    from hocket.ops.tolerance import max_error
+
+    got = got.float().cpu()
+    return max_error(got, ref.float().cpu()) if torch.isfinite(got).all() else float("inf")
 
 
 def probe_shape(m: int, k: int, n: int, *, iters: int, programs_list: tuple[int, ...]) -> list[dict]:
@@ -81,13 +73,13 @@ def probe_shape(m: int, k: int, n: int, *, iters: int, programs_list: tuple[int,
             c_dev.fill_(float("nan"))
             fn()
             torch.cuda.synchronize()
-            record["rel_err"] = _rel_err(check(), ref)
+            record["rel_err"] = rel_error(check(), ref)
             record["correct"] = record["rel_err"] < 2e-2
             if not record["correct"]:
                 rows.append(record)
                 print(f"  {direction:9s} {variant:24s} WRONG rel_err={record['rel_err']:.3g}", flush=True)
                 return
-        record.update(_ms(fn, iters=iters))
+        record.update(timed_ms(fn, iters=iters))
         record.update(extra or {})
         rows.append(record)
         print(f"  {direction:9s} {variant:24s} {record['median_ms']:8.3f} ms", flush=True)
@@ -115,7 +107,7 @@ def probe_shape(m: int, k: int, n: int, *, iters: int, programs_list: tuple[int,
         check=lambda: c_dev)
     for label, cfg in cfgs.items():
         ws = ConsumerWorkspace(m=m, n=n, k=k, dtype=dt, device=dev, chunk_offsets=(0, m), config=cfg)
-        first = _ms(lambda ws=ws: _launch_consumer(ws, a_host, B, c_dev, wait=False), iters=1, warmup=1)
+        first = timed_ms(lambda ws=ws: _launch_consumer(ws, a_host, B, c_dev, wait=False), iters=1, warmup=1)
         if first["median_ms"] > 40:
             rows.append({"m": m, "k": k, "n": n, "direction": "from_host", "variant": f"direct/{label}",
                          "median_ms": first["median_ms"], "samples": 1, "note": "one call (too slow to repeat)"})

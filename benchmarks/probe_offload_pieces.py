@@ -20,39 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
+from probe_host_direct import rel_error, timed_ms  # the same timing and check (same folder)
+
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 RAMPS = (6, 8, 10, 12, 16)
 PIECE_ROWS = (128, 256, 512, 1024)
-
-
-def _ms(fn, *, iters: int, warmup: int = 3) -> dict:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    marks = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        marks.append((a, b))
-    torch.cuda.synchronize()
-    times = sorted(a.elapsed_time(b) for a, b in marks)
-    return {"median_ms": statistics.median(times), "p10_ms": times[len(times) // 10],
-            "p90_ms": times[(9 * len(times)) // 10], "samples": len(times)}
-
-
-def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
-    got, ref = got.float().cpu(), ref.float().cpu()
-    if not torch.isfinite(got).all():
-        return float("inf")
-    return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
 def _sizes(offsets) -> tuple[int, ...]:
@@ -86,12 +63,12 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
             c_dev.fill_(float("nan"))
             fn()
             torch.cuda.synchronize()
-            record["rel_err"] = _rel_err(check(), ref)
+            record["rel_err"] = rel_error(check(), ref)
             if record["rel_err"] > 2e-2:
                 rows.append({**record, "correct": False})
                 print(f"  {direction:9s} {variant:26s} WRONG rel_err={record['rel_err']:.3g}", flush=True)
                 return
-        record.update(_ms(fn, iters=iters))
+        record.update(timed_ms(fn, iters=iters))
         rows.append(record)
         print(f"  {direction:9s} {variant:26s} {record['median_ms']:8.3f} ms", flush=True)
 

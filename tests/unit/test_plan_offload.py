@@ -89,20 +89,31 @@ def test_copy_bound_offloads_choose_a_pipeline_on_h200():
         assert ms == pytest.approx(min(predict(site, p, cluster).total_ms for p in offload_candidates(site)))
 
 
-def test_plan_none_asks_the_planner_once(monkeypatch):
+@pytest.fixture
+def fresh_plans(monkeypatch):
+    """Empty plan caches for the test (restored after it)."""
+    monkeypatch.setattr(offload, "_PLANNED", {})
+    monkeypatch.setattr(offload, "_FITTED", {})
+
+
+def _fake_planner(monkeypatch, plan: Plan) -> list:
+    """``choose_offload_plan`` replaced by one that records each site it is asked for and returns ``plan``."""
     calls = []
 
     def fake_choose(site, cluster, profile=None, **kw):
         calls.append(site)
-        return Plan(strategy="chunked", chunks=3, transport="host_staged"), 1.0, 2.0
+        return plan, 1.0, 2.0
 
     class FakePlanner:
         cluster, profile = "cluster", None
 
     monkeypatch.setattr(plan_offload, "choose_offload_plan", fake_choose)
     monkeypatch.setattr("hocket.plan.live.process_planner", lambda: FakePlanner())
-    monkeypatch.setattr(offload, "_PLANNED", {})
-    monkeypatch.setattr(offload, "_FITTED", {})
+    return calls
+
+
+def test_plan_none_asks_the_planner_once(monkeypatch, fresh_plans):
+    calls = _fake_planner(monkeypatch, Plan(strategy="chunked", chunks=3, transport="host_staged"))
     key = ("mm_d2h", 1000, 64, 32, torch.bfloat16)
     for _ in range(3):
         assert offload._resolve_plan(None, 1000, site=key).chunks == 3
@@ -110,46 +121,30 @@ def test_plan_none_asks_the_planner_once(monkeypatch):
     assert offload._resolve_plan(Plan(strategy="sequential", transport="host_staged"), 1000, site=key).chunks == 1
 
 
-def test_plan_none_falls_back_with_a_warning(monkeypatch):
+def test_plan_none_falls_back_with_a_warning(monkeypatch, fresh_plans):
     def broken(*a, **k):
         raise RuntimeError("no profile fits")
 
     monkeypatch.setattr(plan_offload, "choose_offload_plan", broken)
-    monkeypatch.setattr(offload, "_PLANNED", {})
-    monkeypatch.setattr(offload, "_FITTED", {})
     with pytest.warns(RuntimeWarning, match="could not plan h2d_mm 1000x64x32.*no profile fits"):
         plan = offload._resolve_plan(None, 1000, site=("h2d_mm", 1000, 64, 32, torch.float32))
     assert plan == offload.fallback_plan(1000)
 
 
-def test_plan_none_is_sequential_when_disabled(monkeypatch):
+def test_plan_none_is_sequential_when_disabled(monkeypatch, fresh_plans):
     monkeypatch.setenv("HOCKET_DISABLE", "1")
-    monkeypatch.setattr(offload, "_PLANNED", {})
-    monkeypatch.setattr(offload, "_FITTED", {})
     assert offload._resolve_plan(None, 1000, site=("mm_d2h", 1000, 64, 32, torch.float32)).strategy == "sequential"
 
 
-def test_a_new_length_in_the_bucket_reuses_the_decision(monkeypatch):
-    """m=7950 and 8100 share the 8192 bucket (multiples of 256): one decision (a ramp chosen for 8192 rows), each cut for its own m."""
-    calls = []
-    bucket_site = _site(m=8192)
-    ramp = Plan(strategy="chunked", chunks=8, split_sizes=ramp_sizes(bucket_site, 8), transport="host_staged")
-
-    def fake_choose(site, cluster, profile=None, **kw):
-        calls.append(site.m)
-        return ramp, 1.0, 2.0
-
-    class FakePlanner:
-        cluster, profile = "cluster", None
-
-    monkeypatch.setattr(plan_offload, "choose_offload_plan", fake_choose)
-    monkeypatch.setattr("hocket.plan.live.process_planner", lambda: FakePlanner())
-    monkeypatch.setattr(offload, "_PLANNED", {})
-    monkeypatch.setattr(offload, "_FITTED", {})
+def test_a_new_length_in_the_bucket_reuses_the_decision(monkeypatch, fresh_plans):
+    """m=7950 and 8100 share the 8192 bucket (multiples of 256): one decision (a ramp chosen for 8192
+    rows), each cut for its own m."""
+    ramp = Plan(strategy="chunked", chunks=8, split_sizes=ramp_sizes(_site(m=8192), 8), transport="host_staged")
+    calls = _fake_planner(monkeypatch, ramp)
     for m in (7950, 8100, 7950):
         plan = offload._resolve_plan(None, m, site=("mm_d2h", m, 8192, 7168, torch.bfloat16))
         assert sum(plan.split_sizes) == m and plan.split_sizes[0] == ALIGN and plan.chunks == 8
-    assert calls == [8192]
+    assert [site.m for site in calls] == [8192]
 
 
 @pytest.mark.parametrize("m", [8192, 5000, 700, 129, 100])

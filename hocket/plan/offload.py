@@ -84,7 +84,7 @@ def fit_offload_plan(plan: Plan, site: Site) -> Plan:
         if len(set(sizes)) > 1:
             return plan.with_(chunks=len(sizes), split_sizes=sizes)
         return plan.with_(chunks=chunks, split_sizes=None)
-    return plan.with_(chunks=chunks, split_sizes=None) if plan.split_sizes is not None else plan.with_(chunks=chunks)
+    return plan.with_(chunks=chunks, split_sizes=None)
 
 
 def choose_offload_plan(site: Site, cluster=None, profile=None, *, cost=None, margin: float = DEFAULT_MARGIN,

@@ -6,6 +6,11 @@ model prices each plan from the cluster preset (and a calibration profile if giv
 
   hocket predict ag_mm --m 4096 --k 12288 --n 6144 --world 8 --dtype bf16 --cluster h800x8
   hocket predict mm_rs --m 8192 --k 3584 --n 8192 --world 8 --cluster h200x8 --strategy chunked --chunks 4 --json
+  hocket predict mm_d2h --m 8192 --k 8192 --n 7168 --cluster h200x1
+
+``h2d_mm`` / ``mm_d2h`` are the single-device offloads (``hocket.ops.matmul_from_host`` /
+``matmul_to_host``: A from, or C to, pinned host memory); their candidates are
+``hocket.plan.offload``'s (what ``plan=None`` chooses among) and ``--world`` is 1.
 """
 
 from __future__ import annotations
@@ -18,18 +23,22 @@ from pathlib import Path
 from hocket.cli._ranks import positive_int
 from hocket.plan.report import plan_label
 
-KINDS = ("ag_mm", "mm_rs", "mm_ar")
+COLLECTIVE_KINDS = ("ag_mm", "mm_rs", "mm_ar")
+OFFLOAD_KINDS = ("h2d_mm", "mm_d2h")
+KINDS = COLLECTIVE_KINDS + OFFLOAD_KINDS
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "predict", help="predicted time of one site: sequential, every candidate plan, the best",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=KINDS, help="all-gather+matmul, matmul+reduce-scatter or matmul+all-reduce")
+    parser.add_argument("kind", choices=KINDS, help="all-gather+matmul, matmul+reduce-scatter, matmul+all-reduce, "
+                                                    "or a single-device offload (from / to pinned host memory)")
     parser.add_argument("--m", type=positive_int, required=True, help="rows (after the gather for ag_mm)")
     parser.add_argument("--k", type=positive_int, required=True, help="inner dim (local k for mm_rs/mm_ar)")
     parser.add_argument("--n", type=positive_int, required=True, help="columns of B (per rank)")
-    parser.add_argument("--world", type=positive_int, required=True, help="ranks in the group")
+    parser.add_argument("--world", type=positive_int, default=None,
+                        help="ranks in the group (required for ag_mm, mm_rs, mm_ar; 1 for the offloads)")
     parser.add_argument("--dtype", default="bf16", help="bf16, fp16, fp32, fp8 (default bf16)")
     parser.add_argument("--num-b", type=positive_int, default=1, help="B matrices sharing the gathered A (ag_mm)")
     parser.add_argument("--first-rank", type=int, default=0,
@@ -81,11 +90,18 @@ def build(args) -> dict:
     from hocket.site import Site
 
     cluster = load_cluster(args.cluster)
-    if args.first_rank < 0 or args.first_rank + args.world > cluster.world_size:
-        raise ValueError(f"--first-rank {args.first_rank} with --world {args.world} does not fit cluster "
+    offload = args.kind in OFFLOAD_KINDS
+    if offload and args.world not in (None, 1):
+        raise ValueError(f"--world {args.world}: {args.kind} runs on one device and its host link; use --world 1 "
+                         f"(or leave it out)")
+    if not offload and args.world is None:
+        raise ValueError(f"--world is required for {args.kind} (ranks in the group)")
+    world = 1 if offload else args.world
+    if args.first_rank < 0 or args.first_rank + world > cluster.world_size:
+        raise ValueError(f"--first-rank {args.first_rank} with --world {world} does not fit cluster "
                          f"{cluster.name!r} ({cluster.world_size} ranks); use a smaller group or a larger cluster")
-    ranks = tuple(range(args.first_rank, args.first_rank + args.world)) if args.first_rank else ()
-    site = Site(kind=args.kind, m=args.m, k=args.k, n=args.n, dtype=args.dtype, world=args.world,
+    ranks = tuple(range(args.first_rank, args.first_rank + world)) if args.first_rank else ()
+    site = Site(kind=args.kind, m=args.m, k=args.k, n=args.n, dtype=args.dtype, world=world,
                 num_b=args.num_b, ranks=ranks)
     profile = None
     if args.profile:
@@ -101,8 +117,16 @@ def build(args) -> dict:
         predictions[plan] = predict(site, plan, cluster, view, steady_state=args.steady_state)
         return predictions[plan].total_ms
 
-    result = search(site, cluster, cost_fn=cost)
-    plans = [result.sequential] + [s.plan for s in result.ranked if s.plan != result.sequential]
+    if offload:  # hocket.plan.offload's candidates, in the order plan=None prices them (sequential first)
+        from hocket.plan.offload import offload_candidates
+
+        plans = list(offload_candidates(site))
+        for plan in plans:
+            cost(site, plan)
+        plans = plans[:1] + sorted(plans[1:], key=lambda p: predictions[p].total_ms)
+    else:
+        result = search(site, cluster, cost_fn=cost)
+        plans = [result.sequential] + [s.plan for s in result.ranked if s.plan != result.sequential]
     rows = [{"plan": plan.to_dict(), "label": plan_label(plan), **predictions[plan].to_dict()} for plan in plans]
     sequential = rows[0]
     for row in rows:

@@ -75,3 +75,27 @@ def test_steady_state_prices_every_candidate_at_most_as_a_cold_call(capsys):
         else:  # host-bound: the host's whole issue time per call, which a cold call partly hides behind the device
             assert c["total_ms"] == pytest.approx(c["busy_ms"]["issue"])
     assert any(c["total_ms"] < cold_by_label[c["label"]] - 1e-6 for c in steady["candidates"])
+
+
+@pytest.mark.parametrize("kind", ["mm_d2h", "h2d_mm"])
+def test_offload_kinds_list_the_offload_candidates(capsys, kind):
+    from hocket.plan.offload import offload_candidates
+    from hocket.site import Site
+
+    m = random.choice([4096, 8192])
+    code, out, _ = _run(capsys, kind, "--m", str(m), "--k", "8192", "--n", "7168", "--cluster", "h200x1", "--json")
+    assert code == 0
+    result = json.loads(out)
+    plans = [c["plan"] for c in result["candidates"]]
+    expected = offload_candidates(Site(kind=kind, m=m, k=8192, n=7168, dtype="bf16", world=1))
+    assert len(plans) == len(expected) and plans[0]["strategy"] == "sequential"
+    assert all(p["transport"] == "host_staged" for p in plans)
+    assert any(p["split_sizes"] for p in plans)  # the ramps
+    assert result["best_ms"] == min(c["total_ms"] for c in result["candidates"]) < result["sequential_ms"]
+
+
+def test_offload_world_and_collective_world_are_checked(capsys):
+    code, _, err = _run(capsys, "h2d_mm", "--m", "64", "--k", "64", "--n", "64", "--world", "2", "--cluster", "h200x1")
+    assert code == 2 and "--world 2" in err and "--world 1" in err
+    code, _, err = _run(capsys, "ag_mm", "--m", "64", "--k", "64", "--n", "64", "--cluster", "h200x2")
+    assert code == 2 and "--world is required for ag_mm" in err

@@ -65,7 +65,8 @@ def ramp_sizes(total: int, chunks: int, pattern: str, *, align: int = DEFAULT_AL
 
 
 def split_pattern(sizes: tuple[int, ...] | None) -> str | None:
-    """The shape of ``sizes``: None (even, no sizes), one of ``SPLIT_PATTERNS``, or ``"custom"``."""
+    """The shape of ``sizes``: None (even, no sizes), one of ``SPLIT_PATTERNS``, ``"ramp"`` (growing or
+    shrinking monotonically with three or more sizes, e.g. :func:`ramp_row_offsets`'s), or ``"custom"``."""
     if sizes is None:
         return None
     if len(sizes) < 2:
@@ -80,6 +81,9 @@ def split_pattern(sizes: tuple[int, ...] | None) -> str | None:
     inner = sizes[1:-1]
     if even(inner) and max(sizes[0], sizes[-1]) < min(inner):
         return "fill_drain"
+    steps = [b - a for a, b in zip(sizes, sizes[1:])]
+    if len(set(sizes)) >= 3 and (all(d >= 0 for d in steps) or all(d <= 0 for d in steps)):
+        return "ramp"
     return "custom"
 
 

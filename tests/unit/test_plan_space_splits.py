@@ -92,3 +92,14 @@ def test_uneven_pieces_count_their_extra_staging_memory():
     expected = 2 * -(-full * max(sizes) // rows) + 2 * -(-full * min(sizes) // rows)
     assert estimate_extra_memory(site, fill).workspace_bytes == expected
     assert estimate_extra_memory(site, fill).workspace_bytes > estimate_extra_memory(site, even).workspace_bytes
+
+
+@pytest.mark.parametrize("sizes,pattern", [
+    ((128, 256, 256, 512, 768, 1280, 1920, 3072), "ramp"),   # hocket.plan.offload's ramp to host
+    ((3072, 1920, 1280, 768, 512, 256, 256, 128), "ramp"),   # and from host
+    ((128, 256, 128, 512), "custom"),                         # not monotone
+    ((100, 200), "fill"),                                     # two sizes: a small first piece
+    ((64, 64, 64), "custom"),                                 # even, given explicitly
+])
+def test_ramps_are_named(sizes, pattern):
+    assert split_pattern(sizes) == pattern

@@ -607,11 +607,9 @@ def _offload(b: _Builder) -> None:
     if plan.strategy in ("sequential", "chunked"):
         pieces = [m] if plan.strategy == "sequential" else list(piece_sizes(m, plan))
         if to_host:
-            # the executor's issue order (hocket.ops.offload._to_host): every piece's GEMM is
-            # launched (with its event) before the first copy is issued
-            gemms = [b.add_gemm(f"gemm[{i}]", rows, piece=i) for i, rows in enumerate(pieces)]
+            # the executor's issue order (hocket.ops.offload._to_host): each piece's GEMM, then its copy
             for i, rows in enumerate(pieces):
-                copy(i, rows, deps=(gemms[i],))
+                copy(i, rows, deps=(b.add_gemm(f"gemm[{i}]", rows, piece=i),))
         else:
             # from host the executor issues every copy first too (host_staged.h2d_chunks), but a
             # copy there waits on no event and costs the host less than the one item "host_copy"

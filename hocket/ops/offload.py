@@ -431,7 +431,6 @@ def _to_host(ctx: OffloadContext, A: torch.Tensor, B: torch.Tensor, out: torch.T
         out.copy_(c_dev, non_blocking=True)
     elif plan.strategy == "chunked":
         offsets = piece_offsets(plan, m, align=CHUNK_ALIGN_ROWS, direction="to_host")
-        events = []
         for i in range(len(offsets) - 1):
             rows = slice(offsets[i], offsets[i + 1])
             # the first copy waits for the first piece's GEMM: split along k it runs on every SM
@@ -440,8 +439,9 @@ def _to_host(ctx: OffloadContext, A: torch.Tensor, B: torch.Tensor, out: torch.T
                 split_k_mm(A[rows], B, c_dev[rows], parts)
             else:
                 torch.mm(A[rows], B, out=c_dev[rows])
-            events.append(current.record_event())
-        done = ctx.staged.d2h_groups(c_dev, out, offsets, events=events)[-1]
+            # issued right behind its GEMM: from an idle GPU the first copy is queued before the
+            # later GEMMs are issued, not after all of them
+            done = ctx.staged.d2h_groups(c_dev, out, offsets[i:i + 2], events=[current.record_event()])[-1]
     else:
         fused_to_host(ctx, A, B, c_dev, out, plan)
     if done is not None:

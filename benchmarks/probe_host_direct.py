@@ -46,6 +46,21 @@ def rel_error(got: torch.Tensor, ref: torch.Tensor) -> float:
     return max_error(got, ref.float().cpu()) if torch.isfinite(got).all() else float("inf")
 
 
+def write_rows(path, rows: list[dict]) -> None:
+    """The probe's records as JSON lines (``path`` None: nothing)."""
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
+def row_text(r: dict, width: int) -> str:
+    """One table line: direction, shape, variant (``width`` wide), median, p10, p90 (WRONG if unchecked)."""
+    med = f"{r['median_ms']:8.3f}" if "median_ms" in r else "   WRONG"
+    p10 = f"{r['p10_ms']:8.3f}" if "p10_ms" in r else ""
+    p90 = f"{r['p90_ms']:8.3f}" if "p90_ms" in r else ""
+    return f"{r['direction']:9s} {r['m']}x{r['k']}x{r['n']:<8d} {r['variant']:{width}s} {med} {p10} {p90}"
+
+
 def probe_shape(m: int, k: int, n: int, *, iters: int, programs_list: tuple[int, ...]) -> list[dict]:
     from hocket.kernels.config import NARROW_BF16
     from hocket.kernels.launch import _launch_consumer, _launch_producer
@@ -142,15 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     for i, (m, k, n) in enumerate(shapes):
         print(f"[{i + 1}/{len(shapes)}] m={m} k={k} n={n}", flush=True)
         rows += probe_shape(m, k, n, iters=args.iters, programs_list=programs if i == 0 else ())
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    write_rows(args.out, rows)
     print(f"\n{'direction':9s} {'m x k x n':18s} {'variant':24s} {'median':>8s} {'p10':>8s} {'p90':>8s}")
     for r in rows:
-        med = f"{r['median_ms']:8.3f}" if "median_ms" in r else "   WRONG"
-        p10 = f"{r['p10_ms']:8.3f}" if "p10_ms" in r else ""
-        p90 = f"{r['p90_ms']:8.3f}" if "p90_ms" in r else ""
-        print(f"{r['direction']:9s} {r['m']}x{r['k']}x{r['n']:<8d} {r['variant']:24s} {med} {p10} {p90}")
+        print(row_text(r, 24))
     return 0
 
 

@@ -19,13 +19,12 @@ of ``--iters`` CUDA-event-timed calls, every output checked first against ``torc
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
-from probe_host_direct import rel_error, timed_ms  # the same timing and check (same folder)
+from probe_host_direct import rel_error, row_text, timed_ms, write_rows  # same timing, check, output
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 RAMPS = (6, 8, 10, 12, 16)
@@ -142,15 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i + 1}/{len(shapes)}] m={m} k={k} n={n}", flush=True)
         rows = probe_shape(m, k, n, iters=args.iters)
         table += [(r, _eff(rows, r["direction"], r["variant"])) for r in rows]
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r, _ in table))
+    write_rows(args.out, [r for r, _ in table])
     print(f"\n{'direction':9s} {'m x k x n':18s} {'variant':26s} {'median':>8s} {'p10':>8s} {'p90':>8s}  eff")
     for r, eff in table:
-        med = f"{r['median_ms']:8.3f}" if "median_ms" in r else "   WRONG"
-        p10 = f"{r['p10_ms']:8.3f}" if "p10_ms" in r else ""
-        p90 = f"{r['p90_ms']:8.3f}" if "p90_ms" in r else ""
-        print(f"{r['direction']:9s} {r['m']}x{r['k']}x{r['n']:<8d} {r['variant']:26s} {med} {p10} {p90}  {eff}")
+        print(f"{row_text(r, 26)}  {eff}")
     return 0
 
 

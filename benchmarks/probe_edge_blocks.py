@@ -8,7 +8,8 @@ columns at a time, each block reading only its slice of B, copied with one strid
 ``hocket.transport.copy_2d``) or k blocks (from host: the last rows arrive a block of A's
 columns at a time, each partial product is added into an fp32 accumulator as it lands), the
 exposed GEMM shrinks to one block's. This probe measures, against the ramp pipeline of the same
-process (same schedule code, only the edge differs), medians of ``--iters`` CUDA-event-timed
+process (same schedule code, only the edge differs; the edge GEMMs by the library or by
+``hocket.kernels.split_k``, every SM on one thin piece), medians of ``--iters`` CUDA-event-timed
 calls, every output checked against ``torch.mm`` first (NaN poison).
 
     python3 benchmarks/probe_edge_blocks.py --out $OUT/probe_edge_blocks.jsonl
@@ -25,9 +26,9 @@ import torch
 from probe_host_direct import rel_error, row_text, timed_ms, write_rows  # same timing, check, output
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192))
-RAMPS = (6, 8, 10)
+RAMPS = (8, 10)
 EDGE_ROWS = (128, 256)
-EDGE_BLOCKS = (2, 4, 7)
+EDGE_BLOCKS = (2, 4)
 
 
 def _even(total: int, parts: int, align: int = 64) -> list[tuple[int, int]]:
@@ -44,7 +45,11 @@ def _row_pieces(start: int, stop: int, ramp: int, *, reverse: bool) -> list[tupl
 
 
 class Pipelines:
-    """The two directions over one shape, with a side copy stream and per-block staging."""
+    """The two directions over one shape, with a side copy stream and per-block staging.
+
+    ``edge``: how the exposed GEMMs run: ``lib`` (``torch.mm``; k blocks: fp32-output ``torch.mm``
+    added into an fp32 accumulator) or ``splitk`` (``hocket.kernels.split_k``: every SM, fp32 atomics).
+    """
 
     def __init__(self, m: int, k: int, n: int) -> None:
         self.dev = torch.device("cuda", torch.cuda.current_device())
@@ -58,15 +63,29 @@ class Pipelines:
         self.a_host = self.A.cpu().pin_memory()
         self.a_dev = torch.empty_like(self.A)
         self.stage = torch.empty(max(EDGE_ROWS) * max(n, k) * 2, device=self.dev, dtype=dt)
-        self.acc = torch.empty(max(EDGE_ROWS), n, device=self.dev, dtype=torch.float32)
+        self.acc = torch.zeros(max(EDGE_ROWS) * n, device=self.dev, dtype=torch.float32)
         self.copy = torch.cuda.Stream(self.dev)
+        self.sms = torch.cuda.get_device_properties(self.dev).multi_processor_count
         self.m, self.k, self.n = m, k, n
 
     def _stage(self, offset: int, rows: int, cols: int) -> torch.Tensor:
         return self.stage[offset:offset + rows * cols].view(rows, cols)
 
-    def to_host(self, edge_rows: int, blocks: int, ramp: int) -> None:
-        """First ``edge_rows`` rows in ``blocks`` column blocks (0: none), the rest a ramp."""
+    def _acc(self, rows: int, cols: int) -> torch.Tensor:
+        return self.acc[:rows * cols].view(rows, cols)
+
+    def edge_mm(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, edge: str) -> None:
+        """``out = a @ b`` for an exposed piece."""
+        if edge == "lib":
+            torch.mm(a, b, out=out)
+            return
+        from hocket.kernels.split_k import split_count, split_k_gemm
+
+        split_k_gemm(a, b, out, self._acc(*out.shape),
+                     splits=split_count(a.shape[0], b.shape[1], a.shape[1], self.sms))
+
+    def to_host(self, edge_rows: int, blocks: int, ramp: int, edge: str = "lib") -> None:
+        """First ``edge_rows`` rows in ``blocks`` column blocks (0: a row piece of the ramp), the rest a ramp."""
         from hocket.transport.copy_2d import copy_2d_async
 
         cur = torch.cuda.current_stream()
@@ -76,45 +95,56 @@ class Pipelines:
             for c0, c1 in _even(self.n, blocks):
                 st = self._stage(offset, edge_rows, c1 - c0)
                 offset += st.numel()
-                torch.mm(self.A[:edge_rows], self.B[:, c0:c1], out=st)
+                self.edge_mm(self.A[:edge_rows], self.B[:, c0:c1], st, edge)
                 self.copy.wait_stream(cur)
                 copy_2d_async(self.c_host[:edge_rows, c0:c1], st, self.copy)
             start = edge_rows
-        for r0, r1 in _row_pieces(start, self.m, ramp, reverse=False):
-            torch.mm(self.A[r0:r1], self.B, out=self.c_dev[r0:r1])
+        for i, (r0, r1) in enumerate(_row_pieces(start, self.m, ramp, reverse=False)):
+            self.edge_mm(self.A[r0:r1], self.B, self.c_dev[r0:r1], edge if i == 0 and not blocks else "lib")
             self.copy.wait_stream(cur)
             with torch.cuda.stream(self.copy):
                 self.c_host[r0:r1].copy_(self.c_dev[r0:r1], non_blocking=True)
         cur.wait_stream(self.copy)
 
-    def from_host(self, edge_rows: int, blocks: int, ramp: int) -> None:
-        """Last ``edge_rows`` rows in ``blocks`` k blocks (0: none), before them a reversed ramp."""
+    def from_host(self, edge_rows: int, blocks: int, ramp: int, edge: str = "lib") -> None:
+        """Last ``edge_rows`` rows in ``blocks`` k blocks (0: the ramp's last row piece), before them a reversed ramp."""
         from hocket.transport.copy_2d import copy_2d_async
 
         cur = torch.cuda.current_stream()
         self.copy.wait_stream(cur)
         stop = self.m - edge_rows if blocks else self.m
-        for r0, r1 in _row_pieces(0, stop, ramp, reverse=True):
+        pieces = _row_pieces(0, stop, ramp, reverse=True)
+        for i, (r0, r1) in enumerate(pieces):
             with torch.cuda.stream(self.copy):
                 self.a_dev[r0:r1].copy_(self.a_host[r0:r1], non_blocking=True)
             cur.wait_stream(self.copy)
-            torch.mm(self.a_dev[r0:r1], self.B, out=self.c_dev[r0:r1])
+            last = i == len(pieces) - 1 and not blocks
+            self.edge_mm(self.a_dev[r0:r1], self.B, self.c_dev[r0:r1], edge if last else "lib")
         if blocks:
-            acc = self.acc[:edge_rows]
+            acc = self._acc(edge_rows, self.n)
             offset = 0
             for i, (k0, k1) in enumerate(_even(self.k, blocks)):
                 st = self._stage(offset, edge_rows, k1 - k0)
                 offset += st.numel()
                 copy_2d_async(st, self.a_host[stop:, k0:k1], self.copy)
                 cur.wait_stream(self.copy)
-                part = torch.mm(st, self.B[k0:k1], out_dtype=torch.float32)
-                acc.copy_(part) if i == 0 else acc.add_(part)
-            self.c_dev[stop:].copy_(acc)
+                if edge == "lib":
+                    part = torch.mm(st, self.B[k0:k1], out_dtype=torch.float32)
+                    acc.copy_(part) if i == 0 else acc.add_(part)
+                else:
+                    from hocket.kernels.split_k import accumulate, split_count
+
+                    accumulate(st, self.B[k0:k1], acc, splits=split_count(edge_rows, self.n, k1 - k0, self.sms))
+            if edge == "lib":
+                self.c_dev[stop:].copy_(acc)
+                acc.zero_()
+            else:
+                from hocket.kernels.split_k import finish
+
+                finish(acc, self.c_dev[stop:])
 
 
 def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
-    from hocket.ops.split_k import split_k_mm
-
     p = Pipelines(m, k, n)
     rows: list[dict] = []
 
@@ -128,40 +158,48 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
             record["rel_err"] = rel_error(check(), p.ref)
             if record["rel_err"] > 2e-2:
                 rows.append({**record, "correct": False})
-                print(f"  {direction:9s} {variant:30s} WRONG rel_err={record['rel_err']:.3g}", flush=True)
+                print(f"  {direction:9s} {variant:34s} WRONG rel_err={record['rel_err']:.3g}", flush=True)
                 return
         record.update(timed_ms(fn, iters=iters))
         rows.append(record)
-        print(f"  {direction:9s} {variant:30s} {record['median_ms']:8.3f} ms", flush=True)
+        print(f"  {direction:9s} {variant:34s} {record['median_ms']:8.3f} ms", flush=True)
 
     A, B = p.A, p.B
     add("gemm", "mm", lambda: torch.mm(A, B, out=p.c_dev))
-    for r in EDGE_ROWS:  # what the exposed edge costs: one block's GEMM
+    for r in EDGE_ROWS:  # what the exposed edge costs: one block's GEMM, library and split-K
         for blocks in (1,) + EDGE_BLOCKS:
             (c0, c1), (k0, k1) = _even(n, blocks)[0], _even(k, blocks)[-1]
             st = p._stage(0, r, c1 - c0)
-            add("gemm", f"mm rows={r} cols/{blocks}", lambda r=r, c1=c1, st=st: torch.mm(A[:r], B[:, :c1], out=st))
-            if blocks > 1:
-                a_blk = A[-r:, k0:k1].contiguous()
-                add("gemm", f"mm rows={r} k/{blocks} fp32", lambda a=a_blk, k0=k0, k1=k1: torch.mm(
-                    a, B[k0:k1], out_dtype=torch.float32))
-            else:
-                add("gemm", f"split-k(4) rows={r}", lambda r=r, st=st: split_k_mm(A[:r], B, st, 4))
+            for edge in ("lib", "splitk"):
+                add("gemm", f"{edge} rows={r} cols/{blocks}",
+                    lambda r=r, c1=c1, st=st, e=edge: p.edge_mm(A[:r], B[:, :c1], st, e))
+                if blocks > 1:
+                    a_blk = A[-r:, k0:k1].contiguous()
+                    if edge == "lib":
+                        fn = (lambda a=a_blk, k0=k0, k1=k1: torch.mm(a, B[k0:k1], out_dtype=torch.float32))
+                    else:
+                        from hocket.kernels.split_k import accumulate, split_count
+
+                        fn = (lambda a=a_blk, k0=k0, k1=k1, r=r: accumulate(
+                            a, B[k0:k1], p._acc(r, n), splits=split_count(r, n, k1 - k0, p.sms)))
+                    add("gemm", f"{edge} rows={r} k/{blocks} fp32", fn)
+            p.acc.zero_()
     add("to_host", "copy", lambda: p.c_host.copy_(p.c_dev, non_blocking=True))
     add("from_host", "copy", lambda: p.a_dev.copy_(p.a_host, non_blocking=True))
     add("to_host", "sequential", lambda: (torch.mm(A, B, out=p.c_dev), p.c_host.copy_(p.c_dev, non_blocking=True)),
         check=lambda: p.c_host)
     add("from_host", "sequential", lambda: (p.a_dev.copy_(p.a_host, non_blocking=True),
                                             torch.mm(p.a_dev, B, out=p.c_dev)), check=lambda: p.c_dev)
+    variants = [(0, 0, "lib"), (0, 0, "splitk")]
+    variants += [(r, b, e) for r in EDGE_ROWS for b in EDGE_BLOCKS for e in ("lib", "splitk")]
     for ramp in RAMPS:
-        variants = [(0, 0)] + [(r, b) for r in EDGE_ROWS for b in EDGE_BLOCKS]
-        for r, b in variants:
-            label = f"ramp({ramp})" + (f" edge {r}x{b}" if b else "")
-            extra = {"ramp": ramp, "edge_rows": r, "edge_blocks": b}
-            add("to_host", label, lambda r=r, b=b, ramp=ramp: p.to_host(r, b, ramp), check=lambda: p.c_host,
-                extra=extra)
-            add("from_host", label, lambda r=r, b=b, ramp=ramp: p.from_host(r, b, ramp), check=lambda: p.c_dev,
-                extra=extra)
+        for r, b, e in variants:
+            label = f"ramp({ramp}) {e}" + (f" edge {r}x{b}" if b else "")
+            extra = {"ramp": ramp, "edge_rows": r, "edge_blocks": b, "edge": e}
+            add("to_host", label, lambda r=r, b=b, ramp=ramp, e=e: p.to_host(r, b, ramp, e),
+                check=lambda: p.c_host, extra=extra)
+            add("from_host", label, lambda r=r, b=b, ramp=ramp, e=e: p.from_host(r, b, ramp, e),
+                check=lambda: p.c_dev, extra=extra)
     return rows
 
 
@@ -194,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = probe_shape(m, k, n, iters=args.iters)
         table += [(r, _eff(rows, r)) for r in rows]
     write_rows(args.out, [r for r, _ in table])
-    print(f"\n{'direction':9s} {'m x k x n':18s} {'variant':30s} {'median':>8s} {'p10':>8s} {'p90':>8s}  eff")
+    print(f"\n{'direction':9s} {'m x k x n':18s} {'variant':34s} {'median':>8s} {'p10':>8s} {'p90':>8s}  eff")
     for r, eff in table:
-        print(f"{row_text(r, 30)}  {eff}")
+        print(f"{row_text(r, 34)}  {eff}")
     return 0
 
 

@@ -8,8 +8,7 @@ columns at a time, each block reading only its slice of B, copied with one strid
 ``hocket.transport.copy_2d``) or k blocks (from host: the last rows arrive a block of A's
 columns at a time, each partial product is added into an fp32 accumulator as it lands), the
 exposed GEMM shrinks to one block's. This probe measures, against the ramp pipeline of the same
-process (same schedule code, only the edge differs; the edge GEMMs by the library or by
-``hocket.kernels.split_k``, every SM on one thin piece), medians of ``--iters`` CUDA-event-timed
+process (same schedule code, only the edge differs), medians of ``--iters`` CUDA-event-timed
 calls, every output checked against ``torch.mm`` first (NaN poison).
 
     python3 benchmarks/probe_edge_blocks.py --out $OUT/probe_edge_blocks.jsonl
@@ -26,9 +25,9 @@ import torch
 from probe_host_direct import rel_error, row_text, timed_ms, write_rows  # same timing, check, output
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192))
-RAMPS = (8, 10)
+RAMPS = (6, 8, 10)
 EDGE_ROWS = (128, 256)
-EDGE_BLOCKS = (2, 4)
+EDGE_BLOCKS = (2, 4, 7)
 
 
 def _even(total: int, parts: int, align: int = 64) -> list[tuple[int, int]]:
@@ -47,8 +46,9 @@ def _row_pieces(start: int, stop: int, ramp: int, *, reverse: bool) -> list[tupl
 class Pipelines:
     """The two directions over one shape, with a side copy stream and per-block staging.
 
-    ``edge``: how the exposed GEMMs run: ``lib`` (``torch.mm``; k blocks: fp32-output ``torch.mm``
-    added into an fp32 accumulator) or ``splitk`` (``hocket.kernels.split_k``: every SM, fp32 atomics).
+    The exposed GEMMs run in the library (``torch.mm``; k blocks: fp32-output ``torch.mm`` added
+    into an fp32 accumulator). A Triton split-K kernel for them (commit c5f872f, results
+    ``h200/run20_splitk``) was 2.5-3x slower per piece than the library and was removed.
     """
 
     def __init__(self, m: int, k: int, n: int) -> None:
@@ -63,9 +63,8 @@ class Pipelines:
         self.a_host = self.A.cpu().pin_memory()
         self.a_dev = torch.empty_like(self.A)
         self.stage = torch.empty(max(EDGE_ROWS) * max(n, k) * 2, device=self.dev, dtype=dt)
-        self.acc = torch.zeros(max(EDGE_ROWS) * n, device=self.dev, dtype=torch.float32)
+        self.acc = torch.empty(max(EDGE_ROWS) * n, device=self.dev, dtype=torch.float32)
         self.copy = torch.cuda.Stream(self.dev)
-        self.sms = torch.cuda.get_device_properties(self.dev).multi_processor_count
         self.m, self.k, self.n = m, k, n
 
     def _stage(self, offset: int, rows: int, cols: int) -> torch.Tensor:
@@ -74,17 +73,7 @@ class Pipelines:
     def _acc(self, rows: int, cols: int) -> torch.Tensor:
         return self.acc[:rows * cols].view(rows, cols)
 
-    def edge_mm(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, edge: str) -> None:
-        """``out = a @ b`` for an exposed piece."""
-        if edge == "lib":
-            torch.mm(a, b, out=out)
-            return
-        from hocket.kernels.split_k import split_count, split_k_gemm
-
-        split_k_gemm(a, b, out, self._acc(*out.shape),
-                     splits=split_count(a.shape[0], b.shape[1], a.shape[1], self.sms))
-
-    def to_host(self, edge_rows: int, blocks: int, ramp: int, edge: str = "lib") -> None:
+    def to_host(self, edge_rows: int, blocks: int, ramp: int) -> None:
         """First ``edge_rows`` rows in ``blocks`` column blocks (0: a row piece of the ramp), the rest a ramp."""
         from hocket.transport.copy_2d import copy_2d_async
 
@@ -95,31 +84,29 @@ class Pipelines:
             for c0, c1 in _even(self.n, blocks):
                 st = self._stage(offset, edge_rows, c1 - c0)
                 offset += st.numel()
-                self.edge_mm(self.A[:edge_rows], self.B[:, c0:c1], st, edge)
+                torch.mm(self.A[:edge_rows], self.B[:, c0:c1], out=st)
                 self.copy.wait_stream(cur)
                 copy_2d_async(self.c_host[:edge_rows, c0:c1], st, self.copy)
             start = edge_rows
-        for i, (r0, r1) in enumerate(_row_pieces(start, self.m, ramp, reverse=False)):
-            self.edge_mm(self.A[r0:r1], self.B, self.c_dev[r0:r1], edge if i == 0 and not blocks else "lib")
+        for r0, r1 in _row_pieces(start, self.m, ramp, reverse=False):
+            torch.mm(self.A[r0:r1], self.B, out=self.c_dev[r0:r1])
             self.copy.wait_stream(cur)
             with torch.cuda.stream(self.copy):
                 self.c_host[r0:r1].copy_(self.c_dev[r0:r1], non_blocking=True)
         cur.wait_stream(self.copy)
 
-    def from_host(self, edge_rows: int, blocks: int, ramp: int, edge: str = "lib") -> None:
+    def from_host(self, edge_rows: int, blocks: int, ramp: int) -> None:
         """Last ``edge_rows`` rows in ``blocks`` k blocks (0: the ramp's last row piece), before them a reversed ramp."""
         from hocket.transport.copy_2d import copy_2d_async
 
         cur = torch.cuda.current_stream()
         self.copy.wait_stream(cur)
         stop = self.m - edge_rows if blocks else self.m
-        pieces = _row_pieces(0, stop, ramp, reverse=True)
-        for i, (r0, r1) in enumerate(pieces):
+        for r0, r1 in _row_pieces(0, stop, ramp, reverse=True):
             with torch.cuda.stream(self.copy):
                 self.a_dev[r0:r1].copy_(self.a_host[r0:r1], non_blocking=True)
             cur.wait_stream(self.copy)
-            last = i == len(pieces) - 1 and not blocks
-            self.edge_mm(self.a_dev[r0:r1], self.B, self.c_dev[r0:r1], edge if last else "lib")
+            torch.mm(self.a_dev[r0:r1], self.B, out=self.c_dev[r0:r1])
         if blocks:
             acc = self._acc(edge_rows, self.n)
             offset = 0
@@ -128,20 +115,9 @@ class Pipelines:
                 offset += st.numel()
                 copy_2d_async(st, self.a_host[stop:, k0:k1], self.copy)
                 cur.wait_stream(self.copy)
-                if edge == "lib":
-                    part = torch.mm(st, self.B[k0:k1], out_dtype=torch.float32)
-                    acc.copy_(part) if i == 0 else acc.add_(part)
-                else:
-                    from hocket.kernels.split_k import accumulate, split_count
-
-                    accumulate(st, self.B[k0:k1], acc, splits=split_count(edge_rows, self.n, k1 - k0, self.sms))
-            if edge == "lib":
-                self.c_dev[stop:].copy_(acc)
-                acc.zero_()
-            else:
-                from hocket.kernels.split_k import finish
-
-                finish(acc, self.c_dev[stop:])
+                part = torch.mm(st, self.B[k0:k1], out_dtype=torch.float32)
+                acc.copy_(part) if i == 0 else acc.add_(part)
+            self.c_dev[stop:].copy_(acc)
 
 
 def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
@@ -166,40 +142,30 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
 
     A, B = p.A, p.B
     add("gemm", "mm", lambda: torch.mm(A, B, out=p.c_dev))
-    for r in EDGE_ROWS:  # what the exposed edge costs: one block's GEMM, library and split-K
+    for r in EDGE_ROWS:  # what the exposed edge costs: one block's GEMM
         for blocks in (1,) + EDGE_BLOCKS:
             (c0, c1), (k0, k1) = _even(n, blocks)[0], _even(k, blocks)[-1]
             st = p._stage(0, r, c1 - c0)
-            for edge in ("lib", "splitk"):
-                add("gemm", f"{edge} rows={r} cols/{blocks}",
-                    lambda r=r, c1=c1, st=st, e=edge: p.edge_mm(A[:r], B[:, :c1], st, e))
-                if blocks > 1:
-                    a_blk = A[-r:, k0:k1].contiguous()
-                    if edge == "lib":
-                        fn = (lambda a=a_blk, k0=k0, k1=k1: torch.mm(a, B[k0:k1], out_dtype=torch.float32))
-                    else:
-                        from hocket.kernels.split_k import accumulate, split_count
-
-                        fn = (lambda a=a_blk, k0=k0, k1=k1, r=r: accumulate(
-                            a, B[k0:k1], p._acc(r, n), splits=split_count(r, n, k1 - k0, p.sms)))
-                    add("gemm", f"{edge} rows={r} k/{blocks} fp32", fn)
-            p.acc.zero_()
+            add("gemm", f"mm rows={r} cols/{blocks}", lambda r=r, c1=c1, st=st: torch.mm(A[:r], B[:, :c1], out=st))
+            if blocks > 1:
+                a_blk = A[-r:, k0:k1].contiguous()
+                add("gemm", f"mm rows={r} k/{blocks} fp32",
+                    lambda a=a_blk, k0=k0, k1=k1: torch.mm(a, B[k0:k1], out_dtype=torch.float32))
     add("to_host", "copy", lambda: p.c_host.copy_(p.c_dev, non_blocking=True))
     add("from_host", "copy", lambda: p.a_dev.copy_(p.a_host, non_blocking=True))
     add("to_host", "sequential", lambda: (torch.mm(A, B, out=p.c_dev), p.c_host.copy_(p.c_dev, non_blocking=True)),
         check=lambda: p.c_host)
     add("from_host", "sequential", lambda: (p.a_dev.copy_(p.a_host, non_blocking=True),
                                             torch.mm(p.a_dev, B, out=p.c_dev)), check=lambda: p.c_dev)
-    variants = [(0, 0, "lib"), (0, 0, "splitk")]
-    variants += [(r, b, e) for r in EDGE_ROWS for b in EDGE_BLOCKS for e in ("lib", "splitk")]
+    variants = [(0, 0)] + [(r, b) for r in EDGE_ROWS for b in EDGE_BLOCKS]
     for ramp in RAMPS:
-        for r, b, e in variants:
-            label = f"ramp({ramp}) {e}" + (f" edge {r}x{b}" if b else "")
-            extra = {"ramp": ramp, "edge_rows": r, "edge_blocks": b, "edge": e}
-            add("to_host", label, lambda r=r, b=b, ramp=ramp, e=e: p.to_host(r, b, ramp, e),
-                check=lambda: p.c_host, extra=extra)
-            add("from_host", label, lambda r=r, b=b, ramp=ramp, e=e: p.from_host(r, b, ramp, e),
-                check=lambda: p.c_dev, extra=extra)
+        for r, b in variants:
+            label = f"ramp({ramp})" + (f" edge {r}x{b}" if b else "")
+            extra = {"ramp": ramp, "edge_rows": r, "edge_blocks": b}
+            add("to_host", label, lambda r=r, b=b, ramp=ramp: p.to_host(r, b, ramp), check=lambda: p.c_host,
+                extra=extra)
+            add("from_host", label, lambda r=r, b=b, ramp=ramp: p.from_host(r, b, ramp), check=lambda: p.c_dev,
+                extra=extra)
     return rows
 
 

@@ -19,6 +19,9 @@ every tiled GEMM library has:
   default) overstated that penalty by 13% (256-row pieces of k=7168, n=8192: model 1.38x,
   measured 1.15x): a persistent tile scheduler starts the next tile as an SM frees up, so a
   kernel loses its partial last wave (counted by ``ceil``) but little ramp beyond it.
+* **Vendor gap**: a device's GEMMs run at ``GPU_BASE_EFFICIENCY`` scaled by its published
+  maximum achievable matmul FLOPS (``DeviceSpec.matmul_efficiency``) relative to H100's
+  (``achievable_scale``): MI300X's library reached 51% of its peak where H100's reached 80%.
 * **Roofline**: never faster than moving A, B and C through memory once at
   ``memory_gbps * MEMORY_EFFICIENCY``, plus a launch overhead per kernel.
 
@@ -68,6 +71,11 @@ GPU_BASE_EFFICIENCY = 0.78
 """Sustained tensor-core GEMM throughput over dense peak, at the power cap (cuBLAS bf16 on H200:
 737 TFLOP/s on 8192x7168x8192 in the 2xH200 profile, 710-820 in DESIGN.md section 4, of 989;
 short kernels from idle reach more, which the calibration level absorbs)."""
+REFERENCE_MATMUL_EFFICIENCY = 0.803
+"""``DeviceSpec.matmul_efficiency`` of the device class ``GPU_BASE_EFFICIENCY`` was set on: H100/H200
+SXM (public maximum achievable matmul FLOPS, 794.5 of 989 TFLOP/s). Another device's GEMMs run at
+``GPU_BASE_EFFICIENCY`` times its own published figure over this one (``achievable_scale``): the same
+library-and-hardware gap a shape search measured there (MI300X 0.511, A100 0.869), not a fit to our runs."""
 GPU_TILES = ((128, 256, 1.00), (128, 128, 0.95), (64, 128, 0.88), (64, 64, 0.75))
 """(rows, cols, relative efficiency) of the tile shapes a GEMM library chooses from."""
 K_OVERHEAD_STEPS = 256
@@ -130,6 +138,21 @@ def peak_tflops(device, dtype: str) -> float:
                      f"add peak_tflops.{dtype} to the cluster preset or use another dtype")
 
 
+def achievable_scale(device) -> float:
+    """How much of ``GPU_BASE_EFFICIENCY`` this GPU's library GEMMs reach: its published
+    ``matmul_efficiency`` over ``REFERENCE_MATMUL_EFFICIENCY`` (1.0 when unknown, or a CPU rank)."""
+    efficiency = getattr(device, "matmul_efficiency", None)
+    if device.sm_count is None or not efficiency:
+        return 1.0
+    return float(efficiency) / REFERENCE_MATMUL_EFFICIENCY
+
+
+def achievable_tflops(device, dtype: str) -> float:
+    """The TFLOP/s the wave model builds on: the dense peak times ``achievable_scale`` (before
+    ``GPU_BASE_EFFICIENCY``, tiles and waves). What ranks devices of a mixed cluster by speed."""
+    return peak_tflops(device, dtype) * achievable_scale(device)
+
+
 def launch_ms(device) -> float:
     return (CPU_LAUNCH_US if device.sm_count is None else GPU_LAUNCH_US) / 1e3
 
@@ -159,7 +182,7 @@ class GemmTime:
 
 
 def _gpu_model_ms(device, m: int, k: int, n: int, dtype: str, sms: int) -> float:
-    return _waves_ms(peak_tflops(device, dtype), device.sm_count, memory_gbps(device), m, k, n, sms)
+    return _waves_ms(achievable_tflops(device, dtype), device.sm_count, memory_gbps(device), m, k, n, sms)
 
 
 def gpu_grid(device, *, m: int, k: int, n: int, dtype: str) -> int:
@@ -167,7 +190,8 @@ def gpu_grid(device, *, m: int, k: int, n: int, dtype: str) -> int:
     SMs (tiles times split-K parts): how many waves it runs and whether its last one leaves SMs idle."""
     if device.sm_count is None:
         return 0
-    return _waves(peak_tflops(device, dtype), device.sm_count, memory_gbps(device), m, k, n, device.sm_count)[1]
+    return _waves(achievable_tflops(device, dtype), device.sm_count, memory_gbps(device), m, k, n,
+                  device.sm_count)[1]
 
 
 def _waves_ms(peak: float, sm_count: int, mem_gbps: float, m: int, k: int, n: int, sms: int) -> float:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from hocket.cost import comm as comm_model
 from hocket.cost import replay
 from hocket.cost.calibration import CalibrationView
-from hocket.cost.compute import FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, gemm_ms, launch_ms, memory_ms, peak_tflops
+from hocket.cost.compute import FUSED_BLOCK_M, FUSED_GEMM_EFFICIENCY, achievable_tflops, gemm_ms, launch_ms, memory_ms
 from hocket.cost.contention import (SM_KINDS, SM_STARVED_SLOWDOWN, contention, default_contention, fills_device,
                                    sms_left_to_gemm)
 from hocket.cost.issue import issue_ms, issue_table
@@ -70,12 +70,12 @@ def split_even(total: int, parts: int) -> list[int]:
 
 
 def slowest_device(cluster, ranks, dtype: str):
-    """The group's device with the lowest peak for ``dtype`` (it gates every collective)."""
+    """The group's device with the lowest achievable peak for ``dtype`` (it gates every collective)."""
     devices = {}
     for r in comm_model._representatives(cluster, ranks):
         device = cluster.device(r)
         devices.setdefault(device, r)
-    return min(devices, key=lambda d: (peak_tflops(d, dtype), d.memory_gbps or 0.0))
+    return min(devices, key=lambda d: (achievable_tflops(d, dtype), d.memory_gbps or 0.0))
 
 
 def cores_per_rank(cluster, ranks) -> float | None:

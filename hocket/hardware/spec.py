@@ -60,6 +60,10 @@ class DeviceSpec:
 
     ``peak_tflops`` maps hocket dtype names ("bfloat16", "float16", "float32",
     "float8_e4m3fn", ...) to TFLOP/s; a missing key or None means unknown/unsupported.
+    ``matmul_efficiency``: the largest fraction of the dense 16-bit peak a vendor-library
+    GEMM was publicly measured to reach (a "maximum achievable matmul FLOPS" over the
+    datasheet rate), or None when no such figure is published; the cost model prices this
+    device's GEMMs relative to that (``hocket.cost.compute.achievable_scale``).
     """
 
     vendor: str
@@ -70,6 +74,7 @@ class DeviceSpec:
     sm_count: int | None = None
     copy_engines: int | None = None
     power_limit_w: float | None = None
+    matmul_efficiency: float | None = None
 
     def __post_init__(self) -> None:
         if not self.vendor or not isinstance(self.vendor, str):
@@ -83,6 +88,11 @@ class DeviceSpec:
         _check_positive(f"DeviceSpec({self.model})", "memory_gib", self.memory_gib, "GiB", allow_none=True)
         _check_positive(f"DeviceSpec({self.model})", "memory_gbps", self.memory_gbps, "GB/s", allow_none=True)
         _check_positive(f"DeviceSpec({self.model})", "power_limit_w", self.power_limit_w, "W", allow_none=True)
+        _check_positive(f"DeviceSpec({self.model})", "matmul_efficiency", self.matmul_efficiency,
+                        "fraction of the dense peak", allow_none=True)
+        if self.matmul_efficiency is not None and self.matmul_efficiency > 1:
+            raise ValueError(f"DeviceSpec({self.model}).matmul_efficiency={self.matmul_efficiency!r} must be a "
+                             f"fraction of the dense peak in (0, 1] (e.g. 0.80 for 80%)")
         for name in ("sm_count", "copy_engines"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -99,7 +109,8 @@ class DeviceSpec:
     def to_dict(self) -> dict:
         return {"vendor": self.vendor, "model": self.model, "peak_tflops": dict(self.peak_tflops),
                 "memory_gib": self.memory_gib, "memory_gbps": self.memory_gbps, "sm_count": self.sm_count,
-                "copy_engines": self.copy_engines, "power_limit_w": self.power_limit_w}
+                "copy_engines": self.copy_engines, "power_limit_w": self.power_limit_w,
+                "matmul_efficiency": self.matmul_efficiency}
 
 
 class _FrozenMapping(Mapping):

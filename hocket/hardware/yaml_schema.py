@@ -15,7 +15,8 @@ from hocket.site import DTYPE_BYTES
 
 DEVICE_FIELDS = {"vendor": "text", "model": "text", "probe_names": "list of regular expressions",
                  "peak_tflops": "TFLOP/s per dtype, dense, fp32 accumulate", "memory_gib": "GiB",
-                 "memory_gbps": "GB/s", "sm_count": "SMs/CUs", "copy_engines": "count", "power_limit_w": "W"}
+                 "memory_gbps": "GB/s", "sm_count": "SMs/CUs", "copy_engines": "count", "power_limit_w": "W",
+                 "matmul_efficiency": "fraction of the dense peak, (0, 1]; optional"}
 LINK_FIELDS = {"kind": f"one of {LINK_KINDS}", "gbps_per_direction": "GB/s per direction",
                "latency_us": "microseconds"}
 NODE_FIELDS = {"islands": "list of {device, count, fabric, link, transports}", "host_link": "link key or null",
@@ -161,8 +162,18 @@ def _device(data: Any, where: str, file: str) -> tuple[DeviceSpec, tuple[str, ..
         sm_count=take(data, "sm_count", where, file, "SMs/CUs", kind=int, nullable=True),
         copy_engines=take(data, "copy_engines", where, file, "count", kind=int, nullable=True),
         power_limit_w=take(data, "power_limit_w", where, file, "W", nullable=True),
+        matmul_efficiency=_fraction(data, "matmul_efficiency", where, file),
     )
     return device, tuple(probe)
+
+
+def _fraction(data: dict, key: str, where: str, file: str) -> float | None:
+    """An optional fraction in (0, 1] (absent or null: unknown)."""
+    value = take(data, key, where, file, DEVICE_FIELDS[key], nullable=True, required=False)
+    if value is not None and value > 1:
+        raise PresetError(file, f"{where}.{key}", f"= {value!r} must be a fraction of the dense peak in (0, 1] "
+                                                 f"(write 0.80 for 80%)")
+    return value
 
 
 def _link(data: Any, where: str, file: str, *, name: str) -> LinkSpec:

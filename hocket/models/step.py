@@ -25,8 +25,6 @@ all-reduce). Ranks are laid out tp fastest, then dp, then pp:
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from hocket.models.catalog import load_model
 from hocket.models.graph import CommOp, ComputeOp, PipelineStage, StepGraph, StepNode
 from hocket.models.partition import balance_layers, check_stage_layers
@@ -60,14 +58,15 @@ def check_degrees(model: ModelSpec, tp: int, pp: int, dp: int) -> None:
 
 
 def _stage_speed(cluster, ranks: range, dtype: str) -> float:
-    """The slowest device's dense peak among ``ranks`` (one probe per node)."""
-    from hocket.cost.compute import peak_tflops
+    """The slowest device's achievable peak among ``ranks`` (one probe per node; dense peak times
+    its published matmul efficiency relative to H100's, ``hocket.cost.compute.achievable_tflops``)."""
+    from hocket.cost.compute import achievable_tflops
 
     best = None
     step = max(1, cluster.ranks_per_node(cluster.node_of(ranks[0])))
     probes = list(ranks[::step]) + [ranks[-1]]
     for r in probes:
-        speed = peak_tflops(cluster.device(r), dtype)
+        speed = achievable_tflops(cluster.device(r), dtype)
         best = speed if best is None else min(best, speed)
     return best
 

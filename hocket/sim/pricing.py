@@ -88,7 +88,7 @@ class Pricer:
 
     # -- compute ops ----------------------------------------------------------------
     def compute(self, op, device) -> Priced:
-        from hocket.cost.compute import gemm_ms, launch_ms, memory_ms, peak_tflops
+        from hocket.cost.compute import achievable_tflops, gemm_ms, launch_ms, memory_ms
         from hocket.site import DTYPE_BYTES
 
         key = ("compute", op, device)
@@ -99,7 +99,7 @@ class Pricer:
             ms = gemm_ms(device, m=op.m, k=op.k, n=op.n, dtype=op.dtype, itemsize=DTYPE_BYTES[op.dtype],
                          calibration=self.calibration)
         elif op.kind in ("gemm", "attention"):
-            flops_ms = op.flops / (peak_tflops(device, op.dtype) * ATTENTION_EFFICIENCY * 1e9)
+            flops_ms = op.flops / (achievable_tflops(device, op.dtype) * ATTENTION_EFFICIENCY * 1e9)
             ms = max(flops_ms, memory_ms(device, op.nbytes, launches=0)) + launch_ms(device)
         else:
             ms = memory_ms(device, op.nbytes)

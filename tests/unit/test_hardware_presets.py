@@ -185,3 +185,33 @@ def test_world_larger_than_cluster_is_a_clear_error():
         cluster.check_world(16)
     with pytest.raises(ValueError, match="rank=8 is outside"):
         cluster.device(8)
+
+
+# -- published matmul efficiency ----------------------------------------------------------
+def _with_device(tmp_path: Path, **fields) -> Path:
+    data = _custom(island_overrides={"device": "my-gpu"})
+    data["devices"] = {"my-gpu": {"vendor": "nvidia", "model": "My GPU", "peak_tflops": {"bfloat16": 500.0},
+                                  "memory_gib": 80, "memory_gbps": 3000, "sm_count": 100, "copy_engines": None,
+                                  "power_limit_w": 500, **fields}}
+    return _write(tmp_path, data)
+
+
+def test_matmul_efficiency_is_optional_and_unknown_when_absent(tmp_path):
+    assert load_cluster(_with_device(tmp_path)).device(0).matmul_efficiency is None
+    assert load_cluster(_with_device(tmp_path, matmul_efficiency=0.6)).device(0).matmul_efficiency == 0.6
+
+
+@pytest.mark.parametrize("value", [1.2, 80])
+def test_matmul_efficiency_above_one_names_the_field_and_the_fix(tmp_path, value):
+    with pytest.raises(PresetError, match=r"my-cluster\.yaml.*devices\.my-gpu\.matmul_efficiency.*\(0, 1\].*0\.80"):
+        load_cluster(_with_device(tmp_path, matmul_efficiency=value))
+
+
+def test_matmul_efficiency_zero_is_rejected(tmp_path):
+    with pytest.raises(PresetError, match=r"matmul_efficiency.*must be > 0.*fraction"):
+        load_cluster(_with_device(tmp_path, matmul_efficiency=0))
+
+
+def test_published_matmul_efficiencies_rank_the_vendors():
+    eff = {name: load_cluster(name).device(0).matmul_efficiency for name in ("h100x8", "a100x8", "mi300xx8")}
+    assert eff["mi300xx8"] < eff["h100x8"] < eff["a100x8"] <= 1.0

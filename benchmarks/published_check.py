@@ -6,8 +6,8 @@ quantity with ``hocket.cost`` on a cluster preset, with no calibration profile, 
 public measurement of the same quantity (the source is printed with it):
 
 * GEMM throughput (``hocket.cost.compute.gemm_time``) at the shape a published measurement used;
-* NCCL bus bandwidth (``hocket.cost.comm.collective`` on a 1 GiB buffer, nccl-tests' busbw
-  definition) on 8 GPUs.
+* NCCL bus bandwidth (``hocket.cost.comm.collective`` on a 1 GiB buffer, 8 GiB across nodes;
+  nccl-tests' busbw definition) on 8 GPUs and on two InfiniBand nodes.
 
 A published range is met when the prediction falls inside it; a single figure gives a signed error.
 What the published figure measured is not always what the model prices (burst clocks against the
@@ -29,6 +29,7 @@ H100_TORCH = "github.com/zzc0721/torch-performance-test-data/issues/79 (H100 80G
 NCCL_H100 = "github.com/NVIDIA/nccl-tests/issues/212 (NCCL maintainer: ~370 GB/s busbw without NVLS on 8xH100)"
 NCCL_A100 = "docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests (8xA100 SXM4 230-250); nccl-tests#149 (~200)"
 NCCL_H800 = "github.com/NVIDIA/nccl/issues/1374 (8xH800 all_reduce busbw 215 GB/s, NCCL default algorithm)"
+NCCL_IB = "saturncloud.io/blog/crusoe-nccl-cluster-validation (H100 SXM, NVLink + IB NDR, 8 GB+: 400-450 GB/s)"
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Point:
     source: str
     note: str = ""
     shape: tuple[int, int, int] | None = None
+    nbytes: float = 2**30
 
 
 POINTS = (
@@ -69,6 +71,9 @@ POINTS = (
           "range over two public reports"),
     Point("8xH800 NVSwitch all_reduce busbw, 1 GiB", "h800x8", "all_reduce", 215.0, 215.0, "GB/s", NCCL_H800,
           "NCCL's default may be NVLink SHARP there; the model prices a ring"),
+    Point("2x8 H100, 8x400 Gb/s IB per node: all_reduce busbw, 8 GiB", "h100-ib-2node", "all_reduce", 400.0, 450.0,
+          "GB/s", NCCL_IB, "an expected range for NCCL's default algorithms (NVLS, trees); the model's best of ring/tree",
+          nbytes=8 * 2**30),
 )
 
 BUSBW_FACTOR = {"all_gather": lambda p: (p - 1) / p, "reduce_scatter": lambda p: (p - 1) / p,
@@ -88,7 +93,7 @@ def predict(point: Point) -> float:
         ms = gemm_time(cluster.device(0), m=m, k=k, n=n, dtype="bfloat16", itemsize=2).ms
         return 2.0 * m * k * n / (ms * 1e9)
     ranks = list(range(cluster.world_size))
-    nbytes = float(2**30)
+    nbytes = float(point.nbytes)
     ms = collective(point.kind, nbytes, group_topology(cluster, ranks)).ms
     return nbytes / (ms * 1e6) * BUSBW_FACTOR[point.kind](len(ranks))
 

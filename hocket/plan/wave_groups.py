@@ -9,6 +9,10 @@ next wave: cut off the grid, a group can keep the copy engine waiting for most o
 0.7 ms). :func:`wave_row_offsets` cuts groups where waves end, each as large as the rows that are
 done by the time the copy of the group before it ends (greedy), so the engine never waits after
 the first group, and groups grow as the GEMM's lead over the copies grows.
+
+Measured, not a default: on one H200 (``benchmarks/results/h200/run23_wave``) these groups did not
+beat the operators' ramp on the two large offload shapes, where copies slowed beside the Triton GEMM
+cost more than the idle engine; ``benchmarks/probe_wave_groups.py`` uses them, the planner does not.
 """
 
 from __future__ import annotations

@@ -16,13 +16,9 @@ calls, every output checked against ``torch.mm`` first (NaN poison).
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
-
 import torch
 
-from probe_host_direct import rel_error, row_text, timed_ms, write_rows  # same timing, check, output
+from probe_common import Rows, efficiency, probe_args, run_probe  # the probes' timing, check and table
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192))
 RAMPS = (6, 8, 10)
@@ -122,24 +118,8 @@ class Pipelines:
 
 def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
     p = Pipelines(m, k, n)
-    rows: list[dict] = []
-
-    def add(direction: str, variant: str, fn, *, check=None, extra=None) -> None:
-        record = {"m": m, "k": k, "n": n, "direction": direction, "variant": variant, **(extra or {})}
-        if check is not None:
-            p.c_host.fill_(float("nan"))
-            p.c_dev.fill_(float("nan"))
-            fn()
-            torch.cuda.synchronize()
-            record["rel_err"] = rel_error(check(), p.ref)
-            if record["rel_err"] > 2e-2:
-                rows.append({**record, "correct": False})
-                print(f"  {direction:9s} {variant:34s} WRONG rel_err={record['rel_err']:.3g}", flush=True)
-                return
-        record.update(timed_ms(fn, iters=iters))
-        rows.append(record)
-        print(f"  {direction:9s} {variant:34s} {record['median_ms']:8.3f} ms", flush=True)
-
+    out = Rows(m, k, n, iters=iters, ref=p.ref, poison=(p.c_host, p.c_dev), width=34)
+    add = out.add
     A, B = p.A, p.B
     add("gemm", "mm", lambda: torch.mm(A, B, out=p.c_dev))
     for r in EDGE_ROWS:  # what the exposed edge costs: one block's GEMM
@@ -166,42 +146,12 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
                 extra=extra)
             add("from_host", label, lambda r=r, b=b, ramp=ramp: p.from_host(r, b, ramp), check=lambda: p.c_dev,
                 extra=extra)
-    return rows
-
-
-def _eff(rows: list[dict], r: dict) -> str:
-    def med(d, v):
-        return next((x["median_ms"] for x in rows if x["direction"] == d and x["variant"] == v and "median_ms" in x),
-                    None)
-    if r["direction"] == "gemm" or "median_ms" not in r:
-        return ""
-    seq, mm, copy = med(r["direction"], "sequential"), med("gemm", "mm"), med(r["direction"], "copy")
-    if None in (seq, mm, copy) or seq - max(mm, copy) <= 0:
-        return ""
-    return f"{(seq - r['median_ms']) / (seq - max(mm, copy)):.3f}"
+    return out.rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
-                        help="m x k x n, comma separated")
-    parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--out", type=Path, default=None, help="JSON lines file")
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("probe_edge_blocks needs a CUDA GPU", file=sys.stderr)
-        return 2
-    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
-    table = []
-    for i, (m, k, n) in enumerate(shapes):
-        print(f"[{i + 1}/{len(shapes)}] m={m} k={k} n={n}", flush=True)
-        rows = probe_shape(m, k, n, iters=args.iters)
-        table += [(r, _eff(rows, r)) for r in rows]
-    write_rows(args.out, [r for r, _ in table])
-    print(f"\n{'direction':9s} {'m x k x n':18s} {'variant':34s} {'median':>8s} {'p10':>8s} {'p90':>8s}  eff")
-    for r, eff in table:
-        print(f"{row_text(r, 34)}  {eff}")
-    return 0
+    args = probe_args(__doc__, SHAPES, iters=50).parse_args(argv)
+    return run_probe("probe_edge_blocks", args, probe_shape, width=34, eff=efficiency)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from probe_host_direct import rel_error, write_rows
+from probe_common import rel_error, write_rows
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 

@@ -19,46 +19,11 @@ copy alone, sequential, and today's tile_fused operator (8 pieces).
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
-
 import torch
 
+from probe_common import Rows, parse_shapes, probe_args, run_probe, timed_ms  # the probes' timing, check, table
+
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
-
-
-def timed_ms(fn, *, iters: int, warmup: int = 3) -> dict:
-    """Median, p10, p90 of ``iters`` CUDA-event-timed calls (``hocket.bench.timer``)."""
-    from hocket.bench.timer import TimingConfig, time_callable
-
-    summary = time_callable(fn, config=TimingConfig(warmup=warmup, iters=iters), device=torch.device("cuda"))
-    return {"median_ms": summary.median_ms, "p10_ms": summary.p10_ms, "p90_ms": summary.p90_ms,
-            "samples": summary.n}
-
-
-def rel_error(got: torch.Tensor, ref: torch.Tensor) -> float:
-    """``hocket.ops.tolerance.max_error`` on the host (inf where a NaN poison survived)."""
-    from hocket.ops.tolerance import max_error
-
-    got = got.float().cpu()
-    return max_error(got, ref.float().cpu()) if torch.isfinite(got).all() else float("inf")
-
-
-def write_rows(path, rows: list[dict]) -> None:
-    """The probe's records as JSON lines (``path`` None: nothing)."""
-    if path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-
-
-def row_text(r: dict, width: int) -> str:
-    """One table line: direction, shape, variant (``width`` wide), median, p10, p90 (WRONG if unchecked)."""
-    med = f"{r['median_ms']:8.3f}" if "median_ms" in r else "   WRONG"
-    p10 = f"{r['p10_ms']:8.3f}" if "p10_ms" in r else ""
-    p90 = f"{r['p90_ms']:8.3f}" if "p90_ms" in r else ""
-    return f"{r['direction']:9s} {r['m']}x{r['k']}x{r['n']:<8d} {r['variant']:{width}s} {med} {p10} {p90}"
 
 
 def probe_shape(m: int, k: int, n: int, *, iters: int, programs_list: tuple[int, ...]) -> list[dict]:
@@ -78,26 +43,9 @@ def probe_shape(m: int, k: int, n: int, *, iters: int, programs_list: tuple[int,
     c_host = torch.empty(m, n, dtype=dt, pin_memory=True)
     a_host = A.cpu().pin_memory()
     a_dev = torch.empty_like(A)
-    rows: list[dict] = []
     cfgs = {"wide": offload_tile_config(m, n, k, dt), "128x128": NARROW_BF16}
-
-    def add(direction: str, variant: str, fn, *, check=None, extra=None) -> None:
-        record = {"m": m, "k": k, "n": n, "direction": direction, "variant": variant}
-        if check is not None:
-            c_host.fill_(float("nan"))
-            c_dev.fill_(float("nan"))
-            fn()
-            torch.cuda.synchronize()
-            record["rel_err"] = rel_error(check(), ref)
-            record["correct"] = record["rel_err"] < 2e-2
-            if not record["correct"]:
-                rows.append(record)
-                print(f"  {direction:9s} {variant:24s} WRONG rel_err={record['rel_err']:.3g}", flush=True)
-                return
-        record.update(timed_ms(fn, iters=iters))
-        record.update(extra or {})
-        rows.append(record)
-        print(f"  {direction:9s} {variant:24s} {record['median_ms']:8.3f} ms", flush=True)
+    out = Rows(m, k, n, iters=iters, ref=ref, poison=(c_host, c_dev), width=24)
+    rows, add = out.rows, out.add
 
     # -- to host ----------------------------------------------------------------------------
     add("to_host", "mm", lambda: torch.mm(A, B, out=c_dev), check=lambda: c_dev)
@@ -141,27 +89,15 @@ def probe_shape(m: int, k: int, n: int, *, iters: int, programs_list: tuple[int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
-                        help="m x k x n, comma separated")
-    parser.add_argument("--iters", type=int, default=30)
+    parser = probe_args(__doc__, SHAPES, iters=30)
     parser.add_argument("--programs", default="8,16,32,66,130", help="SM-copy program counts (empty: none)")
-    parser.add_argument("--out", type=Path, default=None, help="JSON lines file")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("probe_host_direct needs a CUDA GPU", file=sys.stderr)
-        return 2
-    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
     programs = tuple(int(p) for p in args.programs.split(",") if p)
-    rows: list[dict] = []
-    for i, (m, k, n) in enumerate(shapes):
-        print(f"[{i + 1}/{len(shapes)}] m={m} k={k} n={n}", flush=True)
-        rows += probe_shape(m, k, n, iters=args.iters, programs_list=programs if i == 0 else ())
-    write_rows(args.out, rows)
-    print(f"\n{'direction':9s} {'m x k x n':18s} {'variant':24s} {'median':>8s} {'p10':>8s} {'p90':>8s}")
-    for r in rows:
-        print(row_text(r, 24))
-    return 0
+    first = parse_shapes(args.shapes)[:1]
+
+    def shape(m, k, n, *, iters):  # the SM-copy sweep on the first shape only
+        return probe_shape(m, k, n, iters=iters, programs_list=programs if (m, k, n) in first else ())
+    return run_probe("probe_host_direct", args, shape, width=24)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,9 @@ of ``--iters`` CUDA-event-timed calls, every output checked first against ``torc
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
-
 import torch
 
-from probe_host_direct import rel_error, row_text, timed_ms, write_rows  # same timing, check, output
+from probe_common import Rows, efficiency, probe_args, run_probe  # the probes' timing, check and table
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 RAMPS = (6, 8, 10, 12, 16)
@@ -51,25 +47,10 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
     c_host = torch.empty(m, n, dtype=dt, pin_memory=True)
     a_host = A.cpu().pin_memory()
     a_dev = torch.empty_like(A)
-    rows: list[dict] = []
     ctx = OffloadContext(dev)
     side = torch.cuda.Stream(dev)
-
-    def add(direction: str, variant: str, fn, *, check=None, extra=None) -> None:
-        record = {"m": m, "k": k, "n": n, "direction": direction, "variant": variant, **(extra or {})}
-        if check is not None:
-            c_host.fill_(float("nan"))
-            c_dev.fill_(float("nan"))
-            fn()
-            torch.cuda.synchronize()
-            record["rel_err"] = rel_error(check(), ref)
-            if record["rel_err"] > 2e-2:
-                rows.append({**record, "correct": False})
-                print(f"  {direction:9s} {variant:26s} WRONG rel_err={record['rel_err']:.3g}", flush=True)
-                return
-        record.update(timed_ms(fn, iters=iters))
-        rows.append(record)
-        print(f"  {direction:9s} {variant:26s} {record['median_ms']:8.3f} ms", flush=True)
+    out = Rows(m, k, n, iters=iters, ref=ref, poison=(c_host, c_dev))
+    add = out.add
 
     add("gemm", "mm", lambda: torch.mm(A, B, out=c_dev), check=lambda: c_dev)
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -111,41 +92,16 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
         add("from_host", label, lambda p=from_plan: matmul_from_host(a_host, B, out=c_dev, plan=p, context=ctx),
             check=lambda: c_dev, extra=extra)
     ctx.close()
-    return rows
+    return out.rows
 
 
-def _eff(rows: list[dict], direction: str, variant: str) -> str:
-    def med(d, v):
-        return next((r["median_ms"] for r in rows if r["direction"] == d and r["variant"] == v and "median_ms" in r),
-                    None)
-    t, seq = med(direction, variant), med(direction, "sequential")
-    mm, copy = med("gemm", "mm"), med(direction, "copy pieces=1")
-    if None in (t, seq, mm, copy) or seq - max(mm, copy) <= 0:
-        return ""
-    return f"{(seq - t) / (seq - max(mm, copy)):.2f}"
+def _eff(rows: list[dict], r: dict) -> str:
+    return efficiency(rows, r, copy_variant="copy pieces=1")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
-                        help="m x k x n, comma separated")
-    parser.add_argument("--iters", type=int, default=30)
-    parser.add_argument("--out", type=Path, default=None, help="JSON lines file")
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("probe_offload_pieces needs a CUDA GPU", file=sys.stderr)
-        return 2
-    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
-    table = []
-    for i, (m, k, n) in enumerate(shapes):
-        print(f"[{i + 1}/{len(shapes)}] m={m} k={k} n={n}", flush=True)
-        rows = probe_shape(m, k, n, iters=args.iters)
-        table += [(r, _eff(rows, r["direction"], r["variant"])) for r in rows]
-    write_rows(args.out, [r for r, _ in table])
-    print(f"\n{'direction':9s} {'m x k x n':18s} {'variant':26s} {'median':>8s} {'p10':>8s} {'p90':>8s}  eff")
-    for r, eff in table:
-        print(f"{row_text(r, 26)}  {eff}")
-    return 0
+    args = probe_args(__doc__, SHAPES, iters=30).parse_args(argv)
+    return run_probe("probe_offload_pieces", args, probe_shape, width=26, eff=_eff)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from probe_host_direct import rel_error, write_rows
+from probe_common import rel_error, write_rows
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 CONFIGS = (  # block_m, block_n, block_k, warps, stages

@@ -48,3 +48,8 @@ def test_mi300x_ranks_below_h100_although_its_datasheet_peak_is_higher():
     h100, mi300x = load_cluster("h100x8").device(0), load_cluster("mi300xx8").device(0)
     assert mi300x.peak("bfloat16") > h100.peak("bfloat16")
     assert achievable_tflops(mi300x, "bfloat16") < achievable_tflops(h100, "bfloat16")
+
+
+def test_the_reference_is_the_h100_and_h200_presets_published_figure():
+    for name in ("h100x8", "h200x8"):
+        assert load_cluster(name).device(0).matmul_efficiency == REFERENCE_MATMUL_EFFICIENCY

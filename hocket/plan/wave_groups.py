@@ -11,8 +11,9 @@ done by the time the copy of the group before it ends (greedy), so the engine ne
 the first group, and groups grow as the GEMM's lead over the copies grows.
 
 Measured, not a default: on one H200 (``benchmarks/results/h200/run23_wave``) these groups did not
-beat the operators' ramp on the two large offload shapes, where copies slowed beside the Triton GEMM
-cost more than the idle engine; ``benchmarks/probe_wave_groups.py`` uses them, the planner does not.
+beat the operators' ramp on the two large offload shapes, where each group copy's hand-over (its wait
+on the group's flag) costs more than the idle engine did; ``benchmarks/probe_wave_groups.py`` uses them,
+the planner does not.
 """
 
 from __future__ import annotations

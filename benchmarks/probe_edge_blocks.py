@@ -92,7 +92,8 @@ class Pipelines:
         cur.wait_stream(self.copy)
 
     def from_host(self, edge_rows: int, blocks: int, ramp: int) -> None:
-        """Last ``edge_rows`` rows in ``blocks`` k blocks (0: the ramp's last row piece), before them a reversed ramp."""
+        """Last ``edge_rows`` rows in ``blocks`` k blocks (0: the ramp's last row piece), before them a
+        reversed ramp."""
         from hocket.transport.copy_2d import copy_2d_async
 
         cur = torch.cuda.current_stream()

@@ -72,7 +72,8 @@ POINTS = (
     Point("8xH800 NVSwitch all_reduce busbw, 1 GiB", "h800x8", "all_reduce", 215.0, 215.0, "GB/s", NCCL_H800,
           "NCCL's default may be NVLink SHARP there; the model prices a ring"),
     Point("2x8 H100, 8x400 Gb/s IB per node: all_reduce busbw, 8 GiB", "h100-ib-2node", "all_reduce", 400.0, 450.0,
-          "GB/s", NCCL_IB, "an expected range for NCCL's default algorithms (NVLS, trees); the model's best of ring/tree",
+          "GB/s", NCCL_IB,
+          "an expected range for NCCL's default algorithms (NVLS, trees); the model's best of ring/tree",
           nbytes=8 * 2**30),
 )
 

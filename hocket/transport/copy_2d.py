@@ -45,7 +45,9 @@ def _memcpy_2d_async():
     except OSError as exc:
         raise RuntimeError(f"strided host copies need the CUDA driver (libcuda.so.1 could not be loaded: {exc}); "
                            f"use row pieces (contiguous copies) instead") from exc
-    fn = getattr(lib, "cuMemcpy2DAsync_v2", None) or getattr(lib, "cuMemcpy2DAsync")
+    fn = getattr(lib, "cuMemcpy2DAsync_v2", None) or getattr(lib, "cuMemcpy2DAsync", None)
+    if fn is None:
+        raise RuntimeError("this CUDA driver exports no cuMemcpy2DAsync; use row pieces (contiguous copies) instead")
     fn.argtypes = (ctypes.POINTER(_Memcpy2D), ctypes.c_void_p)
     fn.restype = ctypes.c_int
     return fn

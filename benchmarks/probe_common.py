@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -35,6 +36,40 @@ def rel_error(got: torch.Tensor, ref: torch.Tensor) -> float:
 
     got = got.float().cpu()
     return max_error(got, ref.float().cpu()) if torch.isfinite(got).all() else float("inf")
+
+
+def operands(m: int, k: int, n: int, *, seed: int | None = None) -> SimpleNamespace:
+    """One shape's bf16 operands on the current GPU: ``A`` [m, k], ``B`` [k, n] (scaled by 1/sqrt(k)),
+    ``ref = A @ B``, ``c_dev`` and pinned ``c_host`` [m, n], pinned ``a_host`` (A's copy) and ``a_dev``
+    (its landing buffer); ``dev``. ``seed``: default ``m + 3k + 7n``."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    dt = torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(m + 3 * k + 7 * n if seed is None else seed)
+    A = torch.randn(m, k, device=dev, dtype=dt, generator=g)
+    B = torch.randn(k, n, device=dev, dtype=dt, generator=g) / k**0.5
+    return SimpleNamespace(dev=dev, A=A, B=B, ref=torch.mm(A, B), c_dev=torch.empty(m, n, device=dev, dtype=dt),
+                           c_host=torch.empty(m, n, dtype=dt, pin_memory=True), a_host=A.cpu().pin_memory(),
+                           a_dev=torch.empty_like(A))
+
+
+def against_cublas(rows: list[dict], record: dict, fn: Callable[[], object], *, out: torch.Tensor,
+                   ref: torch.Tensor, cublas: Callable[[], object], iters: int, label: str) -> None:
+    """Check ``fn`` (``out`` poisoned first), then time it in alternation with ``cublas``
+    (``hocket.bench.paired.alternating_ms``); append ``record`` with the result to ``rows``."""
+    from hocket.bench.paired import alternating_ms
+
+    out.fill_(float("nan"))
+    fn()
+    torch.cuda.synchronize()
+    record["rel_err"] = rel_error(out, ref)
+    if record["rel_err"] > TOLERANCE:
+        rows.append({**record, "correct": False})
+        print(f"{label:48s} WRONG {record['rel_err']:.3g}", flush=True)
+        return
+    ms, p10, p90, lib = alternating_ms([fn], [cublas], iters=iters)
+    record.update(ms=ms, p10_ms=p10, p90_ms=p90, cublas_ms=lib, of_cublas=lib / ms)
+    rows.append(record)
+    print(f"{label:48s} {ms:7.3f} ms  cuBLAS {lib:7.3f}  {lib / ms:6.1%}", flush=True)
 
 
 def write_rows(path, rows: list[dict]) -> None:

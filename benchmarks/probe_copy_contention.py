@@ -20,7 +20,7 @@ import statistics
 
 import torch
 
-from probe_common import probe_args, rel_error, run_probe
+from probe_common import operands, probe_args, rel_error, run_probe
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192))
 COVER = 1.3
@@ -51,15 +51,10 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
     from hocket.kernels import ProducerWorkspace, producer_gemm, reset_producer, warmup_producer
     from hocket.ops.offload import OffloadContext
 
-    dev = torch.device("cuda", torch.cuda.current_device())
-    dt = torch.bfloat16
-    g = torch.Generator(device=dev).manual_seed(m + 3 * k + 7 * n)
-    A = torch.randn(m, k, device=dev, dtype=dt, generator=g)
-    B = torch.randn(k, n, device=dev, dtype=dt, generator=g) / k**0.5
-    ref = torch.mm(A, B)
+    ops = operands(m, k, n)
+    dev, dt, A, B, ref = ops.dev, torch.bfloat16, ops.A, ops.B, ops.ref
     c_dev = ref.clone()  # what is copied (the GEMMs write elsewhere)
-    out = torch.empty_like(ref)
-    c_host = torch.empty(m, n, dtype=dt, pin_memory=True)
+    out, c_host = ops.c_dev, ops.c_host
     side = torch.cuda.Stream(dev)
     ctx = OffloadContext(dev)
     cfg = ctx.tile_config(m, n, k, dt)

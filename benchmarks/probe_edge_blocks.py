@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from probe_common import Rows, efficiency, probe_args, run_probe  # the probes' timing, check and table
+from probe_common import Rows, efficiency, operands, probe_args, run_probe  # the probes' timing, check and table
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192))
 RAMPS = (6, 8, 10)
@@ -48,16 +48,10 @@ class Pipelines:
     """
 
     def __init__(self, m: int, k: int, n: int) -> None:
-        self.dev = torch.device("cuda", torch.cuda.current_device())
+        ops = operands(m, k, n)
+        self.dev, self.A, self.B, self.ref = ops.dev, ops.A, ops.B, ops.ref
+        self.c_dev, self.c_host, self.a_host, self.a_dev = ops.c_dev, ops.c_host, ops.a_host, ops.a_dev
         dt = torch.bfloat16
-        g = torch.Generator(device=self.dev).manual_seed(m + 3 * k + 7 * n)
-        self.A = torch.randn(m, k, device=self.dev, dtype=dt, generator=g)
-        self.B = torch.randn(k, n, device=self.dev, dtype=dt, generator=g) / k**0.5
-        self.ref = torch.mm(self.A, self.B)
-        self.c_dev = torch.empty(m, n, device=self.dev, dtype=dt)
-        self.c_host = torch.empty(m, n, dtype=dt, pin_memory=True)
-        self.a_host = self.A.cpu().pin_memory()
-        self.a_dev = torch.empty_like(self.A)
         self.stage = torch.empty(max(EDGE_ROWS) * max(n, k) * 2, device=self.dev, dtype=dt)
         self.acc = torch.empty(max(EDGE_ROWS) * n, device=self.dev, dtype=torch.float32)
         self.copy = torch.cuda.Stream(self.dev)

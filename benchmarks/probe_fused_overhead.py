@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from probe_common import rel_error, write_rows
+from probe_common import against_cublas, write_rows
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 
@@ -84,8 +84,6 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("probe_fused_overhead needs a CUDA GPU", file=sys.stderr)
         return 2
-    from hocket.bench.paired import alternating_ms
-
     dev = torch.device("cuda", torch.cuda.current_device())
     rows = []
     for m, k, n in SHAPES:
@@ -94,19 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
         ref = torch.mm(a, b)
         for label, fn in variants(m, k, n, a, b, out):
-            rec = {"m": m, "k": k, "n": n, "variant": label}
-            out.fill_(float("nan"))
-            fn()
-            torch.cuda.synchronize()
-            rec["rel_err"] = rel_error(out, ref)
-            if rec["rel_err"] > 2e-2:
-                rows.append({**rec, "correct": False})
-                print(f"{m}x{k}x{n:<5d} {label:34s} WRONG {rec['rel_err']:.3g}", flush=True)
-                continue
-            ms, p10, p90, lib = alternating_ms([fn], [lambda: torch.mm(a, b, out=out)], iters=args.iters)
-            rec.update(ms=ms, p10_ms=p10, p90_ms=p90, cublas_ms=lib, of_cublas=lib / ms)
-            rows.append(rec)
-            print(f"{m}x{k}x{n:<5d} {label:34s} {ms:7.3f} ms  cuBLAS {lib:7.3f}  {lib / ms:6.1%}", flush=True)
+            against_cublas(rows, {"m": m, "k": k, "n": n, "variant": label}, fn, out=out, ref=ref,
+                           cublas=lambda: torch.mm(a, b, out=out), iters=args.iters, label=f"{m}x{k}x{n} {label}")
     write_rows(args.out, rows)
     return 0
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from probe_common import Rows, parse_shapes, probe_args, run_probe, timed_ms  # the probes' timing, check, table
+from probe_common import Rows, operands, parse_shapes, probe_args, run_probe, timed_ms  # the probes' timing, check, table
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 
@@ -33,16 +33,9 @@ def probe_shape(m: int, k: int, n: int, *, iters: int, programs_list: tuple[int,
     from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host, offload_tile_config
     from hocket.plan.plan import Plan
 
-    dev = torch.device("cuda", torch.cuda.current_device())
-    dt = torch.bfloat16
-    g = torch.Generator(device=dev).manual_seed(m + k + n)
-    A = torch.randn(m, k, device=dev, dtype=dt, generator=g)
-    B = torch.randn(k, n, device=dev, dtype=dt, generator=g) / k**0.5
-    ref = torch.mm(A, B)
-    c_dev = torch.empty(m, n, device=dev, dtype=dt)
-    c_host = torch.empty(m, n, dtype=dt, pin_memory=True)
-    a_host = A.cpu().pin_memory()
-    a_dev = torch.empty_like(A)
+    ops = operands(m, k, n, seed=m + k + n)
+    dev, dt, A, B, ref = ops.dev, torch.bfloat16, ops.A, ops.B, ops.ref
+    c_dev, c_host, a_host, a_dev = ops.c_dev, ops.c_host, ops.a_host, ops.a_dev
     cfgs = {"wide": offload_tile_config(m, n, k, dt), "128x128": NARROW_BF16}
     out = Rows(m, k, n, iters=iters, ref=ref, poison=(c_host, c_dev), width=24)
     rows, add = out.rows, out.add

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from probe_common import Rows, efficiency, probe_args, run_probe  # the probes' timing, check and table
+from probe_common import Rows, efficiency, operands, probe_args, run_probe  # the probes' timing, check and table
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 RAMPS = (6, 8, 10, 12, 16)
@@ -37,16 +37,9 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
     from hocket.ops.split_k import split_k_mm, split_k_parts
     from hocket.plan.plan import Plan
 
-    dev = torch.device("cuda", torch.cuda.current_device())
-    dt = torch.bfloat16
-    g = torch.Generator(device=dev).manual_seed(m + 3 * k + 7 * n)
-    A = torch.randn(m, k, device=dev, dtype=dt, generator=g)
-    B = torch.randn(k, n, device=dev, dtype=dt, generator=g) / k**0.5
-    ref = torch.mm(A, B)
-    c_dev = torch.empty(m, n, device=dev, dtype=dt)
-    c_host = torch.empty(m, n, dtype=dt, pin_memory=True)
-    a_host = A.cpu().pin_memory()
-    a_dev = torch.empty_like(A)
+    ops = operands(m, k, n)
+    dev, A, B, ref = ops.dev, ops.A, ops.B, ops.ref
+    c_dev, c_host, a_host, a_dev = ops.c_dev, ops.c_host, ops.a_host, ops.a_dev
     ctx = OffloadContext(dev)
     side = torch.cuda.Stream(dev)
     out = Rows(m, k, n, iters=iters, ref=ref, poison=(c_host, c_dev))

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from probe_common import rel_error, write_rows
+from probe_common import against_cublas, write_rows
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 CONFIGS = (  # block_m, block_n, block_k, warps, stages
@@ -100,8 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("probe_tma_gemm needs a CUDA GPU", file=sys.stderr)
         return 2
-    from hocket.bench.paired import alternating_ms
-
     dev = torch.device("cuda")
     programs = torch.cuda.get_device_properties(dev).multi_processor_count
     rows = []
@@ -115,23 +113,11 @@ def main(argv: list[str] | None = None) -> int:
                 label = f"{kind} {cfg[0]}x{cfg[1]}x{cfg[2]} w{cfg[3]} s{cfg[4]}"
                 rec = {"m": m, "k": k, "n": n, "kind": kind, "config": list(cfg)}
                 try:
-                    c.fill_(float("nan"))
-                    run(kind, a, b, c, cfg, programs)
-                    torch.cuda.synchronize()
+                    against_cublas(rows, rec, lambda: run(kind, a, b, c, cfg, programs), out=c, ref=ref,
+                                   cublas=lambda: torch.mm(a, b, out=c), iters=args.iters, label=f"{m}x{k}x{n} {label}")
                 except Exception as exc:  # noqa: BLE001 - a config the compiler refuses is a result too
                     rows.append({**rec, "error": str(exc)[:300]})
                     print(f"{m}x{k}x{n} {label:34s} ERROR {str(exc)[:120]}", flush=True)
-                    continue
-                rec["rel_err"] = rel_error(c, ref)
-                if rec["rel_err"] > 2e-2:
-                    rows.append({**rec, "correct": False})
-                    print(f"{m}x{k}x{n} {label:34s} WRONG {rec['rel_err']:.3g}", flush=True)
-                    continue
-                ours, p10, p90, lib = alternating_ms([lambda: run(kind, a, b, c, cfg, programs)],
-                                                     [lambda: torch.mm(a, b, out=c)], iters=args.iters)
-                rec.update(ms=ours, p10_ms=p10, p90_ms=p90, cublas_ms=lib, of_cublas=lib / ours)
-                rows.append(rec)
-                print(f"{m}x{k}x{n} {label:34s} {ours:7.3f} ms  cuBLAS {lib:7.3f}  {lib / ours:6.1%}", flush=True)
     write_rows(args.out, rows)
     return 0
 

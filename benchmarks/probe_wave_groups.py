@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from probe_common import Rows, efficiency, probe_args, run_probe, timed_ms  # the probes' timing, check, table
+from probe_common import Rows, efficiency, operands, probe_args, run_probe, timed_ms  # the probes' timing, check, table
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 
@@ -28,14 +28,9 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
     from hocket.plan.wave_groups import wave_row_offsets
     from hocket.site import Site
 
-    dev = torch.device("cuda", torch.cuda.current_device())
-    dt = torch.bfloat16
-    g = torch.Generator(device=dev).manual_seed(m + 3 * k + 7 * n)
-    A = torch.randn(m, k, device=dev, dtype=dt, generator=g)
-    B = torch.randn(k, n, device=dev, dtype=dt, generator=g) / k**0.5
-    ref = torch.mm(A, B)
-    c_dev = torch.empty(m, n, device=dev, dtype=dt)
-    c_host = torch.empty(m, n, dtype=dt, pin_memory=True)
+    ops = operands(m, k, n)
+    dev, dt, A, B, ref = ops.dev, torch.bfloat16, ops.A, ops.B, ops.ref
+    c_dev, c_host = ops.c_dev, ops.c_host
     ctx = OffloadContext(dev)
     cfg = ctx.tile_config(m, n, k, dt)
     programs = ctx.programs()

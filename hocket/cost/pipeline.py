@@ -110,6 +110,20 @@ class _Builder:
     """GEMMs run at the profile's sustained level (steady state: ``compute.gemm_time(sustained=)``)."""
     captured: bool = False
     """the call is replayed from a CUDA graph (its copy-engine protocols close on a second barrier)."""
+    issued: bool = False
+    """Whether an issue stage other than the entry has been appended (the next call waits for the host)."""
+    used: set = field(default_factory=set)
+    """The resources of the stages appended so far (a transfer behind an earlier one queues)."""
+    memo: dict = field(default_factory=dict)
+    """Prices already computed for this candidate (a pipeline of equal chunks asks the same GEMM and
+    transfer many times; site, plan, device and calibration are fixed for a builder)."""
+
+    def append(self, stage: Stage) -> None:
+        """Append ``stage`` as it is; every stage goes through here (``issued`` and ``used`` follow)."""
+        self.stages.append(stage)
+        self.used.add(stage.resource)
+        if stage.is_issue and stage.name != ENTRY_STAGE:
+            self.issued = True
 
     # -- pieces -------------------------------------------------------------
     @property
@@ -121,11 +135,14 @@ class _Builder:
 
     def gemm(self, rows: int, *, k: int | None = None, n: int | None = None, launches: int = 1,
              sms: int | None = None) -> float:
-        site = self.site
-        one = gemm_ms(self.device, m=rows, k=k or site.k, n=n or site.n, dtype=site.dtype, itemsize=site.itemsize,
-                      calibration=self.calibration, sms=sms, launches=launches, level_m=max(rows, site.m),
-                      sustained=self.sustained)
-        return one * site.num_b
+        key = ("gemm", rows, k, n, launches, sms)
+        one = self.memo.get(key)
+        if one is None:
+            site = self.site
+            one = self.memo[key] = gemm_ms(self.device, m=rows, k=k or site.k, n=n or site.n, dtype=site.dtype,
+                                           itemsize=site.itemsize, calibration=self.calibration, sms=sms,
+                                           launches=launches, level_m=max(rows, site.m), sustained=self.sustained)
+        return one * self.site.num_b
 
     def transfer_topology(self) -> comm_model.GroupTopology:
         if self.plan.transport in ("collective", "p2p"):
@@ -148,22 +165,21 @@ class _Builder:
             # its GEMM first) still starts from an idle host: launches return in microseconds,
             # and the relay's own call time is in its price like a first item's
             relay = any(op in ("relay_call", "relay_call_host") for op, _ in issue)
-            first = not (self.host_queued if relay else any(s.is_issue and s.name != ENTRY_STAGE
-                                                             for s in self.stages))
+            first = not (self.host_queued if relay else self.issued)
             self.host_queued = self.host_queued or any(op != "launch" for op, _ in issue)
             cost = issue_ms(issue, self.issue)
             hold_ms = cost if first and not relay else 0.0  # a relay call's host time is inside its curve's price
-            self.stages.append(Stage(name=f"issue:{stage.name}", resource="issue", kind="issue", op="issue",
-                                     duration_ms=0.0 if first else cost, piece=stage.piece,
-                                     steady_ms=cost if first else None))
-            stage = replace(stage, depends_on=stage.depends_on + (len(self.stages) - 1,))
-        self.stages.append(stage)
+            self.append(Stage(name=f"issue:{stage.name}", resource="issue", kind="issue", op="issue",
+                              duration_ms=0.0 if first else cost, piece=stage.piece,
+                              steady_ms=cost if first else None))
+            stage = stage.after(len(self.stages) - 1)
+        self.append(stage)
         index = len(self.stages) - 1
         if self.issue is not None and (issue_after or hold_ms > 0.0):
             rest_ms = issue_ms(issue_after, self.issue) if issue_after else 0.0
-            self.stages.append(Stage(name=f"issue_rest:{stage.name}", resource="issue", kind="issue", op="issue",
-                                     duration_ms=hold_ms + rest_ms, piece=stage.piece,
-                                     steady_ms=rest_ms if hold_ms > 0.0 else None))
+            self.append(Stage(name=f"issue_rest:{stage.name}", resource="issue", kind="issue", op="issue",
+                              duration_ms=hold_ms + rest_ms, piece=stage.piece,
+                              steady_ms=rest_ms if hold_ms > 0.0 else None))
         if rows:
             self.rows[index] = rows
         if egress is not None:
@@ -174,8 +190,8 @@ class _Builder:
         """Host work with no device stage of its own (e.g. a protocol's bookkeeping): it holds
         back whatever the host issues next; on CPU ranks (no issue chain) it costs nothing here."""
         if self.issue is not None:
-            self.stages.append(Stage(name=f"issue:{name}", resource="issue", kind="issue", op="issue",
-                                     duration_ms=issue_ms(items, self.issue)))
+            self.append(Stage(name=f"issue:{name}", resource="issue", kind="issue", op="issue",
+                              duration_ms=issue_ms(items, self.issue)))
 
     def add_gemm(self, name: str, rows: int, *, deps=(), piece: int = 0, launches: int = 1,
                  sms: int | None = None, k: int | None = None, n: int | None = None, count: int = 1) -> int:
@@ -202,7 +218,7 @@ class _Builder:
         no saving for queueing behind the piece before it, and ``issue`` (what the host issues before it starts,
         and while it runs: :meth:`issue_of`'s pair) replaces the call's own issue items."""
         duration = transfer.ms
-        if not streamed and any(s.resource == transfer.resource for s in self.stages):  # behind an earlier one
+        if not streamed and transfer.resource in self.used:  # behind an earlier one
             saving = comm_model.queued_saving_ms(transfer.kind, self.topo) + transfer.queued_saving_ms if queued \
                 else comm_model.CALL_OVERHEAD_US[transfer.kind] / 1e3  # issued ahead, but starts at the flag
             duration -= min(0.9 * duration, saving)
@@ -241,13 +257,22 @@ class _Builder:
         return head, rest
 
     def collective(self, op: str, nbytes: float) -> comm_model.Transfer:
-        return comm_model.collective(op, nbytes, self.transfer_topology(), transport=self.plan.transport,
-                                     hierarchy=self.plan.hierarchy, calibration=self.calibration,
-                                     message_bytes=host_stage_piece_bytes())
+        key = ("collective", op, nbytes)
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = comm_model.collective(
+                op, nbytes, self.transfer_topology(), transport=self.plan.transport, hierarchy=self.plan.hierarchy,
+                calibration=self.calibration, message_bytes=host_stage_piece_bytes())
+        return found
 
     def ring_step(self, nbytes: float, peers: int = 1) -> comm_model.Transfer:
-        return comm_model.ring_step(nbytes, self.transfer_topology(), transport=self.plan.transport, peers=peers,
-                                    calibration=self.calibration)
+        key = ("ring_step", nbytes, peers)
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = comm_model.ring_step(nbytes, self.transfer_topology(),
+                                                          transport=self.plan.transport, peers=peers,
+                                                          calibration=self.calibration)
+        return found
 
     # -- contention -------------------------------------------------------------
     def finish(self) -> list[Stage]:
@@ -709,7 +734,6 @@ def pipeline_stages(site, plan, cluster, profile=None, *, topology: comm_model.G
     if builder.issue is not None:  # the operator's entry: the GPU idles until the first piece is issued
         entry_ms = CAPTURED_REPLAY_US / 1e3 if captured else \
             issue_ms((("entry", 1), ("group_entry", int(site.world > 1))), builder.issue)
-        builder.stages.append(Stage(name=ENTRY_STAGE, resource="issue", kind="issue", op="issue",
-                                    duration_ms=entry_ms))
+        builder.append(Stage(name=ENTRY_STAGE, resource="issue", kind="issue", op="issue", duration_ms=entry_ms))
     _BUILDERS[site.kind](builder)
     return builder.finish()

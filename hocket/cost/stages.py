@@ -99,7 +99,17 @@ class Stage:
             for other, factor in (getattr(self, table) or {}).items():
                 if not (math.isfinite(factor) and factor >= 1.0):
                     raise ValueError(f"Stage {self.name!r}: {table}[{other!r}]={factor!r} must be finite and >= 1")
-        object.__setattr__(self, "depends_on", tuple(self.depends_on))
+        if type(self.depends_on) is not tuple:
+            object.__setattr__(self, "depends_on", tuple(self.depends_on))
+
+    def after(self, index: int) -> "Stage":
+        """This stage, also depending on stage ``index`` (an earlier one: ``check_stages``). A copy
+        without ``__post_init__``'s checks, which the copied fields passed already (the cost model
+        builds ~100 stages per candidate, so this is on the planner's path)."""
+        copy = object.__new__(Stage)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__["depends_on"] = self.depends_on + (index,)
+        return copy
 
     @property
     def is_transfer(self) -> bool:
@@ -159,6 +169,12 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
     released_at: dict[int, float] = {}
     """transfer (``waits_for_full_grid``) -> when a compute kernel's end released it (``RACE_MS``)."""
     raced: set[tuple[int, int]] = set()
+    # per-stage fields read on every event, looked up once (the planner schedules ~100 stages per candidate)
+    kinds = [s.kind for s in stages]
+    tables = [s.slowdown_by for s in stages]
+    helds = [s.held_sms_by for s in stages]
+    gated = any(s.waits_for_full_grid for s in stages)
+    """without such a stage nothing ever waits (``blockers`` stays empty)."""
 
     def before_last_wave(j: int) -> bool:
         """``j`` runs and has not reached its last wave (``Stage.last_wave_at``)."""
@@ -172,21 +188,22 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
         return any(before_last_wave(j) for j in blockers.get(i, ()))
 
     def slowdown(i: int) -> float:
-        if waiting(i):
+        if gated and waiting(i):
             return BLOCKED_SLOWDOWN
-        table, held = stages[i].slowdown_by, stages[i].held_sms_by
+        table, held = tables[i], helds[i]
         if not table and not held:
             return 1.0
         by_kind: dict[str, float] = {}
         for j in active:
-            if j == i or (waiting(j) and (j, i) not in raced):
+            if j == i or (gated and waiting(j) and (j, i) not in raced):
                 continue
-            kind = stages[j].kind
+            kind = kinds[j]
             factor = table.get(kind, 1.0)
             if held and kind in held and ((j, i) in raced or holds_sms_first(i, j)):
                 factor = held[kind]
-            by_kind[kind] = max(by_kind.get(kind, 1.0), factor)
-        return math.prod(by_kind.values())
+            if factor > by_kind.get(kind, 1.0):
+                by_kind[kind] = factor
+        return math.prod(by_kind.values()) if by_kind else 1.0
 
     def holds_sms_first(i: int, j: int) -> bool:
         """Of the pair, the transfer started no later than the compute stage and did not wait for it

@@ -18,8 +18,6 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from hocket.plan.cache import PlanCache
 from hocket.plan.plan import Plan
 from hocket.plan.search import DEFAULT_MARGIN, SearchResult, select
@@ -153,6 +151,8 @@ def decide(samples: dict[str, list[float]], plans: Sequence[Plan], *, margin: fl
     sequential baseline): the fastest by median among those whose median beats the baseline's by more
     than ``margin``; under ``clear_win`` only plans whose 75th percentile is below the baseline's 25th
     take part (a win the noise cannot explain)."""
+    import numpy as np
+
     def q(plan: Plan, percent: float) -> float:
         return float(np.percentile(np.asarray(samples[plan.to_json()], dtype=np.float64), percent))
 
@@ -166,6 +166,8 @@ def decide(samples: dict[str, list[float]], plans: Sequence[Plan], *, margin: fl
 def _overlapping_front_runners(samples: dict[str, list[float]], plans: list[Plan]) -> list[str]:
     """The two plans with the lowest median when their interquartile ranges overlap (which of them is
     faster is still noise), else none."""
+    import numpy as np
+
     stats = {}
     for plan in plans:
         values = np.asarray(samples[plan.to_json()], dtype=np.float64)

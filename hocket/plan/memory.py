@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from hocket.plan.plan import Plan
 from hocket.site import Site
-from hocket.transport.host_relay import SCRATCH_RING
+from hocket.transport.relay_layout import SCRATCH_RING
 from hocket.transport.peer_protocol import peer_protocol_for
 
 GIB = 1 << 30

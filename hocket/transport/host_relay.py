@@ -54,6 +54,7 @@ from hocket.transport.group import GroupHandle
 from hocket.transport.issue_thread import IssueThread, ThreadPending
 from hocket.transport import stream_memops
 from hocket.transport.per_group import PerGroup, ramped_rounds, require_cuda, require_nccl, rounds
+from hocket.transport.relay_layout import SCRATCH_RING, SCRATCH_SHAPES
 from hocket.transport.relay_watchdog import RelayWatchdog
 from hocket.transport.shared_host_buffer import SharedHostBuffer
 from hocket.transport.stream_pending import StreamPending
@@ -62,10 +63,6 @@ from hocket.transport.stream_switch import on_stream
 SLOTS = 4
 RELEASE_S = 2.0
 """How long the watchdog's release keeps every wait of a timed-out relay satisfied while its streams drain."""
-SCRATCH_RING = 2
-"""reduction scratch buffers a relay keeps per (size, dtype): the calls in flight take turns on them"""
-SCRATCH_SHAPES = 4
-"""(size, dtype) rings a relay keeps (the least recently used one goes first)"""
 POLL_S = 2e-5
 """host poll interval of the issue thread (a real sleep: a spinning thread would hold the GIL that the
 launching thread needs for every kernel launch)."""

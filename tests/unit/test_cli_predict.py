@@ -99,3 +99,21 @@ def test_offload_world_and_collective_world_are_checked(capsys):
     assert code == 2 and "--world 2" in err and "--world 1" in err
     code, _, err = _run(capsys, "ag_mm", "--m", "64", "--k", "64", "--n", "64", "--cluster", "h200x2")
     assert code == 2 and "--world is required for ag_mm" in err
+
+
+@pytest.mark.parametrize("args", [
+    ["predict", "ag_mm", "--m", "4096", "--k", "12288", "--n", "6144", "--world", "8", "--cluster", "h800x8", "--json"],
+    ["predict", "mm_d2h", "--m", "8192", "--k", "8192", "--n", "7168", "--cluster", "h200x1"],
+    ["plan", "--model", "llama3-8b", "--cluster", "h100x8", "--tp", "8", "--seq", "2048"],
+])
+def test_pricing_and_planning_commands_never_import_torch(args):
+    # importing torch takes seconds; pricing is plain Python and answers in well under one
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom hocket.cli.main import main\ncode = main(sys.argv[1:])\n"
+             "heavy = sorted(m for m in ('torch', 'numpy', 'triton', 'matplotlib') if m in sys.modules)\n"
+             "print('HEAVY', heavy, file=sys.stderr)\nsys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "HEAVY []" in done.stderr, done.stderr[-500:]

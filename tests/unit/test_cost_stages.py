@@ -42,6 +42,15 @@ def test_overlapping_stages_slow_each_other_by_their_factors(g, t, gemm_ms, tran
     assert s.total_ms >= max(gemm_ms, transfer_ms)
 
 
+def test_after_is_the_stage_with_one_more_dependency():
+    stage = Stage(name="g", resource="compute", duration_ms=1.5, depends_on=(0,), slowdown_by={"copy_engine": 1.2},
+                  fills_device=True, last_wave_at=0.9)
+    later = stage.after(3)
+    assert later == replace(stage, depends_on=(0, 3))
+    assert stage.depends_on == (0,)  # the original is untouched
+    assert Stage(name="l", resource="compute", duration_ms=1.0, depends_on=[0, 1]).depends_on == (0, 1)
+
+
 def test_bad_dependencies_and_durations_are_refused():
     with pytest.raises(ValueError, match="earlier"):
         schedule([Stage(name="a", resource="compute", duration_ms=1.0, depends_on=(0,))])

@@ -153,9 +153,10 @@ def parse_shapes(text: str) -> list[tuple[int, ...]]:
     return [tuple(int(x) for x in s.split("x")) for s in text.split(",") if s]
 
 
-def run_probe(name: str, args, probe_shape: Callable[..., list[dict]], *, width: int,
+def run_probe(name: str, args, probe_shape: Callable[..., list[dict]], *, width: int | None,
               eff: Callable[[list[dict], dict], str] | None = None, **kwargs) -> int:
-    """Run ``probe_shape(m, k, n, iters=..., **kwargs)`` over ``args.shapes``, write the rows, print the table."""
+    """Run ``probe_shape(m, k, n, iters=..., **kwargs)`` over ``args.shapes``, write the rows, print the table
+    (``width`` None: no table, for probes that print each row as it is measured, e.g. :func:`against_cublas`)."""
     if not torch.cuda.is_available():
         print(f"{name} needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -166,7 +167,8 @@ def run_probe(name: str, args, probe_shape: Callable[..., list[dict]], *, width:
         rows = probe_shape(m, k, n, iters=args.iters, **kwargs)
         table += [(r, eff(rows, r) if eff else "") for r in rows]
     write_rows(args.out, [r for r, _ in table])
-    print_table(table, width)
+    if width is not None:
+        print_table(table, width)
     return 0
 
 

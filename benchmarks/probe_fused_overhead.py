@@ -17,14 +17,11 @@ checked first:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
-from pathlib import Path
 
 import torch
 
-from probe_common import against_cublas, write_rows
+from probe_common import against_cublas, operands, probe_args, run_probe  # the probes' check, timing, rows
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 
@@ -76,26 +73,18 @@ def variants(m: int, k: int, n: int, a, b, out):
     yield "consumer operator", consumer(ctx.consumer(m, n, k, a.dtype, plan), True)
 
 
+def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
+    o = operands(m, k, n)
+    rows: list[dict] = []
+    for label, fn in variants(m, k, n, o.A, o.B, o.c_dev):
+        against_cublas(rows, {"m": m, "k": k, "n": n, "variant": label}, fn, out=o.c_dev, ref=o.ref,
+                       cublas=lambda: torch.mm(o.A, o.B, out=o.c_dev), iters=iters, label=f"{m}x{k}x{n} {label}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--iters", type=int, default=30)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("probe_fused_overhead needs a CUDA GPU", file=sys.stderr)
-        return 2
-    dev = torch.device("cuda", torch.cuda.current_device())
-    rows = []
-    for m, k, n in SHAPES:
-        a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-        b = torch.randn(k, n, device=dev, dtype=torch.bfloat16) / k**0.5
-        out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
-        ref = torch.mm(a, b)
-        for label, fn in variants(m, k, n, a, b, out):
-            against_cublas(rows, {"m": m, "k": k, "n": n, "variant": label}, fn, out=out, ref=ref,
-                           cublas=lambda: torch.mm(a, b, out=out), iters=args.iters, label=f"{m}x{k}x{n} {label}")
-    write_rows(args.out, rows)
-    return 0
+    args = probe_args(__doc__, SHAPES, iters=30).parse_args(argv)
+    return run_probe("probe_fused_overhead", args, probe_shape, width=None)
 
 
 if __name__ == "__main__":

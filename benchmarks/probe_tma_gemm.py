@@ -12,15 +12,11 @@ pointer loads and with descriptor loads, against ``torch.mm`` timed in alternati
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
-
 import torch
 import triton
 import triton.language as tl
 
-from probe_common import against_cublas, write_rows
+from probe_common import against_cublas, operands, probe_args, run_probe  # the probes' check, timing, rows
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 CONFIGS = (  # block_m, block_n, block_k, warps, stages
@@ -92,34 +88,27 @@ def run(kind: str, a, b, c, cfg, programs: int) -> None:
                                num_stages=stages)
 
 
+def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
+    o = operands(m, k, n)
+    programs = torch.cuda.get_device_properties(o.dev).multi_processor_count
+    rows: list[dict] = []
+    for cfg in CONFIGS:
+        for kind in ("pointers", "descriptors"):
+            label = f"{kind} {cfg[0]}x{cfg[1]}x{cfg[2]} w{cfg[3]} s{cfg[4]}"
+            rec = {"m": m, "k": k, "n": n, "kind": kind, "config": list(cfg)}
+            try:
+                against_cublas(rows, rec, lambda: run(kind, o.A, o.B, o.c_dev, cfg, programs), out=o.c_dev,
+                               ref=o.ref, cublas=lambda: torch.mm(o.A, o.B, out=o.c_dev), iters=iters,
+                               label=f"{m}x{k}x{n} {label}")
+            except Exception as exc:  # noqa: BLE001 - a config the compiler refuses is a result too
+                rows.append({**rec, "error": str(exc)[:300]})
+                print(f"{m}x{k}x{n} {label:34s} ERROR {str(exc)[:120]}", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--iters", type=int, default=30)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("probe_tma_gemm needs a CUDA GPU", file=sys.stderr)
-        return 2
-    dev = torch.device("cuda")
-    programs = torch.cuda.get_device_properties(dev).multi_processor_count
-    rows = []
-    for m, k, n in SHAPES:
-        a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-        b = torch.randn(k, n, device=dev, dtype=torch.bfloat16) / k**0.5
-        c = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
-        ref = torch.mm(a, b)
-        for cfg in CONFIGS:
-            for kind in ("pointers", "descriptors"):
-                label = f"{kind} {cfg[0]}x{cfg[1]}x{cfg[2]} w{cfg[3]} s{cfg[4]}"
-                rec = {"m": m, "k": k, "n": n, "kind": kind, "config": list(cfg)}
-                try:
-                    against_cublas(rows, rec, lambda: run(kind, a, b, c, cfg, programs), out=c, ref=ref,
-                                   cublas=lambda: torch.mm(a, b, out=c), iters=args.iters, label=f"{m}x{k}x{n} {label}")
-                except Exception as exc:  # noqa: BLE001 - a config the compiler refuses is a result too
-                    rows.append({**rec, "error": str(exc)[:300]})
-                    print(f"{m}x{k}x{n} {label:34s} ERROR {str(exc)[:120]}", flush=True)
-    write_rows(args.out, rows)
-    return 0
+    args = probe_args(__doc__, SHAPES, iters=30).parse_args(argv)
+    return run_probe("probe_tma_gemm", args, probe_shape, width=None)
 
 
 if __name__ == "__main__":

@@ -133,16 +133,21 @@ class _Builder:
         sms = self.plan.comm_sms if self.plan.comm_sms is not None else comm_model.DEFAULT_COMM_SMS
         return min(sms, self.device.sm_count - 1)
 
+    def remembered(self, key: tuple, price):
+        """``price()``, computed once per ``key`` for this candidate (``memo``)."""
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = price()
+        return found
+
     def gemm(self, rows: int, *, k: int | None = None, n: int | None = None, launches: int = 1,
              sms: int | None = None) -> float:
-        key = ("gemm", rows, k, n, launches, sms)
-        one = self.memo.get(key)
-        if one is None:
-            site = self.site
-            one = self.memo[key] = gemm_ms(self.device, m=rows, k=k or site.k, n=n or site.n, dtype=site.dtype,
-                                           itemsize=site.itemsize, calibration=self.calibration, sms=sms,
-                                           launches=launches, level_m=max(rows, site.m), sustained=self.sustained)
-        return one * self.site.num_b
+        site = self.site
+        one = self.remembered(("gemm", rows, k, n, launches, sms), lambda: gemm_ms(
+            self.device, m=rows, k=k or site.k, n=n or site.n, dtype=site.dtype, itemsize=site.itemsize,
+            calibration=self.calibration, sms=sms, launches=launches, level_m=max(rows, site.m),
+            sustained=self.sustained))
+        return one * site.num_b
 
     def transfer_topology(self) -> comm_model.GroupTopology:
         if self.plan.transport in ("collective", "p2p"):
@@ -257,22 +262,14 @@ class _Builder:
         return head, rest
 
     def collective(self, op: str, nbytes: float) -> comm_model.Transfer:
-        key = ("collective", op, nbytes)
-        found = self.memo.get(key)
-        if found is None:
-            found = self.memo[key] = comm_model.collective(
-                op, nbytes, self.transfer_topology(), transport=self.plan.transport, hierarchy=self.plan.hierarchy,
-                calibration=self.calibration, message_bytes=host_stage_piece_bytes())
-        return found
+        return self.remembered(("collective", op, nbytes), lambda: comm_model.collective(
+            op, nbytes, self.transfer_topology(), transport=self.plan.transport, hierarchy=self.plan.hierarchy,
+            calibration=self.calibration, message_bytes=host_stage_piece_bytes()))
 
     def ring_step(self, nbytes: float, peers: int = 1) -> comm_model.Transfer:
-        key = ("ring_step", nbytes, peers)
-        found = self.memo.get(key)
-        if found is None:
-            found = self.memo[key] = comm_model.ring_step(nbytes, self.transfer_topology(),
-                                                          transport=self.plan.transport, peers=peers,
-                                                          calibration=self.calibration)
-        return found
+        return self.remembered(("ring_step", nbytes, peers), lambda: comm_model.ring_step(
+            nbytes, self.transfer_topology(), transport=self.plan.transport, peers=peers,
+            calibration=self.calibration))
 
     # -- contention -------------------------------------------------------------
     def finish(self) -> list[Stage]:

@@ -1,7 +1,7 @@
 """How bytes move: torch.distributed collectives and P2P (copy-engine and host-staged transports register later).
 
 The names below load their modules on first use (PEP 562): the cost model and the planner import
-plain-Python modules of this package (``peer_protocol``, ``relay_sizes``) without importing torch.
+plain-Python modules of this package (``peer_protocol``, ``relay_layout``) without importing torch.
 """
 
 _HOME = {

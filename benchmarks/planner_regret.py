@@ -26,6 +26,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from hocket.env import overridden
@@ -276,6 +277,43 @@ def summarize(rows) -> dict:
     return figures
 
 
+def score(records, lease_paths, args, profile, run_of=None) -> tuple[list, list[str]]:
+    """(regret row, the copy-engine protocol its site was scored with) for ``records`` (one copy-engine
+    protocol and one relay calling mode per site: the newest line's), and notes. ``lease_paths``: the
+    files whose leases' profiles price the lines (``--lease-profiles``)."""
+    records, protocols, protocol_notes = one_protocol_per_site(records)
+    records, relay_calls, calls_notes = one_relay_calls_per_site(records)
+    leases = newest_lease_profiles(lease_paths) if args.lease_profiles else {}
+    finder = ClusterFinder(args.cluster, profile, protocols, relay_calls, leases)
+    rows, notes = planner_regret(records, finder.cost_for, top_k=args.top_k, margin=args.margin,
+                                 uncertainty_for=None if args.no_uncertainty else finder.uncertainty_for,
+                                 run_of=run_of)
+    return [(r, protocols.get((r.site.key, r.hardware_hash))) for r in rows], protocol_notes + calls_notes + notes
+
+
+def run_labels(records, path) -> Callable[[object], str]:
+    """A line of ``path`` -> its run's label: the file (below results/), and where the file holds several
+    measurements of a site's sequential baseline (several invocations appended), ``#i`` in their order."""
+    path = Path(path)
+    try:
+        label = str(path.resolve().relative_to(RESULTS))
+    except ValueError:
+        label = str(path)
+    seen: dict[str, list[float]] = {}
+    for r in records:
+        runs = seen.setdefault(r.site.key, [])
+        if r.baselines.sequential_ms not in runs:
+            runs.append(r.baselines.sequential_ms)
+
+    def run_of(record) -> str:
+        runs = seen.get(record.site.key, [])
+        if len(runs) < 2 or record.baselines.sequential_ms not in runs:
+            return label
+        return f"{label}#{runs.index(record.baselines.sequential_ms) + 1}"
+
+    return run_of
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", help="results JSON-lines files (default: every *.jsonl under results/)")
@@ -296,12 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--captured", action="store_true",
                         help="score the lines of calls replayed from CUDA graphs (benchmarks/bench_captured.py), "
                              "priced as such, instead of the eager ones")
+    parser.add_argument("--per-run", action="store_true",
+                        help="score each run (a results file, and within it each measurement of a site's "
+                             "sequential baseline) on its own, priced with that run's lease profile under "
+                             "--lease-profiles; by default the runs of one machine are pooled, newest line per plan")
     parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
     from validate_cost import read_current  # sibling module, as in held_out_keys
 
-    records, skipped = read_current(paths, all_relays=args.all_relays, strict=bool(args.paths))
+    sources: dict = {}
+    records, skipped = read_current(paths, all_relays=args.all_relays, strict=bool(args.paths), sources=sources)
     from validate_cost import captured_line  # sibling module, as in held_out_keys
 
     other = [r for r in records if captured_line(r) != args.captured]
@@ -309,9 +352,6 @@ def main(argv: list[str] | None = None) -> int:
         records = [r for r in records if captured_line(r) == args.captured]
         skipped.append(f"{len(other)} lines of {'eager' if args.captured else 'CUDA graph'} calls left out "
                        f"({'drop' if args.captured else 'add'} --captured to score them)")
-    records, protocols, protocol_notes = one_protocol_per_site(records)
-    records, relay_calls, calls_notes = one_relay_calls_per_site(records)
-    skipped += protocol_notes + calls_notes
     if not records:
         print(f"no results lines found in {', '.join(map(str, paths)) or RESULTS}; run `hocket bench ... --out` first")
         return 0
@@ -320,35 +360,43 @@ def main(argv: list[str] | None = None) -> int:
         from hocket.hardware.profile import load_profile
 
         profile = load_profile(args.profile, expected=None)
-    leases = newest_lease_profiles(paths) if args.lease_profiles else {}
-    finder = ClusterFinder(args.cluster, profile, protocols, relay_calls, leases)
-    rows, notes = planner_regret(records, finder.cost_for, top_k=args.top_k, margin=args.margin,
-                                 uncertainty_for=None if args.no_uncertainty else finder.uncertainty_for)
+    if args.per_run:
+        scored, notes = [], []
+        for path in dict.fromkeys(sources[id(r)] for r in records):
+            mine = [r for r in records if sources[id(r)] == path]
+            got, more = score(mine, [path], args, profile, run_of=run_labels(mine, path))
+            scored += got
+            notes += more
+    else:
+        scored, notes = score(records, paths, args, profile)
     if args.holdout != "all":
         held = held_out_keys(records)
-        rows = [r for r in rows if (r.site.key in held) == (args.holdout == "held-out")]
+        scored = [(r, p) for r, p in scored if (r.site.key in held) == (args.holdout == "held-out")]
+    rows = [r for r, _ in scored]
     allowance = ("no model-error allowance" if args.no_uncertainty else
                  "model-error allowance per plan class (hocket.plan.uncertainty; larger where no profile applies)")
-    where = (f"the newest line's lease's where it kept one ({len(leases)} sites), else " if args.lease_profiles else "")
+    where = ("the lease's of each run where it kept one, else " if args.lease_profiles and args.per_run else
+             "the newest line's lease's where it kept one, else " if args.lease_profiles else "")
     print(f"prediction alone: margin {args.margin:.0%}, {allowance}; profile: {where}{args.profile or 'none'} "
-          f"(for lines of its device models); sites: {args.holdout}")
+          f"(for lines of its device models); sites: {args.holdout}; "
+          f"{'each run scored on its own' if args.per_run else 'the runs of one machine pooled, newest line per plan'}")
     header = (f"{'site':<34} {'n':>3} {'best':<22} {'best ms':>9} {'predicted':<22} {'regret':>6} {'vs seq':>6} "
               f"{'tuned':<22} {'regret':>6} {'vs seq':>6} {'noise':>6}")
     print(header)
     print("-" * len(header))
-    for row in sorted(rows, key=lambda r: (r.site.kind, r.site.m, r.site.k, r.site.n)):
+    for row, protocol in sorted(scored, key=lambda rp: (rp[0].site.kind, rp[0].site.m, rp[0].site.k, rp[0].site.n,
+                                                          rp[0].run)):
         s = row.site
         short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(s.dtype, s.dtype)
         label = f"{s.kind} {s.m}x{s.k}x{s.n} {short} w{s.world}"
-        protocol = protocols.get((s.key, row.hardware_hash))
         best, chosen, tuned = (protocol_label(p, protocol) for p in (row.best_plan, row.predicted_plan, row.tuned_plan))
         print(f"{label:<34} {row.measured:>3} {best:<22} {row.best_ms:>9.3f} "
               f"{chosen:<22} {row.predicted_regret:>6.3f} {row.predicted_vs_sequential:>6.3f} "
               f"{tuned:<22} {row.tuned_regret:>6.3f} {row.tuned_vs_sequential:>6.3f} "
-              f"{row.noise:>6.1%}")
+              f"{row.noise:>6.1%}" + (f"  {row.run}" if row.run else ""))
     if rows:
         s = summarize(rows)
-        print(f"\n{s['sites']} sites | prediction alone: median regret {s['predicted_median']:.3f}, "
+        print(f"\n{s['sites']} {'site runs' if args.per_run else 'sites'} | prediction alone: median regret {s['predicted_median']:.3f}, "
               f"max {s['predicted_max']:.3f}, slower than sequential beyond noise: {s['predicted_losses']} | "
               f"autotuned: median {s['tuned_median']:.3f}, max {s['tuned_max']:.3f}, "
               f"slower than sequential beyond noise: {s['tuned_losses']} | target: regret <= 1.05, 0 losses")
@@ -358,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         for why in row.unpriced:
             print(f"note: {row.site.key}: not priced: {why}")
     if args.json:
-        dicts = [{**r.to_dict(), "peer_protocol": protocols.get((r.site.key, r.hardware_hash))} for r in rows]
+        dicts = [{**r.to_dict(), "peer_protocol": p} for r, p in scored]
         Path(args.json).write_text(json.dumps(dicts, indent=1) + "\n")
     return 0
 

@@ -1,6 +1,8 @@
 """Planner regret: how much slower the planner's choice ran than the best measured plan.
 
-Input: results lines (``hocket.bench.record.BenchRecord``) grouped by site and machine.
+Input: results lines (``hocket.bench.record.BenchRecord``) grouped by site and machine, and
+with ``run_of`` by run as well (the lines of one run share their sequential baseline, so a
+group never mixes a plan timed on one lease or day with its rivals timed on another).
 For each group, among the plans that were measured (sequential always is):
 
 * **prediction alone**: the plan :func:`hocket.plan.search.select` picks from their
@@ -21,6 +23,7 @@ the planner lost to doing nothing). Noise is the sequential plan's p90/p10 sprea
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -52,9 +55,11 @@ class RegretRow:
     tuned_vs_sequential: float
     unpriced: tuple[str, ...] = ()
     """measured plans the cost model could not price (with why), left out."""
+    run: str = ""
+    """the run the group's lines came from (``run_of``'s label; empty when runs were not told apart)."""
 
     def to_dict(self) -> dict:
-        return {"site": self.site.to_dict(), "hardware": self.hardware_hash, "measured": self.measured,
+        return {"site": self.site.to_dict(), "hardware": self.hardware_hash, "run": self.run, "measured": self.measured,
                 "best_plan": self.best_plan.to_dict(), "best_ms": self.best_ms, "sequential_ms": self.sequential_ms,
                 "noise": self.noise, "predicted_plan": self.predicted_plan.to_dict(),
                 "predicted_regret": self.predicted_regret, "predicted_vs_sequential": self.predicted_vs_sequential,
@@ -67,11 +72,17 @@ def _hardware_hash(record) -> str:
     return str(hardware.get("hash", "unknown"))
 
 
-def group_records(records: Iterable) -> dict[tuple[str, str], list]:
-    """(site key, hardware hash) -> that site's records on that machine (the latest line per plan wins)."""
-    groups: dict[tuple[str, str], dict[Plan, object]] = {}
+RunOf = Callable[[object], str]
+"""A results line -> the label of the run it belongs to."""
+
+
+def group_records(records: Iterable, run_of: RunOf | None = None) -> dict[tuple[str, str, str], list]:
+    """(site key, hardware hash, run) -> that site's records on that machine in that run (the latest
+    line per plan wins). Without ``run_of`` every run of a machine is one group (run ``""``)."""
+    groups: dict[tuple[str, str, str], dict[Plan, object]] = {}
     for record in records:
-        groups.setdefault((record.site.key, _hardware_hash(record)), {})[record.plan] = record
+        run = run_of(record) if run_of is not None else ""
+        groups.setdefault((record.site.key, _hardware_hash(record), run), {})[record.plan] = record
     return {key: list(by_plan.values()) for key, by_plan in groups.items()}
 
 
@@ -122,18 +133,19 @@ def site_regret(records: list, cost_fn: CostFn, *, top_k: int = 4, margin: float
 
 def planner_regret(records: Iterable, cost_for: Callable[[object], CostFn | None], *, top_k: int = 4,
                    margin: float = DEFAULT_MARGIN,
-                   uncertainty_for: Callable[[object], Uncertainty | None] | None = None
-                   ) -> tuple[list[RegretRow], list[str]]:
+                   uncertainty_for: Callable[[object], Uncertainty | None] | None = None,
+                   run_of: RunOf | None = None) -> tuple[list[RegretRow], list[str]]:
     """Regret rows for every measured site, and notes on groups that were skipped.
 
     ``cost_for(record)`` returns the CostFn for the machine a record was measured on
     (None: no cluster description for it, the group is skipped with a note);
     ``uncertainty_for(record)`` the model-error allowance of prediction alone on that machine
-    (None, or no function: the plain margin).
+    (None, or no function: the plain margin); ``run_of(record)`` the run a record belongs to, so
+    that each run of a site is scored on its own (None: the runs of one machine are pooled).
     """
     rows: list[RegretRow] = []
     notes: list[str] = []
-    for (key, hardware), group in group_records(records).items():
+    for (key, hardware, run), group in group_records(records, run_of).items():
         cost_fn = cost_for(group[0])
         if cost_fn is None:
             notes.append(f"{key} on hardware {hardware}: no cluster description matches its fingerprint; skipped")
@@ -145,5 +157,5 @@ def planner_regret(records: Iterable, cost_for: Callable[[object], CostFn | None
                    else f"the cost model cannot price its sequential plan (kind {group[0].site.kind})")
             notes.append(f"{key} on hardware {hardware}: {why}; skipped")
         else:
-            rows.append(row)
+            rows.append(dataclasses.replace(row, run=run) if run else row)
     return rows, notes

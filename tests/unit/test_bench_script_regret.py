@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -224,3 +225,29 @@ def test_lease_profiles_follow_the_lease_of_each_sites_newest_line(tmp_path):
     assert leases[key].fingerprint == "lease41"
     finder = pr.ClusterFinder(None, None, lease_profiles=leases)
     assert finder.profile_for(record(site=site, plan=SEQ, median_ms=1.0, base=base)).fingerprint == "lease41"
+
+
+def test_main_per_run_scores_each_file_apart_and_labels_it(tmp_path, capsys):
+    """Two runs of one site: pooled, the newer file's lines win per plan and one row is scored; with
+    --per-run each file is a row of its own, labelled with the file, and the older run's loss shows."""
+    rng = random.Random(26)
+    site = Site(kind="ag_mm", m=8192, k=8192, n=7168, dtype="bfloat16", world=2)
+    plans = (SEQ, Plan(strategy="chunked", chunks=2), Plan(strategy="chunked", chunks=4))
+    old_base, new_base = baselines(rng, sequential_ms=2.0), baselines(rng, sequential_ms=2.1)
+    old = write(tmp_path / "old.jsonl", [record(site=site, plan=p, median_ms=2.0 if p == SEQ else 3.0, base=old_base)
+                                         for p in plans])
+    new = write(tmp_path / "new.jsonl", [record(site=site, plan=p, median_ms=2.1 if p == SEQ else 1.5, base=new_base)
+                                         for p in plans])
+    pooled = tmp_path / "pooled.json"
+    assert pr.main([str(old), str(new), "--cluster", "h200x2", "--json", str(pooled)]) == 0
+    rows = json.loads(pooled.read_text())
+    assert len(rows) == 1 and rows[0]["run"] == "" and rows[0]["best_ms"] == 1.5
+    apart = tmp_path / "apart.json"
+    assert pr.main([str(old), str(new), "--cluster", "h200x2", "--per-run", "--json", str(apart)]) == 0
+    out = capsys.readouterr().out
+    rows = {Path(r["run"]).name: r for r in json.loads(apart.read_text())}
+    assert set(rows) == {"old.jsonl", "new.jsonl"}
+    assert rows["old.jsonl"]["best_ms"] == 2.0 and rows["new.jsonl"]["best_ms"] == 1.5
+    chose = Plan.from_dict(rows["old.jsonl"]["predicted_plan"])
+    assert rows["old.jsonl"]["predicted_regret"] == pytest.approx(1.0 if chose == SEQ else 1.5)
+    assert "2 site runs" in out and "each run scored on its own" in out and "old.jsonl" in out

@@ -95,3 +95,23 @@ def test_autotuned_column_times_the_tuning_shortlist_not_a_plain_top_k():
     from hocket.plan.search import tuning_shortlist
 
     assert tuning_shortlist([ch8, RING, ring2, CH4], baseline=SEQ, k=2) == (ch8, CH4)
+
+
+def test_runs_of_one_machine_are_scored_apart_with_run_of():
+    """Pooled, the newest line per plan wins across runs: a fast chunked(2) of one run hides that the
+    other run's chunked(2) lost. With ``run_of`` each run is its own row and keeps its own label."""
+    site = _site()
+    first = [_record(site, SEQ, 10.0), _record(site, CH2, 12.0), _record(site, CH4, 9.0)]
+    second = [_record(site, SEQ, 10.5), _record(site, CH2, 8.0)]
+    run = {id(r): "a" for r in first} | {id(r): "b" for r in second}
+    cost = lambda s, p: {SEQ: 10.0, CH2: 7.0, CH4: 9.5}[p]  # noqa: E731  the model prefers chunked(2) in both runs
+    pooled, _ = planner_regret(first + second, lambda r: cost)
+    assert len(pooled) == 1 and pooled[0].run == "" and pooled[0].predicted_regret == 1.0  # 8.0 is the best
+    apart, _ = planner_regret(first + second, lambda r: cost, run_of=lambda r: run[id(r)])
+    by_run = {row.run: row for row in apart}
+    assert set(by_run) == {"a", "b"}
+    assert by_run["a"].predicted_plan == CH2 and by_run["a"].predicted_regret == pytest.approx(12.0 / 9.0)
+    assert by_run["a"].predicted_vs_sequential == pytest.approx(1.2)
+    assert by_run["b"].predicted_regret == 1.0 and by_run["b"].measured == 2
+    assert by_run["a"].to_dict()["run"] == "a"
+    assert len(group_records(first + second, run_of=lambda r: run[id(r)])) == 2

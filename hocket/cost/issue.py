@@ -46,7 +46,7 @@ from typing import Mapping
 
 ISSUE_OPS = ("entry", "group_entry", "launch", "collective", "p2p", "copy_engine", "host_copy", "relay_call",
              "relay_message", "relay_call_host", "relay_message_host", "relay_split", "relay_split_host",
-             "relay_piece", "relay_piece_host")
+             "relay_piece", "relay_piece_host", "fused_call", "fused_push")
 """What the host issues: the operator's entry (``group_entry``: what an operator on a process
 group adds to it: the torch.library dispatch of its schema, the plan and group lookups and the
 cross-rank agreement check; 2xH200 run10 measured a whole sequential ag_mm call at 167-189 us of
@@ -64,7 +64,11 @@ GEMM launch (the piece's event, the wait on it, its slices and bookkeeping; ``HO
 ``relay_piece``/``relay_piece_host``: what an own-data-first pipeline of one relay call per piece
 (``HOCKET_HOST_STAGE_CALLS=piece``) pays per piece besides the bare call, its message and its GEMM
 launch (stage buffers, events, argument handling). Profiles written before ``relay_piece`` existed
-hold that cost inside ``relay_call`` (then raised to it), and price it 0 here."""
+hold that cost inside ``relay_call`` (then raised to it), and price it 0 here.
+``fused_call``: what a ``tile_fused`` call between GPUs (``hocket.ops.lowering.tile_fused``) issues besides
+its entry, its copy-engine pushes and one launch: the peer pipe's begin (barrier, flag resets) and end, the
+Triton launch of the persistent GEMM with its workspace, the flag raises and waits, the error watch;
+``fused_push``: each flag-gated push of a producer group (matmul + reduce-scatter: its spin-wait launch)."""
 
 DEFAULT_ISSUE_US: Mapping[str, float] = {
     "entry": 20.0,
@@ -82,8 +86,25 @@ DEFAULT_ISSUE_US: Mapping[str, float] = {
     "relay_split_host": 30.0,
     "relay_piece": 0.0,
     "relay_piece_host": 0.0,
+    "fused_call": 450.0,
+    "fused_push": 40.0,
 }
-"""Host microseconds per issued item when the profile has no ``issue_us`` (see module docstring)."""
+"""Host microseconds per issued item when the profile has no ``issue_us`` (see module docstring).
+
+The ``fused_*`` items (no calibration measures them) are set on 2xH200 run69, at that lease's host speed
+(``FUSED_REFERENCE_US``), from a calibration site of ``benchmarks/validate_cost.py`` only: eager
+tile_fused(1)/copy_engine calls of mm_rs 8192x2048x4096 timed back to back ran host-bound at 0.747 ms (device
+work ~0.35 ms), against 0.259 ms of host time the other items price on that lease's profile: 488 us more per
+call, for the call and its one flag-gated push. ``benchmarks/host_profile.py`` on the same lease puts such a push
+at 65-90 us of host time against 25 for an ungated copy-engine copy: ``fused_push`` 40, ``fused_call`` 450.
+(The held-out ag_mm 8192x4096x1536 ran 0.736 ms there; priced 0.712 with them.) Without them eager tile_fused
+calls on small shapes were priced device-bound at 0.28-0.35 ms and chosen, and ran 0.57-0.75 ms (runs 35, 36,
+69)."""
+
+FUSED_REFERENCE_US: Mapping[str, float] = {"launch": 17.3, "collective": 54.8, "copy_engine": 25.0, "p2p": 101.2}
+"""run69's measured ``issue_us`` for the items the ``fused_*`` costs scale with: a profile whose host issues
+these faster or slower (the same calls' costs differ up to 2x between leases) scales ``fused_*`` by the
+median of its ratios to these (:func:`host_speed`)."""
 
 
 def issue_table(calibration=None) -> dict[str, float]:
@@ -97,10 +118,24 @@ def issue_table(calibration=None) -> dict[str, float]:
     valid = {op: float(value) for op, value in measured.items()
              if op in table and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0}
     table.update(valid)
+    speed = host_speed(valid)
+    for op in ("fused_call", "fused_push"):
+        if op not in valid:
+            table[op] *= speed
     if "entry" in valid and "group_entry" not in valid:
         table["entry"] = min(valid["entry"], DEFAULT_ISSUE_US["entry"])
         table["group_entry"] = valid["entry"] - table["entry"]
     return table
+
+
+def host_speed(measured: Mapping[str, float]) -> float:
+    """How much slower (> 1) or faster than run69's host a profile's host issues: the median of its
+    measured items over ``FUSED_REFERENCE_US`` (1.0 when it measured none of them)."""
+    ratios = sorted(measured[op] / ref for op, ref in FUSED_REFERENCE_US.items() if measured.get(op, 0) > 0)
+    if not ratios:
+        return 1.0
+    mid = len(ratios) // 2
+    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
 
 
 def issue_ms(items, table: Mapping[str, float]) -> float:

@@ -492,9 +492,14 @@ def _tile_fused(b: _Builder, *, producer: bool) -> None:
 
     def transfer(i: int, rows: int, deps=(), queued: bool = True) -> int:
         nbytes = total * rows / m * scale
+        # a producer's push waits on its group's flag: a spin-wait launch besides the copies
+        issue = ((("copy_engine", 1), ("fused_push", 1)), ()) if producer else None
         return b.add_transfer(f"{op}[{i}]", b.collective(op, nbytes), deps=deps, piece=i, op=op, nbytes=nbytes,
-                              queued=queued)
+                              queued=queued, issue=issue)
 
+    # the call's own host work before the kernel: the pipe's barrier and flag resets, the workspace and
+    # the Triton launch, the flag raises and waits, the error watch
+    b.add_host("tile_fused", (("fused_call", 1),))
     if not producer:
         _fused_groups(b, consumer_of=transfer, local_rows=m // p)
         return

@@ -148,3 +148,38 @@ def test_an_operator_on_a_group_pays_its_entry_once_before_the_gpu_starts():
         stages = pipeline_stages(site, plan, cluster)
         first = min(t for s, t in zip(stages, schedule(stages).start_ms) if not s.is_issue)
         assert first == pytest.approx((DEFAULT_ISSUE_US["entry"] + extra_us) / 1e3)
+
+
+def test_fused_items_follow_the_profiles_host_speed_unless_measured():
+    from hocket.cost.issue import FUSED_REFERENCE_US, host_speed
+
+    rng = random.Random(31)
+    assert host_speed({}) == 1.0 and host_speed({"entry": 500.0}) == 1.0  # none of the reference items
+    factor = rng.uniform(0.4, 2.5)
+    same = {op: us * factor for op, us in FUSED_REFERENCE_US.items()}
+    assert host_speed(same) == pytest.approx(factor)
+    # the median: one wild item does not move it
+    wild = {**same, "p2p": FUSED_REFERENCE_US["p2p"] * factor * 50}
+    assert host_speed(wild) == pytest.approx(factor)
+    table = issue_table(CalibrationProfile(fingerprint="t", issue_us=same))
+    for op in ("fused_call", "fused_push"):
+        assert table[op] == pytest.approx(DEFAULT_ISSUE_US[op] * factor)
+    measured = issue_table(CalibrationProfile(fingerprint="t", issue_us={**same, "fused_call": 123.0}))
+    assert measured["fused_call"] == 123.0 and measured["fused_push"] == pytest.approx(DEFAULT_ISSUE_US["fused_push"] * factor)
+
+
+@pytest.mark.parametrize("kind", ["ag_mm", "mm_rs"])
+def test_eager_tile_fused_is_host_bound_on_small_shapes_and_not_on_large_ones(kind):
+    """A tile_fused call's own host work (pipe, Triton launch, flag watch) makes a small call host-bound,
+    so the back-to-back price is at least that work and above sequential's; on a large shape it hides."""
+    rng = random.Random(32 if kind == "ag_mm" else 33)
+    fused = Plan(strategy="tile_fused", chunks=rng.choice([1, 2, 4]), transport="copy_engine")
+    table = issue_table(None)
+    small = Site(kind=kind, m=8192, k=rng.choice([2048, 4096]), n=rng.choice([1536, 4096]), world=2)
+    steady = predict(small, fused, H200X2, steady_state=True)
+    assert steady.total_ms >= table["fused_call"] / 1e3
+    assert steady.total_ms > predict(small, Plan(), H200X2, steady_state=True).total_ms
+    large = Site(kind=kind, m=8192, k=rng.choice([8192, 14336]), n=rng.choice([7168, 8192]), world=2)
+    stages = pipeline_stages(large, fused, H200X2)
+    host_ms = sum(s.duration_ms if s.steady_ms is None else s.steady_ms for s in stages if s.is_issue)
+    assert predict(large, fused, H200X2, steady_state=True).total_ms > 2 * host_ms

@@ -7,7 +7,8 @@ one site's plans four ways, each a median of ``--iters`` samples of ``--reps`` c
 * ``bench``: the bench's inputs (``Case``: per-rank random operands), one plan after another;
 * ``runners``: the autotuner's callables (``hocket.plan.live.operator_runners``), one plan after another;
 * ``interleaved``: the autotuner's callables through its timer (``interleaved_samples_ms``, rounds);
-* ``autotune``: ``hocket.plan.autotune.autotune`` itself (its recorded medians).
+* ``autotune``: ``hocket.plan.autotune.autotune`` itself (its recorded medians); ``--repeat`` runs it
+  again, with the interleaved timer between, to tell a lasting change of state from the autotuner's own.
 
     torchrun --nproc_per_node 2 benchmarks/probe_autotune_timing.py --pick 5
 """
@@ -44,6 +45,7 @@ def main(argv=None) -> int:
     p.add_argument("--pick", default="5")
     p.add_argument("--iters", type=int, default=16)
     p.add_argument("--reps", type=int, default=4)
+    p.add_argument("--repeat", type=int, default=1, help="autotune this many times, the interleaved timer between")
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl", help="gloo: a CPU dry run (with --shrink)")
     p.add_argument("--shrink", type=int, default=1, help="divide m, k and n by this (a dry run)")
     args = p.parse_args(argv)
@@ -70,18 +72,26 @@ def main(argv=None) -> int:
         for plan in plans:
             table[plan_label(plan)]["interleaved"] = median(mixed[plan.to_json()])
         config = AutotuneConfig(top_k=4, warmup=2, iters=args.iters, rounds=2, reps=args.reps)
-        result = autotune(site, plans, make, group=group, device=device, config=config)
-        for plan in plans:
-            table[plan_label(plan)]["autotune"] = result.timings_ms.get(plan.to_json(), float("nan"))
+        columns = ["bench", "runners", "interleaved"]
+        for again in range(args.repeat):
+            result = autotune(site, plans, make, group=group, device=device, config=config)
+            name = "autotune" if again == 0 else f"autotune#{again + 1}"
+            columns.append(name)
+            for plan in plans:
+                table[plan_label(plan)][name] = result.timings_ms.get(plan.to_json(), float("nan"))
+            if again + 1 < args.repeat:  # the interleaved timer again, between two autotunes
+                mixed = interleaved_samples_ms(runners, config=timing, rounds=2, group=group, device=device)
+                columns.append(f"interleaved#{again + 2}")
+                for plan in plans:
+                    table[plan_label(plan)][columns[-1]] = median(mixed[plan.to_json()])
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if ctx.rank == 0:
             print(f"\n{site.kind} {site.m}x{site.k}x{site.n}: median ms of {args.iters} samples x {args.reps} calls; "
                   f"autotune chose {plan_label(result.chosen)}")
-            print(f"{'plan':<28} {'bench':>8} {'runners':>8} {'interleaved':>12} {'autotune':>9}")
+            print(f"{'plan':<28}" + "".join(f" {c:>14}" for c in columns))
             for name, row in table.items():
-                print(f"{name:<28} {row['bench']:>8.3f} {row['runners']:>8.3f} {row['interleaved']:>12.3f} "
-                      f"{row['autotune']:>9.3f}", flush=True)
+                print(f"{name:<28}" + "".join(f" {row[c]:>14.3f}" for c in columns), flush=True)
     dist.barrier()
     dist.destroy_process_group()
     return 0

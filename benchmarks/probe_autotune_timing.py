@@ -45,6 +45,7 @@ def main(argv=None) -> int:
     p.add_argument("--pick", default="5")
     p.add_argument("--iters", type=int, default=16)
     p.add_argument("--reps", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the timer and of autotune")
     p.add_argument("--repeat", type=int, default=1, help="autotune this many times, the interleaved timer between")
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl", help="gloo: a CPU dry run (with --shrink)")
     p.add_argument("--shrink", type=int, default=1, help="divide m, k and n by this (a dry run)")
@@ -68,10 +69,10 @@ def main(argv=None) -> int:
                             reps=args.reps)
             table[plan_label(plan)]["runners"] = median(got)
         timing = TimingConfig(warmup=2, iters=args.iters, reps=args.reps)
-        mixed = interleaved_samples_ms(runners, config=timing, rounds=2, group=group, device=device)
+        mixed = interleaved_samples_ms(runners, config=timing, rounds=args.rounds, group=group, device=device)
         for plan in plans:
             table[plan_label(plan)]["interleaved"] = median(mixed[plan.to_json()])
-        config = AutotuneConfig(top_k=4, warmup=2, iters=args.iters, rounds=2, reps=args.reps)
+        config = AutotuneConfig(top_k=4, warmup=2, iters=args.iters, rounds=args.rounds, reps=args.reps)
         columns = ["bench", "runners", "interleaved"]
         for again in range(args.repeat):
             result = autotune(site, plans, make, group=group, device=device, config=config)
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
             for plan in plans:
                 table[plan_label(plan)][name] = result.timings_ms.get(plan.to_json(), float("nan"))
             if again + 1 < args.repeat:  # the interleaved timer again, between two autotunes
-                mixed = interleaved_samples_ms(runners, config=timing, rounds=2, group=group, device=device)
+                mixed = interleaved_samples_ms(runners, config=timing, rounds=args.rounds, group=group, device=device)
                 columns.append(f"interleaved#{again + 2}")
                 for plan in plans:
                     table[plan_label(plan)][columns[-1]] = median(mixed[plan.to_json()])

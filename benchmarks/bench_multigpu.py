@@ -620,7 +620,7 @@ def main(argv=None) -> int:
     planner = LivePlanner(cluster=cluster, profile=profile,
                           config=LiveConfig(autotune=True, use_disk_cache=False,
                                             steady_state=args.reps > 1,
-                                            tuning=AutotuneConfig(top_k=4, warmup=2, iters=16, rounds=2,
+                                            tuning=AutotuneConfig(top_k=4, warmup=2, iters=16, rounds=8,
                                                                   reps=args.reps)))
     set_process_planner(planner)  # graph mode: the captured planner (and plan=None in a capture) derive from it
     started = time.monotonic()

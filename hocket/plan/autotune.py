@@ -35,8 +35,12 @@ class AutotuneConfig:
     """predicted-best candidates timed besides sequential."""
     warmup: int = 1
     iters: int = 6
-    rounds: int = 2
-    """interleaved rounds (machine drift spreads over all candidates)."""
+    rounds: int = 8
+    """interleaved rounds (machine drift spreads over all candidates; at most ``iters``). A host-bound
+    plan reads its host's speed, and a host slows for seconds at a time: on 2xH200 (run70,
+    ``benchmarks/probe_autotune_timing.py``, 16 samples of 4 calls per plan) two rounds let such a spell fall
+    on one plan and read it 20-60% slow in 7 of 64 timings (run69's autotuner kept sequential so on a site
+    where the pull plan ran 30% faster); eight rounds spread it over all, and no timing moved over 10%."""
     margin: float = DEFAULT_MARGIN
     """measured saving over sequential a plan needs to be chosen."""
     reps: int = 1

@@ -60,3 +60,33 @@ def test_measured_issue_costs_change_the_prediction():
     fast = CalibrationProfile(fingerprint="t", issue_us={"launch": 1.0, "collective": 2.0, "entry": 0.0})
     slow = CalibrationProfile(fingerprint="t", issue_us={"launch": 50.0, "collective": 200.0, "entry": 100.0})
     assert predict(site, plan, h200, slow).total_ms > predict(site, plan, h200, fast).total_ms
+
+
+def test_interleaved_host_us_keeps_each_items_median_round(monkeypatch):
+    """A slow spell of the host lands on one round of every item, not on all of one item."""
+    import random
+
+    from hocket.hardware.calibrate import issue
+
+    rng = random.Random(41)
+    clock = [0.0]
+    monkeypatch.setattr(issue.time, "perf_counter", lambda: clock[0])
+    cost_us = {"a": rng.uniform(5, 50), "b": rng.uniform(50, 200), "c": rng.uniform(1, 5)}
+    calls = []
+    spell = {"round": 2}
+
+    def item(name):
+        def fn():
+            calls.append(name)
+            slow = 3.0 if spell["round"] == len(calls) // 60 else 1.0  # one round's worth of calls runs slow
+            clock[0] += cost_us[name] * slow / 1e6
+        return fn
+
+    got = issue.interleaved_host_us({name: item(name) for name in cost_us}, iters=100, rounds=5)
+    assert set(got) == set(cost_us)
+    for name, us in cost_us.items():
+        assert got[name] == pytest.approx(us, rel=1e-6)
+    assert calls[:3] == ["a", "b", "c"]  # warm-up once each, in name order, then the rounds
+    assert len(calls) == 3 + 3 * 100
+    with pytest.raises(ValueError, match="rounds"):
+        issue.interleaved_host_us({"a": item("a")}, iters=10, rounds=0)

@@ -18,8 +18,11 @@ into about ten tiny messages give its cost per call (``relay_call``) and per mes
 pieces in one relay call, besides that piece's message and GEMM launch.
 Each item is issued
 ``iters`` times back to back and the host time (``perf_counter``) is divided by the count;
-the device is never synchronised inside the loop, so only the host side is measured. The
-result is the maximum over ranks (the slowest host gates the pipeline).
+the device is never synchronised inside the loop, so only the host side is measured. The items
+(and the operator call) take turns in ``ISSUE_ROUNDS`` rounds and each keeps its median round, so a
+host that slows for a second (2xH200 run70) slows one round of every item instead of all of one item:
+run69 measured ``entry`` at 199 us, one slow reading of the operator call, against 47-124 us on
+other leases. The result is the maximum over ranks (the slowest host gates the pipeline).
 
 GPU ranks only: on CPU ranks the work runs on the issuing thread and the cost model has no
 separate issue chain.
@@ -27,6 +30,7 @@ separate issue chain.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 
@@ -38,7 +42,9 @@ from hocket.bench.timer import max_across_ranks
 from hocket.hardware.calibrate.transfers import symmetric_peer_copy
 
 ISSUE_ITERS = 50
-"""Items timed per kind (after one warm-up round)."""
+"""Items timed per kind (after one warm-up round), over all rounds."""
+ISSUE_ROUNDS = 5
+"""Rounds the items take turns in (:func:`interleaved_host_us`)."""
 SMALL_NUMEL = 4096
 """Elements of the tensors issued (small, so the device work never backs the queue up)."""
 
@@ -49,6 +55,29 @@ def _host_us(fn: Callable[[], object], iters: int) -> float:
     for _ in range(iters):
         fn()
     return (time.perf_counter() - start) * 1e6 / iters
+
+
+def interleaved_host_us(items: dict[str, Callable[[], object]], iters: int, rounds: int = ISSUE_ROUNDS
+                        ) -> dict[str, float]:
+    """Host microseconds per call of each item: every item warmed up once, then ``rounds`` rounds in
+    which each item in turn (sorted by name: the same order on every rank) is issued ``iters / rounds``
+    times back to back; per item the median of its rounds."""
+    if iters < 1 or rounds < 1:
+        raise ValueError(f"iters={iters} and rounds={rounds} must be >= 1")
+    rounds = min(rounds, iters)
+    per_round = -(-iters // rounds)
+    names = sorted(items)
+    for name in names:
+        items[name]()  # warm-up: first-call setup (communicators, kernels) is not issue cost
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(rounds):
+        for name in names:
+            fn = items[name]
+            start = time.perf_counter()
+            for _ in range(per_round):
+                fn()
+            samples[name].append((time.perf_counter() - start) * 1e6 / per_round)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def issue_items(*, group, device: torch.device, dtype: torch.dtype) -> dict[str, Callable[[], object]]:
@@ -109,13 +138,13 @@ def measure_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: 
     if iters < 1:
         raise ValueError(f"iters={iters} must be >= 1")
     items = issue_items(group=group, device=device, dtype=dtype)
-    measured = {}
-    for name in sorted(items):  # same order on every rank
-        measured[name] = _host_us(items[name], iters)
-    measured.update(relay_issue_us(group=group, device=device, dtype=dtype, iters=iters))
     call = operator_call(group=group, device=device, dtype=dtype)
-    if call is not None and "collective" in measured:
-        whole = _host_us(call, iters)
+    if call is not None and "collective" in items:
+        items["operator"] = call
+    measured = interleaved_host_us(items, iters)
+    whole = measured.pop("operator", None)
+    measured.update(relay_issue_us(group=group, device=device, dtype=dtype, iters=iters))
+    if whole is not None:
         measured["entry"] = max(0.0, whole - measured["collective"] - measured["launch"])
     torch.cuda.synchronize(device)
     names = sorted(measured)

@@ -91,8 +91,7 @@ DEFAULT_ISSUE_US: Mapping[str, float] = {
 }
 """Host microseconds per issued item when the profile has no ``issue_us`` (see module docstring).
 
-The ``fused_*`` defaults (``hocket calibrate`` measures ``fused_call`` where GPUs share symmetric memory;
-a profile without it scales the default) are set on 2xH200 run69, at that lease's host speed
+The ``fused_*`` items (no calibration measures them) are set on 2xH200 run69, at that lease's host speed
 (``FUSED_REFERENCE_US``), from a calibration site of ``benchmarks/validate_cost.py`` only: eager
 tile_fused(1)/copy_engine calls of mm_rs 8192x2048x4096 timed back to back ran host-bound at 0.747 ms (device
 work ~0.35 ms), against 0.259 ms of host time the other items price on that lease's profile: 488 us more per

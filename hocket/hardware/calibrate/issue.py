@@ -12,8 +12,6 @@ argument handling and output allocation) less the collective and the launch it i
 GPUs also the host-staged relay (``hocket.transport.host_relay``): an all-gather of one message and one cut
 into about ten tiny messages give its cost per call (``relay_call``) and per message
 (``relay_message``), or ``relay_call_host``/``relay_message_host`` under ``HOCKET_HOST_STAGE_SIGNAL=host``;
-On a group whose GPUs share symmetric memory also ``fused_call`` (:func:`fused_call`): what a
-``tile_fused`` all-gather + matmul issues besides the items the model prices it with.
 ``relay_piece`` is what one more relay call costs an own-data-first pipeline of one call per piece
 (``HOCKET_HOST_STAGE_CALLS=piece``) besides the bare call, its message and its GEMM launch
 (:func:`relay_piece_us`); ``relay_split`` is what one more piece costs a pipeline that moves all its
@@ -143,61 +141,15 @@ def measure_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: 
     call = operator_call(group=group, device=device, dtype=dtype)
     if call is not None and "collective" in items:
         items["operator"] = call
-        fused = fused_call(group=group, device=device, dtype=dtype) if "copy_engine" in items else None
-        if fused is not None:
-            items["operator_fused"] = fused
     measured = interleaved_host_us(items, iters)
     whole = measured.pop("operator", None)
-    whole_fused = measured.pop("operator_fused", None)
     measured.update(relay_issue_us(group=group, device=device, dtype=dtype, iters=iters))
     if whole is not None:
         measured["entry"] = max(0.0, whole - measured["collective"] - measured["launch"])
-        if whole_fused is not None:  # the same call as tile_fused: its pushes and launch are priced apart
-            measured["fused_call"] = max(0.0, whole_fused - whole + measured["collective"] - measured["copy_engine"])
     torch.cuda.synchronize(device)
     names = sorted(measured)
     values = max_across_ranks([measured[n] for n in names], group=group, device=device)
     return dict(zip(names, values))
-
-
-FUSED_SIDE = 256
-"""Rows and columns of each rank's shard (and of B) in the tile_fused call :func:`fused_call` times."""
-
-
-def fused_call(*, group, device: torch.device, dtype: torch.dtype) -> Callable[[], object] | None:
-    """One ``tile_fused`` all-gather + matmul over the copy-engine transport on small operands, or None
-    where it does not run (fewer than two GPU ranks of one NCCL group, no symmetric memory or Triton).
-    Its host time less the sequential call's (``entry`` + collective + launch), plus the collective, less
-    one copy-engine push, is ``fused_call`` (``hocket.cost.issue``): the pipe, the Triton launch and
-    the flag watch. Every rank warms it up (compiling and loading the kernels, building the pipe) and
-    the ranks agree on whether all of them could."""
-    if device.type != "cuda" or not dist.is_initialized() or dist.get_world_size(group) < 2:
-        return None
-    from hocket.ops import all_gather_matmul
-    from hocket.plan.plan import Plan
-    from hocket.transport import resolve_group
-    from hocket.transport.registry import available_transports
-
-    handle = resolve_group(group if group is not None else dist.group.WORLD)
-    if "nccl" not in handle.backend or "copy_engine" not in available_transports():
-        return None
-    pg = group if group is not None else dist.group.WORLD
-    shard = torch.randn(FUSED_SIDE, FUSED_SIDE, device=device).to(dtype)
-    B = torch.randn(FUSED_SIDE, FUSED_SIDE, device=device).to(dtype)
-    plan = Plan(strategy="tile_fused", chunks=1, transport="copy_engine")
-
-    def call() -> object:
-        return all_gather_matmul(shard, [B], 0, pg, return_A=False, plan=plan)
-
-    try:
-        call()
-        torch.cuda.synchronize(device)
-        ok = 1
-    except Exception:  # noqa: BLE001 - no Triton, no symmetric memory: the item is left out, the model keeps its default
-        ok = 0
-    flag = torch.tensor([ok], dtype=torch.int32, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=pg)
-    return call if int(flag.item()) == 1 else None
 
 
 def operator_call(*, group, device: torch.device, dtype: torch.dtype) -> Callable[[], object] | None:

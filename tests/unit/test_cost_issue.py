@@ -183,3 +183,22 @@ def test_eager_tile_fused_is_host_bound_on_small_shapes_and_not_on_large_ones(ki
     stages = pipeline_stages(large, fused, H200X2)
     host_ms = sum(s.duration_ms if s.steady_ms is None else s.steady_ms for s in stages if s.is_issue)
     assert predict(large, fused, H200X2, steady_state=True).total_ms > 2 * host_ms
+
+
+def test_the_planner_never_picks_tile_fused_for_a_small_eager_site_on_a_slow_host():
+    """Priced with its host work, an eager tile_fused call on a ~0.3 ms site is host-bound; on a host
+    whose measured issue costs are 1-3x run69's, the search ranks it behind sequential and never picks it."""
+    from hocket.cost.issue import FUSED_REFERENCE_US
+    from hocket.plan.search import SearchConfig, search
+
+    rng = random.Random(34)
+    slow = rng.uniform(1.0, 3.0)
+    profile = CalibrationProfile(fingerprint="slow-host",
+                                 issue_us={op: us * slow for op, us in FUSED_REFERENCE_US.items()})
+    for kind, k, n in (("ag_mm", 4096, 1536), ("mm_rs", 2048, 4096)):
+        site = Site(kind=kind, m=8192, k=k, n=n, dtype="bfloat16", world=2)
+        result = search(site, H200X2, profile=profile, config=SearchConfig(steady_state=True))
+        assert result.chosen.strategy != "tile_fused"
+        priced = {s.plan: s.predicted_ms for s in result.ranked}
+        fused = [ms for plan, ms in priced.items() if plan.strategy == "tile_fused"]
+        assert fused and min(fused) > priced[Plan()]

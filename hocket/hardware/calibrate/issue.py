@@ -50,11 +50,8 @@ SMALL_NUMEL = 4096
 
 
 def _host_us(fn: Callable[[], object], iters: int) -> float:
-    fn()  # warm-up: first-call setup (communicators, kernels) is not issue cost
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    return (time.perf_counter() - start) * 1e6 / iters
+    """One item's host microseconds per call: one warm-up, then ``iters`` calls in one block."""
+    return interleaved_host_us({"item": fn}, iters, rounds=1)["item"]
 
 
 def interleaved_host_us(items: dict[str, Callable[[], object]], iters: int, rounds: int = ISSUE_ROUNDS

@@ -26,8 +26,14 @@ class TileConfig:
     narrow_block_n: int | None = None
     """width of the narrow tiles a schedule may use at the pipeline's edge (fill/drain);
     None: ``block_n // 2``, at most 64 and at least 16. Equal to ``block_n``: no narrow tiles."""
+    tma: bool = False
+    """load operand tiles through tensor descriptors (Hopper's Tensor Memory Accelerator)
+    instead of pointers; a launch whose operands a descriptor cannot address (rows not
+    16-byte aligned) falls back to pointers (``hocket.kernels.descriptors``)."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.tma, bool):
+            raise ValueError(f"TileConfig.tma={self.tma!r} must be a bool (True: tensor-descriptor loads)")
         for name in ("block_m", "block_n", "block_k"):
             _power_of_two(name, getattr(self, name), 16)
         if self.narrow_block_n is not None:
@@ -48,7 +54,9 @@ class TileConfig:
 
     def label(self) -> str:
         narrow = "" if self.narrow_block_n is None else f"/n{self.narrow_block_n}"
-        return f"{self.block_m}x{self.block_n}x{self.block_k}/g{self.group_m}/w{self.num_warps}/s{self.num_stages}{narrow}"
+        tma = "/tma" if self.tma else ""
+        return (f"{self.block_m}x{self.block_n}x{self.block_k}/g{self.group_m}/w{self.num_warps}/s{self.num_stages}"
+                f"{narrow}{tma}")
 
 
 SHARED_MEMORY_BYTES = 227 * 1024

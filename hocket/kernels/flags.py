@@ -6,6 +6,8 @@ A flag is one int32 in device (or host-mapped) memory; 0 = not ready, 1 = ready.
   set, at most ``max_spins`` polls; on timeout record ``code`` in the error buffer. A wait
   that starts after another wait already failed gives up at once, so a lost flag ends
   the kernel in about one spin cap instead of one cap per tile.
+* ``async_proxy_fence`` (device function): after a wait, before loads through tensor
+  descriptors (TMA reads through the async proxy, which an acquire alone does not order).
 * ``raise_flag`` (device function): system-scope release store of 1, after the caller's
   prior writes (callers put a ``tl.debug_barrier()`` before it so every thread's stores are
   ordered before the release).
@@ -36,6 +38,15 @@ def wait_flag(flag_ptr, err_ptr, code, max_spins):
         spins += 1
     if value < 1:
         tl.atomic_cas(err_ptr, 0, code)
+
+
+@triton.jit
+def async_proxy_fence(value):
+    """``fence.proxy.async.global``: order the flag read before this (generic proxy) ahead of
+    the tensor-descriptor (TMA, async proxy) loads after it. Returns ``value`` (inline
+    assembly must produce something). GPU only: the interpreter cannot run PTX."""
+    return tl.inline_asm_elementwise("fence.proxy.async.global;\n mov.b32 $0, $1;", "=r,r", [value],
+                                     dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit

@@ -1,4 +1,9 @@
-"""One output tile of ``C = A @ B`` (full width or narrow): the Triton device code both tile-fused GEMMs share."""
+"""One output tile of ``C = A @ B`` (full width or narrow): the Triton device code both tile-fused GEMMs share.
+
+Operand tiles are loaded with pointer arithmetic, or (``TMA``) through tensor descriptors
+that the Hopper Tensor Memory Accelerator serves (``hocket.kernels.descriptors`` builds them
+on the host; out-of-range rows and columns read as zero, so no masks are needed).
+"""
 
 from __future__ import annotations
 
@@ -42,6 +47,22 @@ def tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, s
 
 
 @triton.jit
+def descriptor_accumulate(a_desc, b_desc, off_m, off_n, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """fp32 accumulator of the tile at rows ``off_m`` and columns ``off_n``, its A and B blocks
+    loaded through descriptors of block shape ``[BLOCK_M, BLOCK_K]`` and ``[BLOCK_K, BLOCK_N]``."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([off_m, kk * BLOCK_K])
+        b = b_desc.load([kk * BLOCK_K, off_n])
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+    return acc
+
+
+@triton.jit
 def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -56,28 +77,38 @@ def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn,
 
 
 @triton.jit
-def _tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_M: tl.constexpr,
-          EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    acc = tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)
+def _tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+          stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+          EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+          UPCAST: tl.constexpr, TMA: tl.constexpr):
+    if TMA:
+        acc = descriptor_accumulate(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                                    INPUT_PRECISION, UPCAST)
+    else:
+        acc = tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)
     store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, EVEN_M, EVEN_N)
 
 
 @triton.jit
-def gemm_tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, narrow, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-              stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              NARROW_N: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_NARROW_N: tl.constexpr,
-              EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+def gemm_tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, b_narrow_desc, pid_m, pid_n, narrow, M, N, K, stride_am, stride_ak,
+              stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, NARROW_N: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_NARROW_N: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+              UPCAST: tl.constexpr, TMA: tl.constexpr):
     """Compute and store tile (pid_m, pid_n): ``BLOCK_N`` wide, or ``NARROW_N`` wide when
-    ``narrow`` is set (``NARROW_N == 0``: the kernel has no narrow tiles)."""
+    ``narrow`` is set (``NARROW_N == 0``: the kernel has no narrow tiles). With ``TMA`` the
+    operands come through ``a_desc`` and ``b_desc`` (``b_narrow_desc`` for narrow tiles);
+    without, those are None."""
     if NARROW_N > 0:
         if narrow != 0:
-            _tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                  stride_cn, BLOCK_M, NARROW_N, BLOCK_K, EVEN_M, EVEN_NARROW_N, EVEN_K, INPUT_PRECISION, UPCAST)
+            _tile(a_ptr, b_ptr, c_ptr, a_desc, b_narrow_desc, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk,
+                  stride_bn, stride_cm, stride_cn, BLOCK_M, NARROW_N, BLOCK_K, EVEN_M, EVEN_NARROW_N, EVEN_K,
+                  INPUT_PRECISION, UPCAST, TMA)
         else:
-            _tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                  stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)
+            _tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk,
+                  stride_bn, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K,
+                  INPUT_PRECISION, UPCAST, TMA)
     else:
-        _tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-              stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)
+        _tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+              stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST, TMA)

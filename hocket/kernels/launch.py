@@ -6,6 +6,7 @@ import torch
 from triton.runtime.interpreter import InterpretedFunction
 
 from hocket.kernels.consumer import consumer_gemm_kernel
+from hocket.kernels.descriptors import operand_descriptors
 from hocket.kernels.errors import COPY_WAIT_SLOT
 from hocket.kernels.flags import set_flag_on_stream, wait_flag_kernel
 from hocket.kernels.producer import producer_gemm_kernel
@@ -41,11 +42,19 @@ def consumer_gemm(a: torch.Tensor, b: torch.Tensor, *, workspace: ConsumerWorksp
     return out
 
 
+def _descriptors(ws, a, b) -> tuple:
+    """The operands' descriptors (or Nones) and the TMA constexpr of this launch."""
+    descs = operand_descriptors(ws.config, a, b, ws.schedule.narrow_block_n or 0)
+    return descs, descs[0] is not None
+
+
 def _launch_consumer(ws: ConsumerWorkspace, a, b, out, *, wait: bool) -> None:
+    descs, tma = _descriptors(ws, a, b)
     consumer_gemm_kernel[(ws.num_programs,)](
-        a, b, out, ws.table, ws.flags, ws.errors, ws.tickets, ws.m, ws.n, ws.k,
+        a, b, out, *descs, ws.table, ws.flags, ws.errors, ws.tickets, ws.m, ws.n, ws.k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        ws.num_tiles, ws.max_spins, WAIT=wait, **ws.launch_flags(interpreted=_INTERPRETED))
+        ws.num_tiles, ws.max_spins, WAIT=wait, TMA=tma, PROXY_FENCE=tma and wait and not _INTERPRETED,
+        **ws.launch_flags(interpreted=_INTERPRETED))
 
 
 def producer_gemm(a: torch.Tensor, b: torch.Tensor, *, workspace: ProducerWorkspace, out: torch.Tensor,
@@ -62,10 +71,11 @@ def producer_gemm(a: torch.Tensor, b: torch.Tensor, *, workspace: ProducerWorksp
 
 
 def _launch_producer(ws: ProducerWorkspace, a, b, out, *, signal: bool) -> None:
+    descs, tma = _descriptors(ws, a, b)
     producer_gemm_kernel[(ws.num_programs,)](
-        a, b, out, ws.table, ws.counters, ws.flags, ws.tickets, ws.m, ws.n, ws.k,
+        a, b, out, *descs, ws.table, ws.counters, ws.flags, ws.tickets, ws.m, ws.n, ws.k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        ws.num_tiles, SIGNAL=signal, **ws.launch_flags(interpreted=_INTERPRETED))
+        ws.num_tiles, SIGNAL=signal, TMA=tma, **ws.launch_flags(interpreted=_INTERPRETED))
 
 
 def reset_consumer(ws: ConsumerWorkspace) -> None:

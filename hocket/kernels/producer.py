@@ -23,22 +23,23 @@ _COLS = tl.constexpr(TABLE_COLUMNS)
 
 
 @triton.jit
-def producer_gemm_kernel(a_ptr, b_ptr, c_ptr, table_ptr, counters_ptr, flags_ptr, ticket_ptr,
+def producer_gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, b_narrow_desc, table_ptr, counters_ptr, flags_ptr,
+                         ticket_ptr,
                          M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                          num_tiles,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NARROW_N: tl.constexpr,
                          EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_NARROW_N: tl.constexpr,
                          EVEN_K: tl.constexpr, SIGNAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                         UPCAST: tl.constexpr, DYNAMIC: tl.constexpr):
+                         UPCAST: tl.constexpr, DYNAMIC: tl.constexpr, TMA: tl.constexpr):
     num_programs = tl.num_programs(0)
     t = first_tile(ticket_ptr, DYNAMIC)
     while t < num_tiles:
         pid_m = tl.load(table_ptr + _COLS * t)
         pid_n = tl.load(table_ptr + _COLS * t + 1)
         narrow = tl.load(table_ptr + _COLS * t + 2)
-        gemm_tile(a_ptr, b_ptr, c_ptr, pid_m, pid_n, narrow, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, NARROW_N, EVEN_M, EVEN_N, EVEN_NARROW_N, EVEN_K,
-                  INPUT_PRECISION, UPCAST)
+        gemm_tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, b_narrow_desc, pid_m, pid_n, narrow, M, N, K, stride_am,
+                  stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, NARROW_N, EVEN_M,
+                  EVEN_N, EVEN_NARROW_N, EVEN_K, INPUT_PRECISION, UPCAST, TMA)
         if SIGNAL:
             group = tl.load(table_ptr + _COLS * t + 3)
             tiles_in_group = tl.load(table_ptr + _COLS * t + 4)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
 from hocket.kernels import (ConsumerWorkspace, FlagTimeoutError, ProducerWorkspace, consumer_gemm,  # noqa: E402
                             even_row_offsets, producer_gemm, raise_on_timeout, reset_consumer, reset_producer,
                             stream_write_available, wait_flag_on_stream, warmup_consumer, warmup_producer)
+from hocket.kernels.config import default_config  # noqa: E402
+from hocket.kernels.descriptors import uses_descriptors  # noqa: E402
 from hocket.kernels.schedule import ramp_row_offsets  # noqa: E402
 from hocket.ops.tolerance import tolerance  # noqa: E402
 from hocket.transport.host_staged import HostStagedContext  # noqa: E402
@@ -37,16 +40,21 @@ def _assert_close_fp32(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, what
         f"{what}: max error {float(err.max()):.3g} (scale {scale:.3g}) beyond {out.dtype} tolerance"
 
 
+@pytest.mark.parametrize("tma", [False, True], ids=["pointers", "descriptors"])
 @pytest.mark.parametrize("flag_method", FLAG_METHODS)
 @pytest.mark.parametrize("dtype,shape", [(torch.bfloat16, (4096, 1024, 2048)), (torch.float32, (1000, 520, 776))])
-def test_consumer_waits_for_late_chunks(flag_method, dtype, shape):
+def test_consumer_waits_for_late_chunks(flag_method, dtype, shape, tma):
+    """Chunks land late, in reverse order, into a NaN-poisoned A: a tile that loaded before its
+    flag rose (pointers, or descriptor loads not ordered after the wait) leaves NaN in out."""
     m, k, n = shape
     a_host = torch.randn(m, k, dtype=torch.float32).to(dtype).pin_memory()
     b = torch.randn(k, n, device=DEV).to(dtype)
     chunks = 8
-    ws = ConsumerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, arrival=list(reversed(range(chunks))),
+    cfg = replace(default_config(dtype), tma=tma)
+    ws = ConsumerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, arrival=list(reversed(range(chunks))), config=cfg,
                            chunk_offsets=even_row_offsets(m, chunks, align=128 if dtype == torch.bfloat16 else 64))
     a_dev = torch.empty(m, k, dtype=dtype, device=DEV)
+    assert uses_descriptors(cfg, a_dev, b) == tma
     out = torch.empty(m, n, dtype=dtype, device=DEV)
     with HostStagedContext(DEV, flag_method=flag_method) as staged:
         warmup_consumer(ws, a_dev, b, out, flag_method=flag_method)
@@ -68,18 +76,20 @@ def test_consumer_waits_for_late_chunks(flag_method, dtype, shape):
     _assert_close_fp32(out, a_host.to(DEV), b, f"consumer {dtype} {shape} via {flag_method}")
 
 
+@pytest.mark.parametrize("tma", [False, True], ids=["pointers", "descriptors"])
 @pytest.mark.parametrize("schedule", ["even", "ramp_narrow"])
-def test_producer_groups_reach_host_before_gemm_ends(schedule):
+def test_producer_groups_reach_host_before_gemm_ends(schedule, tma):
     m, k, n, groups = 8192, 8192, 4096, 8
     dtype = torch.bfloat16
     a = torch.randn(m, k, device=DEV).to(dtype)
     b = torch.randn(k, n, device=DEV).to(dtype)
     c_dev = torch.empty(m, n, dtype=dtype, device=DEV)
     host = torch.empty(m, n, dtype=dtype, pin_memory=True)
+    cfg = replace(default_config(dtype), tma=tma)
     if schedule == "even":
-        ws = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, groups=groups)
+        ws = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, groups=groups, config=cfg)
     else:  # one row block first, growing groups; the first group's tiles narrow
-        ws = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, narrow_rows=128,
+        ws = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, narrow_rows=128, config=cfg,
                                group_offsets=ramp_row_offsets(m, groups, align=128))
     with HostStagedContext(DEV) as staged:
         warmup_producer(ws, a, b, c_dev)

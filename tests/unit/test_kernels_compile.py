@@ -28,9 +28,13 @@ UNIT_STRIDES = ("stride_ak", "stride_bn", "stride_cn")
 ALIGNED = ("M", "N", "K", "stride_am", "stride_bk", "stride_cm")
 
 
+POINTER_LOADS = dict(a_desc=None, b_desc=None, b_narrow_desc=None, TMA=False, PROXY_FENCE=False)
+"""Constexprs of a launch that loads through pointers (no tensor descriptors)."""
+
+
 def _compile(kernel, pointers: dict, constants: dict, **options):
     params = list(inspect.signature(kernel.fn).parameters)
-    constants = dict(constants)
+    constants = {k: v for k, v in POINTER_LOADS.items() if k in params and k not in pointers} | dict(constants)
     constants.update({p: 1 for p in UNIT_STRIDES if p in params})
     signature = {p: pointers.get(p, "constexpr" if p in constants else "i32") for p in params}
     attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in params if p in pointers or p in ALIGNED}
@@ -138,4 +142,26 @@ def test_operators_wide_config_fits_with_half_width_narrow_tiles(kind):
     kernel = _compile(kernel_fn, pointers, _gemm_constants(cfg, narrow_n=cfg.narrow_n, **extra),
                       num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     assert "cp.async" in kernel.asm["ptx"]
+    assert kernel.metadata.shared <= 227 * 1024
+
+
+@pytest.mark.parametrize("kind", ["consumer", "producer"])
+def test_descriptor_loads_compile_to_tma_with_a_proxy_fence_after_waits(kind):
+    """``TileConfig(tma=True)``: operand tiles come through tensor descriptors (bulk tensor
+    copies, Hopper's TMA), narrow tiles through their own descriptor; the consumer fences the
+    async proxy after its flag waits so the loads see the landed chunk."""
+    from hocket.kernels.config import TileConfig
+
+    cfg = TileConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, tma=True)
+    kernel_fn, pointers, extra = _gemm_kernel(kind, True)
+    pointers = pointers | {"a_desc": "tensordesc<bf16[128,64]>", "b_desc": "tensordesc<bf16[64,256]>",
+                           "b_narrow_desc": "tensordesc<bf16[64,64]>"}
+    if kind == "consumer":
+        extra = dict(extra, PROXY_FENCE=True)
+    kernel = _compile(kernel_fn, pointers, _gemm_constants(cfg, narrow_n=64, TMA=True, **extra),
+                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    ptx = kernel.asm["ptx"]
+    assert "cp.async.bulk.tensor" in ptx, "descriptor loads must lower to TMA"
+    assert ("fence.proxy.async.global" in ptx) == (kind == "consumer")
+    assert ptx.count("wgmma.mma_async") >= 2, "wide and narrow tiles each get a tensor-core loop"
     assert kernel.metadata.shared <= 227 * 1024

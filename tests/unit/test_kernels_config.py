@@ -70,3 +70,36 @@ def test_shared_memory_and_label():
         shared_memory_bytes(cfg, 0)
     assert cfg.label() == "128x256x64/g8/w8/s4"
     assert TileConfig(block_n=256, narrow_block_n=128).label().endswith("/n128")
+
+
+def test_tma_flag_is_a_bool_and_shows_in_the_label():
+    with pytest.raises(ValueError, match=r"TileConfig\.tma='yes' must be a bool"):
+        TileConfig(tma="yes")
+    assert TileConfig(tma=True).label().endswith("/tma")
+    assert "/tma" not in TileConfig().label()
+
+
+def test_descriptor_ready_needs_unit_columns_and_16_byte_rows():
+    from hocket.kernels.descriptors import descriptor_ready
+
+    assert descriptor_ready(torch.zeros(4, 8, dtype=torch.bfloat16))  # 16-byte rows
+    assert not descriptor_ready(torch.zeros(4, 7, dtype=torch.bfloat16)), "14-byte rows"
+    assert not descriptor_ready(torch.zeros(8, 8, dtype=torch.bfloat16).t()), "column-major"
+    assert not descriptor_ready(torch.zeros(4, 16, dtype=torch.bfloat16)[:, 1:9]), "base 2 bytes off"
+    assert descriptor_ready(torch.zeros(4, 16, dtype=torch.bfloat16)[:, 8:16]), "base 16 bytes on"
+    assert not descriptor_ready(torch.zeros(8, dtype=torch.bfloat16)), "1-D"
+
+
+def test_operand_descriptors_only_for_tma_configs_on_aligned_operands():
+    pytest.importorskip("triton")
+    from hocket.kernels.descriptors import operand_descriptors
+
+    cfg = TileConfig(block_m=32, block_n=64, block_k=16, tma=True)
+    a, b = torch.zeros(100, 56, dtype=torch.bfloat16), torch.zeros(56, 72, dtype=torch.bfloat16)
+    a_desc, b_desc, narrow = operand_descriptors(cfg, a, b, 16)
+    assert list(a_desc.block_shape) == [32, 16] and list(b_desc.block_shape) == [16, 64]
+    assert list(narrow.block_shape) == [16, 16]
+    assert operand_descriptors(cfg, a, b, 0)[2] is None, "no narrow tiles: no narrow descriptor"
+    assert operand_descriptors(TileConfig(block_m=32, block_n=64, block_k=16), a, b, 16) == (None, None, None)
+    odd = torch.zeros(56, 71, dtype=torch.bfloat16)
+    assert operand_descriptors(cfg, a, odd, 16) == (None, None, None), "unaligned B rows: pointer loads"

@@ -25,7 +25,11 @@ SHAPES = [  # (m, k, n): none divides the 32x32x16 blocks except where noted
     (100, 50, 70),
     (64, 48, 96),   # every dim divides: the unmasked path
     (33, 17, 130),
+    (100, 56, 72),  # rows 16-byte aligned, every dim uneven: tensor-descriptor loads with zero padding
 ]
+DESCRIPTOR_SHAPES = {(64, 48, 96), (100, 56, 72)}
+"""Shapes whose cases load through tensor descriptors (``TileConfig.tma``); the others draw it
+(their unaligned rows make the launch fall back to pointers)."""
 DTYPES = ["float32", "bfloat16"]
 CONFIG = dict(block_m=32, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=1)
 
@@ -39,6 +43,7 @@ def _cases(rng: random.Random) -> list[dict]:
     cases = []
     for dtype in DTYPES:
         for m, k, n in SHAPES:
+            tma = (m, k, n) in DESCRIPTOR_SHAPES
             chunks = rng.randint(1, 4)
             cuts = sorted(rng.sample(range(1, m), chunks - 1))
             arrival = list(range(chunks))
@@ -46,11 +51,12 @@ def _cases(rng: random.Random) -> list[dict]:
             cases.append(dict(kind="consumer", dtype=dtype, m=m, k=k, n=n, seed=rng.getrandbits(31),
                               offsets=[0, *cuts, m], arrival=arrival, programs=rng.randint(1, 5),
                               narrow_rows=rng.choice([0, m, _last_chunk_rows([0, *cuts, m], arrival)]),
-                              dynamic=rng.random() < 0.5))
+                              dynamic=rng.random() < 0.5, tma=tma or rng.random() < 0.5))
             groups = rng.randint(1, -(-m // CONFIG["block_m"]))
             cases.append(dict(kind="producer", dtype=dtype, m=m, k=k, n=n, seed=rng.getrandbits(31),
                               groups=groups, ramp=rng.random() < 0.5, programs=rng.randint(1, 5),
-                              narrow_rows=rng.choice([0, rng.randint(1, m)]), dynamic=rng.random() < 0.5))
+                              narrow_rows=rng.choice([0, rng.randint(1, m)]), dynamic=rng.random() < 0.5,
+                              tma=tma or rng.random() < 0.5))
     cases[0]["dynamic"], cases[1]["dynamic"] = True, False  # both tile orders, whatever the draws
     cases.append(dict(kind="timeout", dtype="float32", m=64, k=32, n=64, seed=rng.getrandbits(31),
                       offsets=[0, 32, 64], arrival=[0, 1], programs=2, missing=1))
@@ -62,12 +68,13 @@ def _child(cases_path: str, out_path: str) -> None:
     from hocket.kernels import (ConsumerWorkspace, FlagTimeoutError, ProducerWorkspace, TileConfig, consumer_gemm,
                                 producer_gemm, raise_on_timeout, warmup_consumer, warmup_producer)
     from hocket.kernels.schedule import even_row_offsets, ramp_row_offsets
+    from hocket.kernels.descriptors import uses_descriptors
     from hocket.kernels.launch import _INTERPRETED
 
     assert _INTERPRETED, "the child must run the kernels under TRITON_INTERPRET=1"
-    cfg = TileConfig(**CONFIG)
     results = []
     for case in json.loads(Path(cases_path).read_text()):
+        cfg = TileConfig(**CONFIG, tma=case.get("tma", False))
         dtype = getattr(torch, case["dtype"])
         gen = torch.Generator().manual_seed(case["seed"])
         a = torch.randn(case["m"], case["k"], generator=gen).to(dtype)
@@ -75,7 +82,7 @@ def _child(cases_path: str, out_path: str) -> None:
         out = torch.empty(case["m"], case["n"], dtype=dtype)
         common = dict(m=case["m"], n=case["n"], k=case["k"], dtype=dtype, device="cpu", config=cfg,
                       num_programs=case["programs"], dynamic=case.get("dynamic", False))
-        record = dict(case=case, a=a, b=b)
+        record = dict(case=case, a=a, b=b, descriptors=uses_descriptors(cfg, a, b))
         if case["kind"] == "producer":
             offsets = (ramp_row_offsets if case["ramp"] else even_row_offsets)(case["m"], case["groups"],
                                                                              align=cfg.block_m)
@@ -140,6 +147,22 @@ def test_producer_numerics_and_every_group_signalled(results):
             expected.append(sum(-(-n // (narrow_bn if b * bm < narrow_rows else CONFIG["block_n"])) for b in blocks))
         assert record["counters"].tolist() == expected, "each group's counter counts its tiles exactly once"
         assert (record["narrow_tiles"] > 0) == (narrow_rows > 0)
+
+
+@pytest.mark.timeout(300)
+def test_descriptor_loads_ran_where_rows_are_aligned(results):
+    """``tma`` cases on 16-byte-aligned rows loaded through descriptors (their numerics are
+    checked above with the rest); unaligned ones fell back to pointers."""
+    for kind in ("consumer", "producer"):
+        ran = [r for r in results if r["case"]["kind"] == kind and r["descriptors"]]
+        shapes = {(r["case"]["m"], r["case"]["k"], r["case"]["n"]) for r in ran}
+        assert shapes >= DESCRIPTOR_SHAPES, f"{kind}: descriptor loads ran on {shapes}"
+    for record in results:
+        if record["descriptors"]:
+            assert record["case"]["tma"]
+            assert all(t.stride(0) * t.element_size() % 16 == 0 for t in (record["a"], record["b"]))
+        elif record["case"].get("tma"):
+            assert any(t.stride(0) * t.element_size() % 16 for t in (record["a"], record["b"]))
 
 
 @pytest.mark.timeout(300)

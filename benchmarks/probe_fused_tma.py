@@ -30,26 +30,33 @@ DIRECTIONS = ("to_host", "from_host")
 PIECES = (6, 8, 12)
 
 
-def candidates(m: int, n: int, k: int) -> dict:
+TAIL = "/tail"
+"""A candidate label ending in this runs with ``OffloadContext(balance_tail=True)``: more narrow row
+blocks where they fill the persistent launch's last wave (``hocket.ops.offload.fused_narrow_rows``)."""
+
+
+def candidates(m: int, n: int, k: int, *, only: tuple[str, ...] = ()) -> dict:
     """label -> TileConfig: the operators' rule, the rule with descriptor loads, and 128x256
-    descriptor tiles with 64- and 128-wide narrow edge tiles."""
+    descriptor tiles with 64- and 128-wide narrow edge tiles, the latter also with the last
+    wave balanced (``TAIL``); ``only``: just these labels."""
     from hocket.kernels.config import NARROW_BF16, TileConfig
     from hocket.ops.offload import offload_tile_config
 
     rule = offload_tile_config(m, n, k, torch.bfloat16)
     wide = TileConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, tma=True)
     out = {"rule": rule, "rule+tma": replace(rule, tma=True), "256/tma/n64": replace(wide, narrow_block_n=64),
-           "256/tma/n128": replace(wide, narrow_block_n=128)}
+           "256/tma/n128": replace(wide, narrow_block_n=128),
+           "256/tma/n128" + TAIL: replace(wide, narrow_block_n=128)}
     if rule != NARROW_BF16:
         out["128/tma"] = replace(NARROW_BF16, tma=True)
     unique = {}
     for label, cfg in out.items():  # on n < 2048 the rule is already 128x256 with 64-wide narrow tiles
-        if cfg not in unique.values():
+        if (cfg, label.endswith(TAIL)) not in {(c, name.endswith(TAIL)) for name, c in unique.items()}:
             unique[label] = cfg
-    return unique
+    return {label: cfg for label, cfg in unique.items() if not only or label in only}
 
 
-def measure(direction: str, m: int, k: int, n: int, *, iters: int, pieces, log) -> list[dict]:
+def measure(direction: str, m: int, k: int, n: int, *, iters: int, pieces, log, only=()) -> list[dict]:
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_single_gpu import VARIANTS, _run_fn, fused_alone_ms, fused_plan, median_ms, samples_ms
     from hocket.bench.efficiency import overlap_score
@@ -90,14 +97,16 @@ def measure(direction: str, m: int, k: int, n: int, *, iters: int, pieces, log) 
         sizes = ramp_sizes(Site(kind=kind, m=m, k=k, n=n, dtype="bfloat16", world=1), 8)
         pipeline("ramp", ctx, Plan(strategy="chunked", chunks=len(sizes), split_sizes=sizes,
                                    transport="host_staged"), {})
-    for label, cfg in candidates(m, n, k).items():
-        with OffloadContext(dev, config=cfg) as ctx:
+    for label, cfg in candidates(m, n, k, only=only).items():
+        with OffloadContext(dev, config=cfg, balance_tail=label.endswith(TAIL)) as ctx:
             plan8 = fused_plan(VARIANTS[0], 8, m, block_m=cfg.block_m, direction=direction)
             alone, cublas = fused_alone_ms(ctx, direction, plan8, a_dev, b, c_dev, iters=max(30, iters // 2))
             log(f"  {direction} {m}x{k}x{n} {label:14s} {cfg.label()}: GEMM alone {alone:.3f} ms, cuBLAS "
                 f"{cublas:.3f} ({cublas / alone:.1%})")
+            narrow = ctx.producer(m, n, k, a_dev.dtype, plan8) if direction == "to_host" else \
+                ctx.consumer(m, n, k, a_dev.dtype, plan8)
             rows.append(dict(base, variant=label, tile_config=cfg.label(), alone_ms=alone, alone_cublas_ms=cublas,
-                             of_cublas=cublas / alone))
+                             of_cublas=cublas / alone, narrow_tiles=sum(t[2] for t in narrow.schedule.tiles)))
             for c in pieces:
                 plan = fused_plan(VARIANTS[0], c, m, block_m=cfg.block_m, direction=direction)
                 pipeline(label, ctx, plan, dict(tile_config=cfg.label()))
@@ -135,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="first shape, to_host and from_host, 8 pieces, 10 runs")
     parser.add_argument("--iters", type=int, default=None, help="timed runs per measurement (default 50; smoke 10)")
     parser.add_argument("--shapes", default=None, help="comma-separated MxKxN (default: issue 5's four)")
+    parser.add_argument("--configs", default="", help="comma-separated candidate labels (default: every one)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("probe_fused_tma: no CUDA device; nothing to measure", file=sys.stderr)
@@ -147,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     for m, k, n in shapes:
         for direction in DIRECTIONS:
-            rows += measure(direction, m, k, n, iters=iters, pieces=pieces, log=lambda t: print(t, flush=True))
+            rows += measure(direction, m, k, n, iters=iters, pieces=pieces, log=lambda t: print(t, flush=True),
+                            only=tuple(c for c in args.configs.split(",") if c))
             if args.out:
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))

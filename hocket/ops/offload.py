@@ -21,7 +21,8 @@ Pieces (``hocket.ops.offload_pieces``): ``plan.split_sizes`` if given, else even
 exposed: the first group to host, the last chunk from host; that piece's tiles are narrow;
 ``hocket.kernels.schedule.trapezoid_row_offsets`` gives sizes small at both ends).
 
-tile_fused defaults (``OffloadContext``): the shape's tile config (``config_for``),
+tile_fused defaults (``OffloadContext``): the shape's tile config (``offload_tile_config``:
+``config_for``'s tiles with tensor-descriptor loads),
 fixed-stride tiles, narrow tiles on the edge piece and on as many more row blocks as fill
 the launch's last wave (``fused_narrow_rows``), to-host copies held at their flags by a driver
 wait on the copy stream (spin kernels on a side stream where the driver has none: they made the
@@ -41,7 +42,7 @@ from dataclasses import replace
 
 import torch
 
-from hocket.kernels.config import NARROW_BF16, TileConfig, config_for, persistent_programs
+from hocket.kernels.config import TileConfig, config_for, persistent_programs
 from hocket.kernels.errors import NUM_SLOTS, raise_on_timeout
 from hocket.kernels.schedule import tail_narrow_rows
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
@@ -102,25 +103,29 @@ def _resolve_copy_wait(copy_wait: str, side_waits: bool, device: torch.device) -
     return "stream" if stream_wait_available(device.index) else "side_kernel"
 
 
-SQUARE_TILES_MIN_N = 2048
-"""16-bit offloads with outputs at least this wide run 128x128 tiles (``NARROW_BF16``)."""
+HALF_NARROW_MIN_N = 2048
+"""16-bit offloads with outputs at least this wide get 128-wide narrow edge tiles (``config_for``'s);
+narrower outputs 64-wide ones."""
 
 
 def offload_tile_config(m: int, n: int, k: int, dtype: torch.dtype) -> TileConfig:
     """The offload operators' default tile config (see :meth:`OffloadContext.tile_config`).
 
-    16-bit with ``n >= SQUARE_TILES_MIN_N``: 128x128 tiles (``NARROW_BF16``, 64-wide narrow edge
-    tiles). A tile takes about half as long as a 128x256 one, so the flag groups next to the exposed
-    edge are ready (to host) or done (from host) sooner. On an H200 (benchmarks/results/h200/
-    run13_tiles, the same lease, tile_fused medians of 50 against 128x256 tiles): 8192x8192x7168 to host
-    2.254 against 2.268 ms, from host 2.529 against 2.563; 8192x3584x8192 to host 2.488 against 2.683,
-    from host 1.155 against 1.158; 4096x12288x6144 1.171 / 1.935 against 1.196 / 1.945. At n=1280 it
-    lost (to host 0.757 against 0.602), so narrower outputs keep ``config_for`` with 64-wide narrow
-    tiles. Other dtypes: ``config_for``."""
-    name = str(dtype).replace("torch.", "")
-    if name in ("bfloat16", "float16") and n >= SQUARE_TILES_MIN_N:
-        return NARROW_BF16
-    return replace(config_for(m, n, k, dtype), narrow_block_n=None)
+    16-bit: ``config_for``'s tiles (128x256x64, 4 stages, where ``n >= 256``) loaded through tensor
+    descriptors (``tma=True``), with 128-wide narrow edge tiles where ``n >= HALF_NARROW_MIN_N`` and
+    64-wide ones below. On an H200 (benchmarks/results/h200/run25_tma, the same process, tile_fused
+    medians of 50 and the fused GEMM alone in alternation with cuBLAS) against the previous default
+    (128x128 tiles through pointers for n >= 2048): the GEMM alone went from 81-93% to 89-97% of
+    cuBLAS on the three wide shapes while every tile_fused pipeline stayed within 0.005 ms
+    (8192x8192x7168 to / from host 2.255 / 2.527 against 2.256 / 2.528). At n=1280 128x128 tiles
+    still lose to host (0.843 against 0.513 ms). Operands whose rows a descriptor cannot address
+    load through pointers. Other dtypes: ``config_for`` (descriptor loads not measured there)."""
+    cfg = config_for(m, n, k, dtype)
+    if str(dtype).replace("torch.", "") not in ("bfloat16", "float16"):
+        return cfg
+    if n < HALF_NARROW_MIN_N:
+        cfg = replace(cfg, narrow_block_n=None)
+    return replace(cfg, tma=True)
 
 
 def fused_narrow_rows(offsets: tuple[int, ...], *, direction: str, n: int, config: TileConfig, programs: int,
@@ -240,9 +245,10 @@ class OffloadContext:
         self.timeouts = _TimeoutWatch()
 
     def tile_config(self, m: int, n: int, k: int, dtype: torch.dtype) -> TileConfig:
-        """The context's ``config``, else :func:`offload_tile_config` (64-wide narrow tiles at the exposed
-        edge either way: 128-wide edge tiles made the overlapped to-host operator slower on an H200,
-        8192x3584x8192: 2.744 ms against 2.491 with 64-wide ones, h200x2 run13 / h200 run 2)."""
+        """The context's ``config``, else :func:`offload_tile_config` (128-wide narrow edge tiles from
+        n = 2048 on: with pointer loads they made the to-host operator slower on an H200, 8192x3584x8192
+        2.744 ms against 2.491 with 64-wide ones, h200 run4; with descriptor loads they ran as fast,
+        2.515 against 2.517, h200 run25)."""
         if self.config is not None:
             return self.config
         return offload_tile_config(m, n, k, dtype)

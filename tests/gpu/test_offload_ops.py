@@ -31,7 +31,8 @@ DEV = torch.device("cuda", torch.cuda.current_device())
 PLANS = [Plan(strategy="sequential", transport="host_staged"), Plan(strategy="chunked", chunks=4, transport="host_staged"),
          Plan(strategy="tile_fused", chunks=4, transport="host_staged")]
 CASES = [(torch.bfloat16, (2048, 1024, 1536)), (torch.bfloat16, (1000, 520, 776)), (torch.float32, (777, 300, 260)),
-         (torch.bfloat16, (1100, 512, 2304))]  # the last: 128x128 tiles (offload_tile_config, n >= 2048)
+         (torch.bfloat16, (1100, 512, 2304)),  # 128-wide narrow tiles (offload_tile_config, n >= 2048)
+         (torch.bfloat16, (1000, 515, 770))]  # rows not 16-byte aligned: the tma config loads through pointers
 
 
 def _check(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, what: str) -> None:

@@ -181,6 +181,8 @@ VARIANTS = (
     Variant(name="oldcopy/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, copy_wait="side_kernel",
             chunk_flags="copy"),
     Variant(name="previous", pieces="ramp", chunks=(6, 8, 12), edge_pieces=1, **_PREVIOUS),
+    Variant(name="operator", pieces="ramp", chunks=(6, 8, 12), edge_pieces=1, dynamic=False, copy_wait="auto",
+            chunk_flags="copy"),
     Variant(name="even/before", pieces="even", chunks=(8,), edge_pieces=0, side_waits=False, copy_wait="copy_kernel",
             dynamic=False, chunk_flags="copy"),
 )
@@ -191,8 +193,9 @@ copy stream; ``trap*``: trapezoid pieces; ``m64*``: the fastest
 config with 64-row blocks; ``x2*``: two copy streams (``x2k``: with spin-kernel waits);
 ``stream/*``: to-host copies held by a driver stream wait. ``static/edge1`` and
 ``oldcopy/edge1`` each undo one lever. ``previous``: the tuned schedule before this round
-and the operator's default (fixed-stride tiles, spin-kernel flag waits on a side stream,
-chunk flags behind each copy). ``even/before``: the schedule before any tuning (even groups, full-width tiles,
+and the operator's default until run16 (fixed-stride tiles, spin-kernel flag waits on a side stream,
+chunk flags behind each copy). ``operator``: ``OffloadContext``'s defaults now (as ``previous``, but
+to-host copies held by a driver stream wait where the driver has one). ``even/before``: the schedule before any tuning (even groups, full-width tiles,
 flag waits on the copy stream)."""
 SMOKE_VARIANTS = (Variant(name="dyn/edge1", pieces="ramp", chunks=(8,), edge_pieces=1),
                   Variant(name="dyn/trap1", pieces="trapezoid", chunks=(12,), edge_pieces=1),

@@ -196,7 +196,7 @@ class OffloadContext:
     to alternate the pieces between two copy streams (to host: stream or side-kernel waits;
     from host: side flags), so one piece's copy set-up overlaps the other's transfer (from
     host this breaks arrival order: measured slower). ``config``: the tile config (None:
-    ``config_for`` each shape). ``balance_tail``: more narrow row blocks where they fill the
+    ``offload_tile_config`` each shape). ``balance_tail``: more narrow row blocks where they fill the
     persistent launch's last wave (``fused_narrow_rows``; on an H200, 8192x8192x1280 bf16:
     the GEMM alone from 79-83% to 91-93% of cuBLAS). Off by default: with it on, the
     overlapped to-host operator measured 2.90 ms on 8192x8192x1280 (0.48 ms before) and

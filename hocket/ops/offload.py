@@ -113,7 +113,7 @@ def offload_tile_config(m: int, n: int, k: int, dtype: torch.dtype) -> TileConfi
 
     16-bit: ``config_for``'s tiles (128x256x64, 4 stages, where ``n >= 256``) loaded through tensor
     descriptors (``tma=True``), with 128-wide narrow edge tiles where ``n >= HALF_NARROW_MIN_N`` and
-    64-wide ones below. On an H200 (benchmarks/results/h200/run25_tma, the same process, tile_fused
+    64-wide ones below. On an H200 (benchmarks/results/h200/run26_tma, the same process, tile_fused
     medians of 50 and the fused GEMM alone in alternation with cuBLAS) against the previous default
     (128x128 tiles through pointers for n >= 2048): the GEMM alone went from 81-93% to 89-97% of
     cuBLAS on the three wide shapes while every tile_fused pipeline stayed within 0.005 ms
@@ -248,7 +248,7 @@ class OffloadContext:
         """The context's ``config``, else :func:`offload_tile_config` (128-wide narrow edge tiles from
         n = 2048 on: with pointer loads they made the to-host operator slower on an H200, 8192x3584x8192
         2.744 ms against 2.491 with 64-wide ones, h200 run4; with descriptor loads they ran as fast,
-        2.515 against 2.517, h200 run25)."""
+        2.515 against 2.517, h200 run26)."""
         if self.config is not None:
             return self.config
         return offload_tile_config(m, n, k, dtype)

@@ -138,3 +138,14 @@ def test_no_narrow_tiles_when_narrow_is_full_width():
     offsets = ramp_row_offsets(8192, 8, align=128)
     assert fused_narrow_rows(offsets, direction="to_host", n=1280, config=cfg, programs=130) == 128
     assert fused_narrow_rows(offsets, direction="to_host", n=1280, config=WIDE, programs=130) == 12 * 128
+
+
+def test_narrow_rows_are_computed_once_per_shape_class():
+    """The operators ask on every call; the balanced search is milliseconds of Python, so a
+    repeated question must be a cache hit with the same answer as the search itself."""
+    offsets = tuple(ramp_row_offsets(8192, 8, align=128))
+    kw = dict(direction="to_host", n=1280, config=WIDE, programs=130)
+    first = fused_narrow_rows(offsets, **kw)
+    hits = fused_narrow_rows.cache_info().hits
+    assert fused_narrow_rows(offsets, **kw) == first == fused_narrow_rows.__wrapped__(offsets, **kw)
+    assert fused_narrow_rows.cache_info().hits == hits + 1

@@ -104,28 +104,21 @@ def _resolve_copy_wait(copy_wait: str, side_waits: bool, device: torch.device) -
     return "stream" if stream_wait_available(device.index) else "side_kernel"
 
 
-HALF_NARROW_MIN_N = 2048
-"""16-bit offloads with outputs at least this wide get 128-wide narrow edge tiles (``config_for``'s);
-narrower outputs 64-wide ones."""
-
-
 def offload_tile_config(m: int, n: int, k: int, dtype: torch.dtype) -> TileConfig:
     """The offload operators' default tile config (see :meth:`OffloadContext.tile_config`).
 
-    16-bit: ``config_for``'s tiles (128x256x64, 4 stages, where ``n >= 256``) loaded through tensor
-    descriptors (``tma=True``), with 128-wide narrow edge tiles where ``n >= HALF_NARROW_MIN_N`` and
-    64-wide ones below. On an H200 (benchmarks/results/h200/run26_tma, the same process, tile_fused
-    medians of 50 and the fused GEMM alone in alternation with cuBLAS) against the previous default
-    (128x128 tiles through pointers for n >= 2048): the GEMM alone went from 81-93% to 89-97% of
-    cuBLAS on the three wide shapes while every tile_fused pipeline stayed within 0.005 ms
-    (8192x8192x7168 to / from host 2.255 / 2.527 against 2.256 / 2.528). At n=1280 128x128 tiles
-    still lose to host (0.843 against 0.513 ms). Operands whose rows a descriptor cannot address
-    load through pointers. Other dtypes: ``config_for`` (descriptor loads not measured there)."""
+    16-bit: ``config_for``'s tiles (128x256x64, 4 stages, 128-wide narrow tiles, where ``n >= 256``)
+    loaded through tensor descriptors (``tma=True``). On an H200 (benchmarks/results/h200/run26_tma and
+    run29_balanced, the same process, tile_fused medians of 50 and the fused GEMM alone in alternation
+    with cuBLAS), against the previous default (128x128 tiles through pointers for n >= 2048; 64-wide
+    edge tiles): with the context's last-wave balancing the GEMM alone went from 79-93% to 91-97% of
+    cuBLAS on issue 5's eight cells, while every tile_fused pipeline stayed within 0.02 ms
+    (8192x8192x7168 to / from host 2.257 / 2.531 against 2.256 / 2.528). 128x128 tiles lose to host
+    at n=1280 (0.843 against 0.513 ms). Operands whose rows a descriptor cannot address load through
+    pointers. Other dtypes: ``config_for`` (descriptor loads not measured there)."""
     cfg = config_for(m, n, k, dtype)
     if str(dtype).replace("torch.", "") not in ("bfloat16", "float16"):
         return cfg
-    if n < HALF_NARROW_MIN_N:
-        cfg = replace(cfg, narrow_block_n=None)
     return replace(cfg, tma=True)
 
 
@@ -204,11 +197,11 @@ class OffloadContext:
     from host: side flags), so one piece's copy set-up overlaps the other's transfer (from
     host this breaks arrival order: measured slower). ``config``: the tile config (None:
     ``offload_tile_config`` each shape). ``balance_tail``: more narrow row blocks where they fill the
-    persistent launch's last wave (``fused_narrow_rows``; on an H200, 8192x8192x1280 bf16:
-    the GEMM alone from 79-83% to 91-93% of cuBLAS). Off by default: with it on, the
-    overlapped to-host operator measured 2.90 ms on 8192x8192x1280 (0.48 ms before) and
-    1.57 on 4096x12288x6144 (1.13) on an H200 (h200x2 run13), so the narrow tiles that fill
-    the last wave hold back the flag groups the copies wait for. ``edge_split_k``: a ``chunked``
+    persistent launch's last wave (``fused_narrow_rows``; on an H200 with descriptor loads, h200 run29:
+    the GEMM alone of 8192x8192x1280 from 80-83% to 92-97% of cuBLAS, 4096x12288x6144 from 89-91% to
+    91-94%, pipelines within 0.02 ms). On by default since that run; before it, the search ran on every
+    call (2-4.5 ms of Python), which made the balanced pipelines look 1.2-7x slower (h200x2 run13, h200
+    run27) and kept it off. ``edge_split_k``: a ``chunked``
     plan's exposed piece (the first to host, the last from host) runs its GEMM split along k
     (``hocket.ops.split_k``), so a piece of a few row blocks uses every SM. Off by default: on an
     H200 (benchmarks/results/h200/run11_splitk) a 128 x 8192 x 7168 piece took 0.070 ms split in 4
@@ -219,7 +212,7 @@ class OffloadContext:
     def __init__(self, device: torch.device | str | int | None = None, *, config: TileConfig | None = None,
                  num_programs: int | None = None, flag_method: str = "auto", edge_pieces: int = EDGE_PIECES,
                  side_waits: bool = True, dynamic: bool = False, copy_wait: str = "auto",
-                 chunk_flags: str = "copy", copy_streams: int = 1, balance_tail: bool = False,
+                 chunk_flags: str = "copy", copy_streams: int = 1, balance_tail: bool = True,
                  edge_split_k: bool = False) -> None:
         require_cuda("hocket.ops offload operators")
         if not isinstance(edge_pieces, int) or isinstance(edge_pieces, bool) or edge_pieces < 0:
@@ -252,10 +245,10 @@ class OffloadContext:
         self.timeouts = _TimeoutWatch()
 
     def tile_config(self, m: int, n: int, k: int, dtype: torch.dtype) -> TileConfig:
-        """The context's ``config``, else :func:`offload_tile_config` (128-wide narrow edge tiles from
-        n = 2048 on: with pointer loads they made the to-host operator slower on an H200, 8192x3584x8192
-        2.744 ms against 2.491 with 64-wide ones, h200 run4; with descriptor loads they ran as fast,
-        2.515 against 2.517, h200 run26)."""
+        """The context's ``config``, else :func:`offload_tile_config` (128-wide narrow edge tiles: with
+        pointer loads they made the to-host operator slower on an H200, 8192x3584x8192 2.744 ms against
+        2.491 with 64-wide ones, h200 run4; with descriptor loads they ran as fast, 2.515 against 2.517,
+        h200 run26)."""
         if self.config is not None:
             return self.config
         return offload_tile_config(m, n, k, dtype)

@@ -59,14 +59,13 @@ def test_plan_resolution():
 
 def test_offload_tile_config_rule():
     from hocket.kernels.config import NARROW_BF16, WIDE_BF16, config_for
-    from hocket.ops.offload import HALF_NARROW_MIN_N, offload_tile_config
+    from hocket.ops.offload import offload_tile_config
 
     for dtype in (torch.bfloat16, torch.float16):
-        wide = offload_tile_config(8192, 7168, 8192, dtype)
-        assert (wide.block_m, wide.block_n, wide.narrow_n, wide.num_stages, wide.tma) == (128, 256, 128, 4, True)
-        assert offload_tile_config(8192, HALF_NARROW_MIN_N, 8192, dtype) == replace(WIDE_BF16, tma=True)
-        thin = offload_tile_config(8192, HALF_NARROW_MIN_N - 768, 8192, dtype)
-        assert (thin.block_n, thin.narrow_n, thin.tma) == (256, 64, True)  # 64-wide edge tiles below 2048
+        for n in (7168, 1280, 256):
+            cfg = offload_tile_config(8192, n, 8192, dtype)
+            assert cfg == replace(WIDE_BF16, tma=True), n
+            assert (cfg.block_m, cfg.block_n, cfg.narrow_n, cfg.num_stages, cfg.tma) == (128, 256, 128, 4, True)
         assert offload_tile_config(8192, 200, 8192, dtype) == replace(NARROW_BF16, tma=True)
     assert offload_tile_config(777, 4096, 300, torch.float32) == config_for(777, 4096, 300, torch.float32)
     assert not offload_tile_config(777, 4096, 300, torch.float32).tma, "fp32 descriptor loads were never measured"

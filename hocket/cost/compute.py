@@ -92,7 +92,10 @@ no split-K, flag checks in its loop) over the vendor library's GEMM of the same 
 what the wave model and the profile's GEMM points describe. Measured on H200: 90-96% on the
 large shapes and 83-89% on narrow n (benchmarks/results/h200/README.md, "fusedGEMM/cuBLAS" of 8
 offload shapes, median 89.5%); DESIGN.md: a simple Triton GEMM ~95%. The cost model charges
-every tile_fused kernel's GEMM work at this fraction of the vendor rate."""
+every tile_fused kernel's GEMM work at this fraction of the vendor rate. Since h200 run30 the offload
+kernels load through tensor descriptors and balance their last wave (92-97% there, median 95.5%); the
+multi-GPU kernels still load through pointers, and offload's tile_fused lines are copy-bound (a 5%
+faster GEMM moved none of them), so the one constant stays at the pointer kernels' figure."""
 FUSED_BLOCK_M = 128
 """Rows of one output tile of hocket's tile-fused kernels (``hocket.kernels.config.default_config``:
 128 for bf16, fp16 and fp32): flag groups and chunks are whole row blocks of it."""

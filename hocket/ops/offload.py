@@ -39,11 +39,10 @@ until :func:`close_offload_contexts`.
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 
 import torch
 
-from hocket.kernels.config import TileConfig, config_for, persistent_programs
+from hocket.kernels.config import TileConfig, fused_config, persistent_programs
 from hocket.kernels.errors import NUM_SLOTS, raise_on_timeout
 from hocket.kernels.schedule import tail_narrow_rows
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
@@ -116,10 +115,7 @@ def offload_tile_config(m: int, n: int, k: int, dtype: torch.dtype) -> TileConfi
     (8192x8192x7168 to / from host 2.257 / 2.531 against 2.256 / 2.528). 128x128 tiles lose to host
     at n=1280 (0.843 against 0.513 ms). Operands whose rows a descriptor cannot address load through
     pointers. Other dtypes: ``config_for`` (descriptor loads not measured there)."""
-    cfg = config_for(m, n, k, dtype)
-    if str(dtype).replace("torch.", "") not in ("bfloat16", "float16"):
-        return cfg
-    return replace(cfg, tma=True)
+    return fused_config(m, n, k, dtype)
 
 
 @functools.lru_cache(maxsize=256)

@@ -103,3 +103,17 @@ def test_operand_descriptors_only_for_tma_configs_on_aligned_operands():
     assert operand_descriptors(TileConfig(block_m=32, block_n=64, block_k=16), a, b, 16) == (None, None, None)
     odd = torch.zeros(56, 71, dtype=torch.bfloat16)
     assert operand_descriptors(cfg, a, odd, 16) == (None, None, None), "unaligned B rows: pointer loads"
+
+
+def test_fused_config_loads_16_bit_operands_through_descriptors():
+    from dataclasses import replace
+
+    from hocket.kernels.config import config_for, fused_config
+
+    for dtype in (torch.bfloat16, torch.float16, "bfloat16"):
+        for n in (64, 1280, 7168):
+            assert fused_config(4096, n, 1024, dtype) == replace(config_for(4096, n, 1024, dtype), tma=True)
+    assert fused_config(4096, 7168, 1024, torch.float32) == config_for(4096, 7168, 1024, torch.float32)
+    assert not fused_config(4096, 7168, 1024, torch.float32).tma
+    with pytest.raises(ValueError, match="has no tile config"):
+        fused_config(128, 64, 64, torch.int8)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from hocket.kernels.config import config_for
+from hocket.kernels.config import fused_config
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace, signature
 from hocket.ops.lowering import peer_chunked
 from hocket.ops.lowering.peer_pipe import FLAGS_PER_SOURCE
@@ -92,7 +92,7 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
             pipe.workspaces[key] = PeerConsumerWorkspace(
                 flags=flags, m=w * g.R, n=B.shape[1], k=g.Kc, dtype=g.local.dtype, device=pipe.device,
                 chunk_offsets=offsets, arrival=local_first_arrival(rank, w, per),
-                config=config_for(w * g.R, B.shape[1], g.Kc, g.local.dtype))
+                config=fused_config(w * g.R, B.shape[1], g.Kc, g.local.dtype))
         ws = pipe.workspaces[key]
         if signature(gathered, B, out) not in ws.warmed:
             warmup_consumer(ws, gathered, B, out, flag_method=pipe.flag_method)
@@ -119,7 +119,7 @@ def matmul_scatter(A, B, reduce_op, dim, rt, plan):
     s = ScatterMatmul(A, B, dim, w)
     dtype = s.out_c.dtype
     fits_kernel = dtype in KERNEL_DTYPES and not s.n_scatter and min(s.rows, s.cols, s.A_c.shape[1]) > 0
-    cfg = config_for(w * s.rows, s.cols, s.A_c.shape[1], dtype) if fits_kernel else None
+    cfg = fused_config(w * s.rows, s.cols, s.A_c.shape[1], dtype) if fits_kernel else None
     if s.n_scatter or cfg is None or not fits_block_groups(s.rows, cfg.block_m):
         return peer_chunked.matmul_scatter(A, B, reduce_op, dim, rt, plan)
     pipe = peer_chunked.partials_pipe(rt, s.rows, s.cols, dtype, s.out_c.device, what="matmul_reduce_scatter")
@@ -167,7 +167,7 @@ def matmul_all_reduce(A, B, reduce_op, rt, plan):
     if dtype not in KERNEL_DTYPES:
         return peer_chunked.matmul_all_reduce(A, B, reduce_op, rt, plan)
     pipe = peer_chunked.partials_pipe(rt, r.rows, r.cols, dtype, r.out_c.device, what="matmul_all_reduce")
-    cfg = config_for(r.rows, r.cols, r.A_c.shape[1], dtype)
+    cfg = fused_config(r.rows, r.cols, r.A_c.shape[1], dtype)
     groups = min(plan.chunks, FLAGS_PER_SOURCE, cdiv(r.rows, cfg.block_m))
     key = ("producer", r.A_c.shape[1], groups)
     if key not in pipe.workspaces:

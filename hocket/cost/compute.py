@@ -86,16 +86,15 @@ TAIL_WAVES = 0.05
 SPLIT_K = (1, 2, 4, 8)
 GPU_LAUNCH_US = 5.0
 """Host launch + kernel start of one GPU kernel."""
-FUSED_GEMM_EFFICIENCY = 0.9
+FUSED_GEMM_EFFICIENCY = 0.95
 """Throughput of hocket's persistent tile-fused GEMM (a Triton kernel: one tile configuration,
 no split-K, flag checks in its loop) over the vendor library's GEMM of the same shape, which is
-what the wave model and the profile's GEMM points describe. Measured on H200: 90-96% on the
-large shapes and 83-89% on narrow n (benchmarks/results/h200/README.md, "fusedGEMM/cuBLAS" of 8
-offload shapes, median 89.5%); DESIGN.md: a simple Triton GEMM ~95%. The cost model charges
-every tile_fused kernel's GEMM work at this fraction of the vendor rate. Since h200 run30 the offload
-kernels load through tensor descriptors and balance their last wave (92-97% there, median 95.5%); the
-multi-GPU kernels still load through pointers, and offload's tile_fused lines are copy-bound (a 5%
-faster GEMM moved none of them), so the one constant stays at the pointer kernels' figure."""
+what the wave model and the profile's GEMM points describe. Measured on H200 with tensor-descriptor
+loads and a balanced last wave (``hocket.kernels.config.fused_config``; benchmarks/results/h200/run30,
+"fusedGEMM/cuBLAS" of 8 offload cells): 92-97%, median 95.5%. With pointer loads it was 0.9 (83-96%);
+at 0.95 the tile_fused lines of 2xH200 run75 are priced within -3.0% to +1.4% on the four large cases
+(at 0.9: +2.3% to +6.9%) and the planner-regret tables do not move. The cost model charges every
+tile_fused kernel's GEMM work at this fraction of the vendor rate."""
 FUSED_BLOCK_M = 128
 """Rows of one output tile of hocket's tile-fused kernels (``hocket.kernels.config.default_config``:
 128 for bf16, fp16 and fp32): flag groups and chunks are whole row blocks of it."""

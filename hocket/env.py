@@ -178,6 +178,19 @@ def own_block_zero() -> str:
     return _choice("HOCKET_OWN_BLOCK_ZERO", OWN_BLOCK_ZERO)
 
 
+OWN_BLOCK_SUMS = ("epilogue", "pass")
+
+
+def own_block_sum() -> str:
+    """``HOCKET_OWN_BLOCK_SUM``: how the one-piece copy-engine matmul + reduce-scatter (the ``pull``
+    protocol) adds the partials its peers computed for this rank's block. ``epilogue`` (default): most
+    of them land straight in the output before this rank's GEMM of those rows, which adds them in its
+    epilogue (``addmm_``); a small pass adds the rest (:mod:`hocket.plan.epilogue`). ``pass``: the whole
+    own block is multiplied first and every partial added in a separate pass after it (before
+    session 18)."""
+    return _choice("HOCKET_OWN_BLOCK_SUM", OWN_BLOCK_SUMS)
+
+
 def host_stage_slots() -> int:
     """``HOCKET_HOST_STAGE_SLOTS``: message slots per rank in the host-staged relay's shared buffer
     (default 4, at most 64; each slot holds ``HOCKET_SYMM_MAILBOX_MB`` / slots). A rank's

@@ -1,0 +1,77 @@
+"""Which rows of this rank's own block take the peers' partials through the GEMM's epilogue (plain Python).
+
+A matmul + reduce-scatter ends with this rank's own block plus the partials its peers computed for it.
+Added in a separate pass after the last GEMM, that sum reads two blocks and writes one with nothing
+beside it: on an H200 ~40-55 us for the 50-64 MiB blocks of the large Llama-style cases, 1-2% of the
+call. Where a peer's partial lands in the output *before* this rank's GEMM of those rows runs, the GEMM
+adds it itself: ``out.addmm_(A_rows, B)`` (beta = 1: the vendor GEMM reads the output in its epilogue).
+
+So the own block is cut in two (``HOCKET_OWN_BLOCK_SUM=epilogue``, :func:`hocket.env.own_block_sum`):
+
+* ``plain`` rows, multiplied first, into the output, while the copy engine brings the partials of the
+  other rows;
+* ``fused`` rows, multiplied by ``addmm_`` once their partials have landed in the output;
+
+and the plain rows' partials are added in a small pass at the end. The plain GEMM has to last as long
+as the fused rows' transfer, or the GPU waits for it. Per row, the transfer of ``sources`` partials
+takes ``sources * itemsize * cols / link`` and the GEMM ``2 * k * cols / flops``, so the plain rows need
+``plain >= margin * ratio * fused`` with ``ratio = sources * itemsize * flops / (2 * k * link)``; the
+margin covers the copy slowing beside the GEMM and the GEMM running below peak. One definition for the
+executor (:mod:`hocket.ops.lowering.peer_pull`) and the cost model (:mod:`hocket.cost.peer_pipelines`),
+from the same device peak and link rate of the cluster description, so the price cuts the rows the
+call cuts.
+"""
+
+from __future__ import annotations
+
+import math
+
+EPILOGUE_MARGIN = 1.5
+"""How much longer than the fused rows' transfer (at the nominal rates) the plain GEMM is made."""
+EPILOGUE_ALIGN = 128
+"""The cut between plain and fused rows is a multiple of this (a GEMM row tile)."""
+MIN_FUSED_ROWS = 256
+"""Fewer fused rows than this are not worth a second GEMM launch: the whole block is plain."""
+DEFAULT_TFLOPS = 989.0
+DEFAULT_GBPS = 450.0
+"""Rates used when the cluster description has none (an H100/H200 SXM's dense bf16 peak and NVLink)."""
+
+
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+        raise ValueError(f"{name}={value!r} must be a finite number > 0")
+    return float(value)
+
+
+def epilogue_split(rows: int, k: int, *, sources: int, itemsize: int, tflops: float, gbps: float,
+                   margin: float = EPILOGUE_MARGIN, align: int = EPILOGUE_ALIGN) -> tuple[int, int]:
+    """``(plain, fused)`` rows of an own block of ``rows`` rows (module docstring); ``fused == 0`` when
+    the block is too small or the transfer too long for a worthwhile fused part.
+
+    ``k``: the GEMM's inner dimension; ``sources``: peers whose partials this rank receives;
+    ``itemsize``: bytes per element; ``tflops``/``gbps``: the device's dense peak for the dtype and the
+    link's rate per direction."""
+    for name, value in (("rows", rows), ("k", k), ("sources", sources), ("itemsize", itemsize), ("align", align)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be an int >= 1")
+    ratio = sources * itemsize * _positive("tflops", tflops) * 1e12 / (2.0 * k * _positive("gbps", gbps) * 1e9)
+    scaled = _positive("margin", margin) * ratio
+    plain = math.ceil(rows * scaled / (1.0 + scaled) / align) * align
+    plain = min(rows, max(align, plain))
+    fused = rows - plain
+    if fused < MIN_FUSED_ROWS:
+        return rows, 0
+    return plain, fused
+
+
+def cluster_rates(cluster, rank: int, peers, dtype: str) -> tuple[float, float]:
+    """``(tflops, gbps)`` for :func:`epilogue_split` from a ``ClusterSpec``: ``rank``'s dense peak for
+    ``dtype`` and the slowest link from it to ``peers``; the defaults where the description has none."""
+    tflops = gbps = None
+    try:
+        tflops = cluster.device(rank).peak(dtype)
+        rates = [cluster.link(rank, peer).gbps_per_direction for peer in peers if peer != rank]
+        gbps = min(rates) if rates else None
+    except (AttributeError, ValueError, IndexError, KeyError):
+        pass
+    return (tflops or DEFAULT_TFLOPS), (gbps or DEFAULT_GBPS)

@@ -73,8 +73,8 @@ from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 from hocket.transport.peer_protocol import peer_protocol_for
-from hocket.env import (HOST_STAGE_CALLS, HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, host_stage_calls, own_block_zero,
-                        host_stage_pipeline, host_stage_signal, host_stage_slots, overridden)
+from hocket.env import (HOST_STAGE_CALLS, HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, OWN_BLOCK_SUMS, host_stage_calls,
+                        host_stage_pipeline, host_stage_signal, host_stage_slots, overridden, own_block_sum, own_block_zero)
 from hocket.transport.registry import get_transport
 from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
 
@@ -276,6 +276,8 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
             entry["plan"] = plan.to_dict()
             if plan.strategy == "chunked" and plan.transport == "copy_engine" and site.kind in PEER_KINDS:
                 entry["peer_protocol"] = peer_protocol_for(site.kind, plan.chunks)  # under the variant's env
+                if site.kind == "mm_rs" and entry["peer_protocol"] == "pull":
+                    entry["own_block_sum"] = own_block_sum()
             if site.kind == "mm_rs" and plan.strategy == "chunked" and plan.order == "local_first" \
                     and plan.transport != "copy_engine":
                 entry["own_block_zero"] = own_block_zero()  # under the variant's env
@@ -314,10 +316,15 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
         measure_pytorch(measure, case)
     own = "copy_engine" if args.link == "nvlink" else "host_staged"
     for suffix, variant_env in transport_variants(args):
+        sums_only = "HOCKET_OWN_BLOCK_SUM" in variant_env  # changes the one-piece pull mm_rs only
         with overridden(variant_env):
-            if runnable(Plan(strategy="chunked", transport=own), site.kind) and (not args.graph or own in CAPTURABLE_TRANSPORTS):
+            if runnable(Plan(strategy="chunked", transport=own), site.kind) and (not args.graph or own in CAPTURABLE_TRANSPORTS) \
+                    and not sums_only:
                 measure(f"comm_{own}{suffix}", case.comm(own), check=False)
             for plan in plans:
+                if sums_only and not (site.kind == "mm_rs" and plan.strategy == "chunked" and plan.chunks == 1
+                                      and plan.transport == "copy_engine"):
+                    continue
                 if plan.transport not in ("collective", "p2p"):
                     measure(plan.describe() + suffix, lambda plan=plan: case.run(plan), plan=plan)
     tuner = captured_planner() if args.graph else planner  # graph mode: the planner of replays, timed as replays
@@ -413,14 +420,18 @@ def sm_caps(args) -> tuple[int, ...]:
 def transport_variants(args) -> list[tuple[str, dict[str, str]]]:
     """(name suffix, environment) of each transport variant: the first is the run's own environment
     (no suffix); in host_staged mode the others (``--host-variants``) set ``HOCKET_HOST_STAGE_PIECE_MB``,
-    ``HOCKET_HOST_STAGE_THREAD`` and optionally ``HOCKET_HOST_STAGE_SIGNAL``, in nvlink mode (``--peer-protocols``) ``HOCKET_PEER_PROTOCOL``, for
-    their measurements only."""
+    ``HOCKET_HOST_STAGE_THREAD`` and optionally ``HOCKET_HOST_STAGE_SIGNAL``, in nvlink mode (``--peer-protocols``) ``HOCKET_PEER_PROTOCOL``
+    and (``--own-block-sums``, the one-piece pull mm_rs only) ``HOCKET_OWN_BLOCK_SUM``, for their measurements only."""
     variants = [("", {})]
     if args.link == "nvlink":
         for protocol in filter(None, (p.strip() for p in args.peer_protocols.split(","))):
             if protocol not in ("push", "pull"):
                 raise ValueError(f"--peer-protocols entry {protocol!r}: use push or pull")
             variants.append((f" ~{protocol}", {"HOCKET_PEER_PROTOCOL": protocol}))
+        for total in filter(None, (t.strip() for t in args.own_block_sums.split(","))):
+            if total not in OWN_BLOCK_SUMS:
+                raise ValueError(f"--own-block-sums entry {total!r}: use one of {OWN_BLOCK_SUMS}")
+            variants.append((f" ~{total}", {"HOCKET_OWN_BLOCK_SUM": total}))
         return variants
     if not args.host_variants:
         return variants
@@ -489,6 +500,7 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
                                           "host_stage_slots": entry.get("host_stage_slots"),
                                           "host_stage_calls": entry.get("host_stage_calls"),
                                           "own_block_zero": entry.get("own_block_zero"),
+                                          "own_block_sum": entry.get("own_block_sum"),
                                           "planner_source": row["planner"]["source"] if name == "planner" else None,
                                           "paired": row.get("paired") if name == "planner" else None})
         records.append(make_record(site=site, plan=Plan.from_dict(entry["plan"]), timing=timing,
@@ -563,6 +575,8 @@ def parse_args(argv=None):
                    "8:0::::piece = a relay call per piece of an own-data-first pipeline, as in runs 1-33)")
     p.add_argument("--peer-protocols", default="", help="nvlink mode: copy-engine plans measured again with "
                    "these HOCKET_PEER_PROTOCOL values (push, pull), named '<plan> ~<protocol>', e.g. push")
+    p.add_argument("--own-block-sums", default="", help="nvlink mode: the one-piece pull mm_rs measured again with "
+                   "these HOCKET_OWN_BLOCK_SUM values (epilogue, pass), named '<plan> ~<value>', e.g. pass")
     p.add_argument("--sm-budgets", default="", help="NCCL SM caps (max CTAs) of communicators made up front, "
                    "e.g. 8,32: calibrated beside the GEMM and tried as Plan.comm_sms (nccl only)")
     p.add_argument("--graph", action="store_true", help="check and time every method replayed from a CUDA graph "

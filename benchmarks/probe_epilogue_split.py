@@ -8,10 +8,12 @@ share of that (the peer's partial ``recv`` is already in memory; the copy engine
 * ``pass``: the GEMM, then ``out.add_(recv)`` (the executor before session 18);
 * ``epilogue(p)``: ``p`` plain rows by ``mm``, the other rows by ``addmm_`` into an output that already
   holds their partial, then ``add_`` of the plain rows' partial (``HOCKET_OWN_BLOCK_SUM=epilogue``),
-  for ``p`` in multiples of 128 and for the split :func:`hocket.plan.epilogue.epilogue_split` picks.
+  for ``p`` in multiples of 128 and for the split :func:`hocket.plan.epilogue.epilogue_split` picks
+  (marked ``*``; at the nominal H200 rates and this GPU's SM count).
 
 Each variant's output is checked against ``A_own @ B + recv`` (fp32) first; medians of ``--iters``
-CUDA-event-timed calls, back to back.
+CUDA-event-timed calls, back to back, the variants of a block interleaved in ``--rounds`` rounds (run32, one
+variant after another, was bimodal where the clocks moved between variants).
 
     python benchmarks/probe_epilogue_split.py --out $OUT/probe_epilogue_split.jsonl
 """
@@ -28,18 +30,19 @@ import torch
 BLOCKS = ((4096, 14336, 8192), (2048, 24576, 12288), (4096, 2048, 4096), (4096, 7168, 8192))
 """(own block rows, k, cols) of the pull executor on 2 ranks for mm_rs 8192x14336x8192, 4096x24576x12288,
 8192x2048x4096 and 8192x7168x8192."""
-PLAIN_ROWS = (128, 256, 384, 512, 768, 1024, 1536)
+PLAIN_ROWS = (256, 512, 640, 768, 1024, 1536, 2048, 3072)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None, help="JSON lines of every measurement")
-    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--iters", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("probe_epilogue_split: no CUDA device", file=sys.stderr)
         return 2
-    from hocket.bench.timer import TimingConfig, time_callable
+    from hocket.bench.timer import TimingConfig, time_interleaved
     from hocket.ops.tolerance import max_error
     from hocket.plan.epilogue import epilogue_split
 
@@ -53,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         recv = torch.randn(rows, cols, device=dev, dtype=dt, generator=g)
         ref = (A.float() @ B.float() + recv.float()).cpu()
         out = torch.empty(rows, cols, device=dev, dtype=dt)
-        chosen, _ = epilogue_split(rows, k, sources=1, itemsize=2, tflops=989.0, gbps=450.0)
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        chosen, _ = epilogue_split(rows, k, cols, sources=1, itemsize=2, tflops=989.0, gbps=450.0, sms=sms)
 
         def plain_then_fused(p):
             def fn():
@@ -70,18 +74,22 @@ def main(argv: list[str] | None = None) -> int:
         for p in sorted({*PLAIN_ROWS, chosen}):
             if p < rows:
                 variants[f"epilogue({p})" + ("*" if p == chosen else "")] = plain_then_fused(p)
+        errors = {}
         for name, fn in variants.items():
-            err = None
-            if name not in ("mm", "addmm"):
-                out.fill_(float("nan"))
-                if name != "pass":
-                    p = int(name.split("(")[1].split(")")[0])
-                    out[p:].copy_(recv[p:])  # the pull lands the fused rows' partial in the output first
-                fn()
-                torch.cuda.synchronize()
-                got = out.float().cpu()
-                err = max_error(got, ref) if torch.isfinite(got).all() else float("inf")
-            s = time_callable(fn, config=TimingConfig(warmup=3, iters=args.iters), device=dev)
+            if name in ("mm", "addmm"):
+                continue
+            out.fill_(float("nan"))
+            if name != "pass":
+                p = int(name.split("(")[1].split(")")[0])
+                out[p:].copy_(recv[p:])  # the pull lands the fused rows' partial in the output first
+            fn()
+            torch.cuda.synchronize()
+            got = out.float().cpu()
+            errors[name] = max_error(got, ref) if torch.isfinite(got).all() else float("inf")
+        timings = time_interleaved(variants, config=TimingConfig(warmup=3, iters=args.iters), rounds=args.rounds,
+                                   device=dev)
+        for name, s in timings.items():
+            err = errors.get(name)
             row = {"rows": rows, "k": k, "cols": cols, "variant": name, "median_ms": s.median_ms, "p10_ms": s.p10_ms,
                    "p90_ms": s.p90_ms, "samples": s.n, "max_error": err}
             rows_out.append(row)

@@ -172,16 +172,28 @@ def line_own_zero(record) -> str | None:
     return run.get("own_block_zero") or "each"
 
 
+def line_own_sum(record) -> str | None:
+    """How a one-piece copy-engine mm_rs line of the ``pull`` protocol added its peers' partials to its own
+    block (``run.own_block_sum``; ``"pass"``, one pass after the whole own block's GEMM, for lines written
+    before the field: up to session 17), None for every other line (``hocket.env.own_block_sum``)."""
+    if record.site.kind != "mm_rs" or record.site.world < 2 or line_protocol(record) != "pull":
+        return None
+    run = record.run if isinstance(record.run, dict) else {}
+    return run.get("own_block_sum") or "pass"
+
+
 @contextmanager
 def priced_as_ran(record) -> Iterator[None]:
     """Price ``record``'s plan with the copy-engine protocol, the relay signalling and calls, and the
-    own-block zeroing it ran."""
-    signal, calls, zero = line_signal(record), line_calls(record), line_own_zero(record)
+    own-block zeroing and summing it ran."""
+    signal, calls, zero, total = line_signal(record), line_calls(record), line_own_zero(record), line_own_sum(record)
     relay = {"HOCKET_HOST_STAGE_SIGNAL": signal} if signal else {}
     if calls:
         relay["HOCKET_HOST_STAGE_CALLS"] = calls
     if zero:
         relay["HOCKET_OWN_BLOCK_ZERO"] = zero
+    if total:
+        relay["HOCKET_OWN_BLOCK_SUM"] = total
     with priced_with_protocol(line_protocol(record)), overridden(relay):
         yield
 
@@ -577,17 +589,17 @@ def summary(result: dict) -> dict:
 
 IMPLEMENTATION_KEYS = ("method", "variant", "tile_config", "chunk_flags", "copy_streams", "copy_wait", "dynamic",
                        "edge_pieces", "side_waits", "link", "backend", "threads_per_rank", "peer_protocol", "captured",
-                       "own_block_zero")
+                       "own_block_zero", "own_block_sum")
 """Fields of a results line's ``run`` that name how a plan was implemented (benchmarks add them
 when they compare kernel variants of one plan); lines that differ in them are different things.
 ``peer_protocol`` is read through :func:`line_protocol` (a copy-engine line without it ran push),
-``own_block_zero`` through :func:`line_own_zero`."""
+``own_block_zero`` through :func:`line_own_zero`, ``own_block_sum`` through :func:`line_own_sum`."""
 
 
 def implementation(record) -> tuple[str, ...]:
     """The ``IMPLEMENTATION_KEYS`` values of a line (as strings; ``peer_protocol`` by :func:`line_protocol`)."""
     run = record.run if isinstance(record.run, dict) else {}
-    read = {"peer_protocol": line_protocol, "own_block_zero": line_own_zero}
+    read = {"peer_protocol": line_protocol, "own_block_zero": line_own_zero, "own_block_sum": line_own_sum}
     return tuple(str(read[key](record) if key in read else run.get(key)) for key in IMPLEMENTATION_KEYS)
 
 

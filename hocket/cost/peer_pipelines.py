@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 from hocket.cost.compute import launch_ms, memory_ms
 from hocket.cost.stages import Stage
+from hocket.env import own_block_sum
+from hocket.plan.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, epilogue_split
 from hocket.plan.pieces import split_even
 from hocket.transport.peer_protocol import peer_protocol_for
 
@@ -156,19 +158,41 @@ def _ag_peer_put(b: Builder, shard_rows: int) -> None:
     _closing_barrier(b, (peers,))
 
 
+def own_block_split(b: Builder, block_rows: int) -> tuple[int, int]:
+    """``(plain, fused)`` rows of the pull executor's own block, cut as the executor cuts them
+    (:func:`hocket.plan.epilogue.epilogue_split` from the device's peak, the group's link rate and SM
+    count); ``(rows, 0)`` under ``HOCKET_OWN_BLOCK_SUM=pass``."""
+    if own_block_sum() != "epilogue":
+        return block_rows, 0
+    site = b.site
+    tflops = b.device.peak(site.dtype) or DEFAULT_TFLOPS
+    gbps = b.topo.ring_gbps or DEFAULT_GBPS
+    return epilogue_split(block_rows, site.k, site.n, sources=site.world - 1, itemsize=site.itemsize, tflops=tflops,
+                          gbps=gbps, sms=b.device.sm_count)
+
+
 def _rs_peer_pull(b: Builder, block_rows: int) -> None:
     """``peer_pull`` in one piece: the peers' partial blocks, the barrier, every peer's partial of
-    this rank's block pulled while this rank's own block computes, then the sum."""
+    this rank's block pulled while this rank's own block computes, then the sum: with the own block
+    cut (:func:`own_block_split`), the fused rows' partials pulled first and added by their GEMM's
+    epilogue, the plain rows' in a pass at the end."""
     site = b.site
     p = site.world
     row_bytes = site.n * site.num_b * site.itemsize
+    plain, fused = own_block_split(b, block_rows)
     peers = b.add_gemm("gemm_peers", block_rows, count=p - 1)
     barrier = _pull_barrier(b, (peers,))
-    pulls = [b.add_transfer(f"pull[{j}]", b.ring_step(block_rows * row_bytes), deps=(barrier,), op="pull",
-                            nbytes=block_rows * row_bytes) for j in range(p - 1)]
-    own = b.add_gemm("gemm_own", block_rows)
-    b.add_memory("reduce[final]", 3.0 * (p - 1) * block_rows * row_bytes, deps=(own, *pulls))
-    _closing_barrier(b, tuple(pulls))
+    first = [b.add_transfer(f"pull_fused[{j}]", b.ring_step(fused * row_bytes), deps=(barrier,), op="pull",
+                            nbytes=fused * row_bytes) for j in range(p - 1)] if fused else []
+    pulls = [b.add_transfer(f"pull[{j}]", b.ring_step(plain * row_bytes), deps=(barrier,), op="pull",
+                            nbytes=plain * row_bytes) for j in range(p - 1)]
+    own = b.add_gemm("gemm_own", plain)
+    if fused:
+        if p > 2:
+            own = b.add_memory("reduce[fused]", 3.0 * (p - 2) * fused * row_bytes, deps=(own, *first))
+        own = b.add_gemm("gemm_own_fused", fused, deps=(own, *first))
+    b.add_memory("reduce[final]", 3.0 * (p - 1) * plain * row_bytes, deps=(own, *pulls))
+    _closing_barrier(b, tuple(first + pulls))
 
 
 def _rs_peer_pipe(b: Builder, block_rows: int) -> None:

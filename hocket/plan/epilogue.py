@@ -12,7 +12,11 @@ So the own block is cut in two (``HOCKET_OWN_BLOCK_SUM=epilogue``, :func:`hocket
   other rows;
 * ``fused`` rows, multiplied by ``addmm_`` once their partials have landed in the output;
 
-and the plain rows' partials are added in a small pass at the end. The plain GEMM has to last as long
+and the plain rows' partials are added in a small pass at the end. Two GEMMs where there was one must
+not cost a wave more: the vendor GEMM runs its output tiles in waves over the SMs, so the cut is where
+``waves(plain) + waves(fused) == waves(rows)`` (128x256 tiles; h200 run32: on a 4096x7168x8192 block the
+two-part sum took 0.608-0.618 ms at cuts of 512, 1024 and 1536 rows, one wave less than at 384, 768 or
+1408 rows, 0.630-0.669, against 0.639 for the GEMM and a pass). The plain GEMM has to last as long
 as the fused rows' transfer, or the GPU waits for it. Per row, the transfer of ``sources`` partials
 takes ``sources * itemsize * cols / link`` and the GEMM ``2 * k * cols / flops``, so the plain rows need
 ``plain >= margin * ratio * fused`` with ``ratio = sources * itemsize * flops / (2 * k * link)``; the
@@ -30,6 +34,8 @@ EPILOGUE_MARGIN = 1.5
 """How much longer than the fused rows' transfer (at the nominal rates) the plain GEMM is made."""
 EPILOGUE_ALIGN = 128
 """The cut between plain and fused rows is a multiple of this (a GEMM row tile)."""
+TILE_ROWS, TILE_COLS = 128, 256
+"""The output tile the wave count assumes (what the vendor library runs on large bf16 GEMMs)."""
 MIN_FUSED_ROWS = 256
 """Fewer fused rows than this are not worth a second GEMM launch: the whole block is plain."""
 DEFAULT_TFLOPS = 989.0
@@ -43,25 +49,37 @@ def _positive(name: str, value: object) -> float:
     return float(value)
 
 
-def epilogue_split(rows: int, k: int, *, sources: int, itemsize: int, tflops: float, gbps: float,
-                   margin: float = EPILOGUE_MARGIN, align: int = EPILOGUE_ALIGN) -> tuple[int, int]:
-    """``(plain, fused)`` rows of an own block of ``rows`` rows (module docstring); ``fused == 0`` when
-    the block is too small or the transfer too long for a worthwhile fused part.
+def waves(rows: int, cols: int, sms: int) -> int:
+    """Waves of ``TILE_ROWS x TILE_COLS`` output tiles a ``rows x cols`` GEMM runs on ``sms`` SMs."""
+    return -(-(-(-rows // TILE_ROWS) * -(-cols // TILE_COLS)) // sms)
+
+
+def epilogue_split(rows: int, k: int, cols: int, *, sources: int, itemsize: int, tflops: float, gbps: float,
+                   sms: int | None = None, margin: float = EPILOGUE_MARGIN,
+                   align: int = EPILOGUE_ALIGN) -> tuple[int, int]:
+    """``(plain, fused)`` rows of an own block of ``rows x cols`` (module docstring): the fewest plain
+    rows, a multiple of ``align``, whose GEMM covers the fused rows' transfer and, given ``sms``, whose
+    two GEMMs run no more waves than one; ``fused == 0`` (the whole block plain, summed in a pass) when
+    no cut leaves at least ``MIN_FUSED_ROWS`` fused rows.
 
     ``k``: the GEMM's inner dimension; ``sources``: peers whose partials this rank receives;
     ``itemsize``: bytes per element; ``tflops``/``gbps``: the device's dense peak for the dtype and the
-    link's rate per direction."""
-    for name, value in (("rows", rows), ("k", k), ("sources", sources), ("itemsize", itemsize), ("align", align)):
+    link's rate per direction; ``sms``: the device's SM count (None: no wave condition)."""
+    for name, value in (("rows", rows), ("k", k), ("cols", cols), ("sources", sources), ("itemsize", itemsize),
+                        ("align", align)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}={value!r} must be an int >= 1")
+    if sms is not None and (isinstance(sms, bool) or not isinstance(sms, int) or sms < 1):
+        raise ValueError(f"sms={sms!r} must be None or an int >= 1 (the device's SM count)")
     ratio = sources * itemsize * _positive("tflops", tflops) * 1e12 / (2.0 * k * _positive("gbps", gbps) * 1e9)
     scaled = _positive("margin", margin) * ratio
-    plain = math.ceil(rows * scaled / (1.0 + scaled) / align) * align
-    plain = min(rows, max(align, plain))
-    fused = rows - plain
-    if fused < MIN_FUSED_ROWS:
-        return rows, 0
-    return plain, fused
+    plain = max(align, math.ceil(rows * scaled / (1.0 + scaled) / align) * align)
+    whole = waves(rows, cols, sms) if sms is not None else None
+    while rows - plain >= MIN_FUSED_ROWS:
+        if whole is None or waves(plain, cols, sms) + waves(rows - plain, cols, sms) <= whole:
+            return plain, rows - plain
+        plain += align
+    return rows, 0
 
 
 def cluster_rates(cluster, rank: int, peers, dtype: str) -> tuple[float, float]:

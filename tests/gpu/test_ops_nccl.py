@@ -72,6 +72,34 @@ def test_copy_engine_back_to_back(pool2, kind, chunks, protocol):
     assert counts[0] == counts[1] == (16 if kind == "ag_mm" else 8)
 
 
+PULL_SCATTER = [{"strategy": "chunked", "transport": "copy_engine", "chunks": 1}]
+EPILOGUE_CASES = [
+    # blocks large enough for a fused part on an H200 (4096 rows; 4095: not a multiple of the row tile)
+    ("mm_rs", (8192, 2048), 0, (4096,), {"reduce_op": "sum"}),
+    ("mm_rs", (8190, 2048), 0, (4096,), {"reduce_op": "avg"}),
+    ("mm_rs", (4096, 2048), 1, (8192,), {"reduce_op": "sum"}),
+]
+
+
+@pytest.mark.parametrize("own_block_sum", ["epilogue", "pass"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("kind,shape,dim,ns,extra", EPILOGUE_CASES, ids=[f"{'x'.join(map(str, c[1]))}-d{c[2]}"
+                                                                       for c in EPILOGUE_CASES])
+def test_pull_scatter_sums_in_the_gemm_epilogue(pool2, kind, shape, dim, ns, extra, dtype, own_block_sum):
+    """The one-piece pull mm_rs with its own block cut into plain and fused rows (HOCKET_OWN_BLOCK_SUM=epilogue,
+    the default: the fused rows' partials pulled into the output, added by addmm_) or summed in one pass,
+    against the reference, on blocks big enough to be cut."""
+    from hocket.plan.epilogue import epilogue_split
+
+    rows = shape[0] // 2 if dim == 0 else shape[0]
+    cols = ns[0] if dim == 0 else ns[0] // 2
+    assert epilogue_split(rows, shape[-1], cols, sources=1, itemsize=2, tflops=989.0, gbps=450.0, sms=132)[1] > 0
+    case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype=dtype, seed=SEED, plans=PULL_SCATTER, protocol="pull",
+                env={"HOCKET_OWN_BLOCK_SUM": own_block_sum}, **extra)
+    results = pool2.run(run_plans, case)
+    assert len(results[0]) == len(results[1]) == 2
+
+
 HOST_STAGED_PLANS = [{"strategy": "sequential", "transport": "host_staged", "chunks": 1},
                      {"strategy": "chunked", "transport": "host_staged", "chunks": 3},
                      {"strategy": "chunked", "transport": "host_staged", "chunks": 2, "order": "local_first"}]

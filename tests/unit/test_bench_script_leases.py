@@ -95,3 +95,30 @@ def test_lease_only_prices_every_line_with_its_leases_profile_and_skips_the_rest
         assert p["measured_ms"] == pytest.approx(line.median_ms)
         assert p["predicted_ms"] == pytest.approx(predict(line.site, line.plan, load_preset("h200x2"), view).total_ms)
     assert "1 site runs of leases that left no profile skipped" in capsys.readouterr().out
+
+
+def test_line_own_sum_of_old_new_and_other_lines(monkeypatch):
+    """One-piece pull mm_rs lines written before ``run.own_block_sum`` summed in a pass after the GEMM."""
+    pull = Plan(strategy="chunked", chunks=1, transport="copy_engine")
+    assert vc.line_own_sum(_line(MM_RS, pull, {"peer_protocol": "pull"})) == "pass"
+    assert vc.line_own_sum(_line(MM_RS, pull, {"peer_protocol": "pull", "own_block_sum": "epilogue"})) == "epilogue"
+    assert vc.line_own_sum(_line(MM_RS, pull.with_(chunks=2), {"peer_protocol": "push"})) is None
+    assert vc.line_own_sum(_line(MM_RS, OWN_LAST)) is None
+    ag = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
+    assert vc.line_own_sum(_line(ag, pull, {"peer_protocol": "pull"})) is None
+    cluster = load_preset("h200x2")
+    prices = {}
+    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "pull")
+    for total in ("pass", "epilogue"):
+        monkeypatch.setenv("HOCKET_OWN_BLOCK_SUM", total)
+        prices[total] = predict(MM_RS, pull, cluster, steady_state=True).total_ms
+    monkeypatch.delenv("HOCKET_OWN_BLOCK_SUM")
+    monkeypatch.delenv("HOCKET_PEER_PROTOCOL")
+    assert prices["pass"] != prices["epilogue"]
+    for total, run in (("pass", {"peer_protocol": "pull"}),
+                       ("epilogue", {"peer_protocol": "pull", "own_block_sum": "epilogue"})):
+        line = _line(MM_RS, pull, run)
+        with vc.priced_as_ran(line):
+            assert predict(MM_RS, pull, cluster, steady_state=True).total_ms == pytest.approx(prices[total])
+        assert vc.implementation(line)[-1] == total
+    assert "HOCKET_OWN_BLOCK_SUM" not in __import__("os").environ  # restored

@@ -92,3 +92,50 @@ def test_put_copies_before_the_barrier_and_multiplies_the_peers_after_it(monkeyp
     assert at["pull.barrier"][0] >= at["put[0]"][1] - 1e-12
     assert at["gemm_peers"][0] >= at["pull.barrier"][1] - 1e-12
     assert at["gemm_own"][0] < at["put[0]"][1], "the own shard is multiplied beside the put"
+
+
+def _split_timeline(monkeypatch, mode, site, cluster):
+    monkeypatch.setenv("HOCKET_OWN_BLOCK_SUM", mode)
+    stages, at = _timeline(site, Plan(strategy="chunked", chunks=1, transport="copy_engine"), cluster)
+    return stages, at, schedule(stages).total_ms
+
+
+@pytest.mark.parametrize("world", [2, 8])
+def test_one_piece_scatter_adds_the_fused_rows_in_the_gemm_epilogue(world, monkeypatch):
+    """HOCKET_OWN_BLOCK_SUM=epilogue (the default): the fused rows' partials are pulled first and their
+    GEMM starts after them; only the plain rows (and, on more ranks, the other sources' fused rows) are
+    summed in passes; ``pass`` keeps one GEMM and one sum over the whole block."""
+    from hocket.cost.peer_pipelines import own_block_split
+
+    monkeypatch.delenv("HOCKET_PEER_PROTOCOL", raising=False)
+    site = Site(kind="mm_rs", m=world * 4096, k=14336, n=8192, world=world)
+    cluster = H200X2 if world == 2 else H200X8
+    stages, at, epilogue_ms = _split_timeline(monkeypatch, "epilogue", site, cluster)
+    by_name = {s.name: s for s in stages}
+    rows = site.m // world
+    row_bytes = site.n * site.itemsize
+    fused = by_name["gemm_own_fused"].flops / (2.0 * site.k * site.n)
+    plain = rows - fused
+    assert 0 < fused < rows and plain % 128 == 0
+    assert by_name["gemm_own"].flops == pytest.approx(2.0 * plain * site.k * site.n)
+    assert sum(by_name[f"pull_fused[{j}]"].nbytes for j in range(world - 1)) == pytest.approx(
+        (world - 1) * fused * row_bytes)
+    assert at["gemm_own_fused"][0] >= max(at["gemm_own"][1], *(at[f"pull_fused[{j}]"][1]
+                                                               for j in range(world - 1))) - 1e-12
+    assert by_name["reduce[final]"].nbytes == pytest.approx(3.0 * (world - 1) * plain * row_bytes)
+    assert ("reduce[fused]" in by_name) == (world > 2)
+    assert at["reduce[final]"][0] >= at["gemm_own_fused"][1] - 1e-12
+    stages_pass, _, pass_ms = _split_timeline(monkeypatch, "pass", site, cluster)
+    assert not any(s.name == "gemm_own_fused" for s in stages_pass)
+    assert {s.name: s for s in stages_pass}["reduce[final]"].nbytes == pytest.approx(3.0 * (world - 1) * rows
+                                                                                     * row_bytes)
+    assert epilogue_ms < pass_ms, "the sum's pass shrank and nothing waits longer"
+    monkeypatch.setenv("HOCKET_OWN_BLOCK_SUM", "pass")
+    assert own_block_split(None, rows) == (rows, 0)
+
+
+def test_an_unknown_own_block_sum_is_named(monkeypatch):
+    monkeypatch.setenv("HOCKET_OWN_BLOCK_SUM", "fused")
+    site = Site(kind="mm_rs", m=8192, k=14336, n=8192, world=2)
+    with pytest.raises(ValueError, match="HOCKET_OWN_BLOCK_SUM='fused'.*epilogue"):
+        pipeline_stages(site, Plan(strategy="chunked", chunks=1, transport="copy_engine"), H200X2)

@@ -34,11 +34,14 @@ from __future__ import annotations
 
 import torch
 
+from hocket.env import own_block_sum
 from hocket.kernels.peer_schedule import receive_order, send_order
 from hocket.ops._pipeline import piece_bounds
 from hocket.ops.lowering.peer_pipe import PipeRegistry
 from hocket.ops.lowering.problems import GatherMatmul, ScatterMatmul
 from hocket.ops.planning import planning_captured
+from hocket.plan.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, cluster_rates, epilogue_split
+from hocket.site import canonical_dtype
 from hocket.transport.group import GroupHandle
 from hocket.transport.stream_switch import on_stream
 from hocket.transport.symm_mem import SymmBuffer
@@ -61,6 +64,7 @@ class PullPipe:
         self.ready = torch.cuda.Event()
         self._events: list[torch.cuda.Event] = []
         self._slots: dict[tuple[int, int], torch.Tensor] = {}
+        self._splits: dict[tuple, tuple[int, int]] = {}
         self.calls = 0
         self._closed = False
         self.buf.barrier(channel=0)  # every rank has its buffer before the first call's copies
@@ -91,6 +95,22 @@ class PullPipe:
     def barrier(self) -> None:
         self.buf.barrier(channel=0)
 
+    def own_block_split(self, s: ScatterMatmul, group: GroupHandle) -> tuple[int, int]:
+        """``(plain, fused)`` rows of this rank's own block (:func:`hocket.plan.epilogue.epilogue_split`,
+        the rates from the process planner's cluster description), once per block shape; ``(rows, 0)``
+        under ``HOCKET_OWN_BLOCK_SUM=pass``."""
+        if own_block_sum() != "epilogue":
+            return s.rows, 0
+        key = (s.rows, s.k, s.cols, s.out_c.dtype)
+        found = self._splits.get(key)
+        if found is None:
+            tflops, gbps = _cluster_rates(group, canonical_dtype(s.out_c.dtype))
+            sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+            found = self._splits[key] = epilogue_split(s.rows, s.k, s.cols, sources=self.world - 1,
+                                                       itemsize=s.out_c.element_size(), tflops=tflops, gbps=gbps,
+                                                       sms=sms)
+        return found
+
     def end_replayable(self, cur: torch.cuda.Stream, read_on_cur: bool) -> None:
         """The closing barrier of a replayable call (module docstring) on the copy stream, after this
         rank's reads of the slots (``read_on_cur``: some of them were on the caller's stream, so the
@@ -112,6 +132,20 @@ class PullPipe:
 
 
 PULLS = PipeRegistry(PullPipe)
+
+
+def _cluster_rates(group: GroupHandle, dtype: str) -> tuple[float, float]:
+    """(dense TFLOP/s, link GB/s) of this rank's device and its links to the group's peers, from the
+    cluster description the process planner uses (``HOCKET_CLUSTER`` or the probed machine); the
+    defaults of :mod:`hocket.plan.epilogue` where it has none or does not cover the group."""
+    me = group.global_rank(group.rank)
+    try:
+        from hocket.plan.live import process_planner
+
+        cluster = process_planner().cluster
+    except (RuntimeError, ValueError, OSError):
+        return DEFAULT_TFLOPS, DEFAULT_GBPS
+    return cluster_rates(cluster, me, group.ranks, dtype)
 
 
 def _pipe(rt, device, key: tuple, **kwargs) -> tuple[PullPipe, int, bool]:
@@ -166,7 +200,11 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
 def matmul_scatter(A, B, reduce_op, dim, rt, plan):
     """Matmul + reduce-scatter in one piece: the peers' partial blocks are computed straight into
     this rank's slot, then pulled by their owners after the barrier while this rank computes its
-    own block; the pulled partials are added to it."""
+    own block. With ``HOCKET_OWN_BLOCK_SUM=epilogue`` (the default; :mod:`hocket.plan.epilogue`) the
+    own block's *plain* rows are multiplied first, while the first source's partial of the *fused*
+    rows is pulled straight into the output, whose GEMM (``addmm_``) then adds it in its epilogue; the
+    plain rows' partials (and, on more than two ranks, the other sources' fused rows) are added in
+    passes. Otherwise the whole own block is multiplied first and every partial added after it."""
     w, rank = rt.world, rt.rank
     s = ScatterMatmul(A, B, dim, w)
     dtype = s.out_c.dtype
@@ -178,19 +216,30 @@ def matmul_scatter(A, B, reduce_op, dim, rt, plan):
         s.partial(peer, 0, s.rows, mine[peer])
     received = rt.ctx.buffer("peer_pull.rs", (w, s.rows, s.cols))
     sources = receive_order(rank, w)
-    (done,) = pipe.events(1)
+    plain, fused = pipe.own_block_split(s, rt.group)
+    fused_in, done = pipe.events(2)
     cur = torch.cuda.current_stream(device)
     pipe.ready.record(cur)
     with on_stream(pipe.stream):
         pipe.stream.wait_event(pipe.ready)
         pipe.barrier()
+        if fused:  # the fused rows first: the first source's into the output, the others' beside it
+            for i, src in enumerate(sources):
+                dst = s.out_c[plain:] if i == 0 else received[src, plain:]
+                dst.copy_(pipe.slot(src, parity)[rank, plain:], non_blocking=True)
+            fused_in.record(pipe.stream)
         for src in sources:
-            received[src].copy_(pipe.slot(src, parity)[rank], non_blocking=True)
+            received[src, :plain].copy_(pipe.slot(src, parity)[rank, :plain], non_blocking=True)
         done.record(pipe.stream)
-    s.partial(rank, 0, s.rows, s.out_c)
+    s.partial(rank, 0, plain, s.out_c[:plain])
+    if fused:
+        cur.wait_event(fused_in)
+        for src in sources[1:]:
+            s.out_c[plain:].add_(received[src, plain:])
+        s.accumulate(rank, plain, s.rows, s.out_c[plain:])
     cur.wait_event(done)
     for src in sources:
-        s.out_c.add_(received[src])
+        s.out_c[:plain].add_(received[src, :plain])
     if replayable:
         pipe.end_replayable(cur, read_on_cur=False)  # the peers' slots were read by the copy stream only
     return s.finish(reduce_op)

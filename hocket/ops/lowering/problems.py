@@ -95,6 +95,20 @@ class ScatterMatmul:
             base = b * self.rows
             torch.mm(self.A_c[base + lo:base + hi], self.B, out=out)
 
+    def accumulate(self, b: int, lo: int, hi: int, out: torch.Tensor) -> None:
+        """``out += `` this rank's partial of destination block ``b``, rows ``lo:hi``, in the GEMM's
+        epilogue (``addmm_``, beta = 1: no separate pass over ``out``)."""
+        if self.n_scatter:
+            out.addmm_(self.A_c[lo:hi], self.B[:, b * self.cols:(b + 1) * self.cols])
+        else:
+            base = b * self.rows
+            out.addmm_(self.A_c[base + lo:base + hi], self.B)
+
+    @property
+    def k(self) -> int:
+        """The GEMM's inner dimension."""
+        return self.A_c.shape[1]
+
     def finish(self, reduce_op: str) -> torch.Tensor:
         if reduce_op == "avg":
             self.out_c.div_(self.world)

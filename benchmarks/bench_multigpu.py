@@ -73,7 +73,7 @@ from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 from hocket.transport.peer_protocol import peer_protocol_for
-from hocket.env import (HOST_STAGE_CALLS, HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, OWN_BLOCK_SUMS, host_stage_calls,
+from hocket.env import (HOST_STAGE_CALLS, HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, host_stage_calls,
                         host_stage_pipeline, host_stage_signal, host_stage_slots, overridden, own_block_sum, own_block_zero)
 from hocket.transport.registry import get_transport
 from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
@@ -429,8 +429,11 @@ def transport_variants(args) -> list[tuple[str, dict[str, str]]]:
                 raise ValueError(f"--peer-protocols entry {protocol!r}: use push or pull")
             variants.append((f" ~{protocol}", {"HOCKET_PEER_PROTOCOL": protocol}))
         for total in filter(None, (t.strip() for t in args.own_block_sums.split(","))):
-            if total not in OWN_BLOCK_SUMS:
-                raise ValueError(f"--own-block-sums entry {total!r}: use one of {OWN_BLOCK_SUMS}")
+            with overridden({"HOCKET_OWN_BLOCK_SUM": total}):
+                try:
+                    own_block_sum()
+                except ValueError as exc:
+                    raise ValueError(f"--own-block-sums entry {total!r}: {exc}") from None
             variants.append((f" ~{total}", {"HOCKET_OWN_BLOCK_SUM": total}))
         return variants
     if not args.host_variants:
@@ -576,7 +579,7 @@ def parse_args(argv=None):
     p.add_argument("--peer-protocols", default="", help="nvlink mode: copy-engine plans measured again with "
                    "these HOCKET_PEER_PROTOCOL values (push, pull), named '<plan> ~<protocol>', e.g. push")
     p.add_argument("--own-block-sums", default="", help="nvlink mode: the one-piece pull mm_rs measured again with "
-                   "these HOCKET_OWN_BLOCK_SUM values (epilogue, pass), named '<plan> ~<value>', e.g. pass")
+                   "these HOCKET_OWN_BLOCK_SUM values (epilogue, pass, epilogue@N), named '<plan> ~<value>', e.g. pass,epilogue@512")
     p.add_argument("--sm-budgets", default="", help="NCCL SM caps (max CTAs) of communicators made up front, "
                    "e.g. 8,32: calibrated beside the GEMM and tried as Plan.comm_sms (nccl only)")
     p.add_argument("--graph", action="store_true", help="check and time every method replayed from a CUDA graph "

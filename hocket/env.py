@@ -185,10 +185,18 @@ def own_block_sum() -> str:
     """``HOCKET_OWN_BLOCK_SUM``: how the one-piece copy-engine matmul + reduce-scatter (the ``pull``
     protocol) adds the partials its peers computed for this rank's block. ``epilogue`` (default): most
     of them land straight in the output before this rank's GEMM of those rows, which adds them in its
-    epilogue (``addmm_``); a small pass adds the rest (:mod:`hocket.plan.epilogue`). ``pass``: the whole
-    own block is multiplied first and every partial added in a separate pass after it (before
+    epilogue (``addmm_``); a small pass adds the rest, the cut chosen by :mod:`hocket.plan.epilogue`;
+    ``epilogue@N``: the same with ``N`` plain rows (a multiple of 128, for measurements). ``pass``: the
+    whole own block is multiplied first and every partial added in a separate pass after it (before
     session 18)."""
-    return _choice("HOCKET_OWN_BLOCK_SUM", OWN_BLOCK_SUMS)
+    raw = os.environ.get("HOCKET_OWN_BLOCK_SUM", "").strip().lower() or OWN_BLOCK_SUMS[0]
+    if raw in OWN_BLOCK_SUMS:
+        return raw
+    mode, _, rows = raw.partition("@")
+    if mode == "epilogue" and rows.isdigit() and int(rows) > 0 and int(rows) % 128 == 0:
+        return raw
+    raise ValueError(f"HOCKET_OWN_BLOCK_SUM={raw!r} must be one of {OWN_BLOCK_SUMS} or 'epilogue@N' with N plain "
+                     f"rows, a positive multiple of 128 (e.g. epilogue@512)")
 
 
 def host_stage_slots() -> int:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from hocket.cost.compute import launch_ms, memory_ms
 from hocket.cost.stages import Stage
 from hocket.env import own_block_sum
-from hocket.plan.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, epilogue_split
+from hocket.plan.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, own_block_cut
 from hocket.plan.pieces import split_even
 from hocket.transport.peer_protocol import peer_protocol_for
 
@@ -160,15 +160,16 @@ def _ag_peer_put(b: Builder, shard_rows: int) -> None:
 
 def own_block_split(b: Builder, block_rows: int) -> tuple[int, int]:
     """``(plain, fused)`` rows of the pull executor's own block, cut as the executor cuts them
-    (:func:`hocket.plan.epilogue.epilogue_split` from the device's peak, the group's link rate and SM
+    (:func:`hocket.plan.epilogue.own_block_cut` from the device's peak, the group's link rate and SM
     count); ``(rows, 0)`` under ``HOCKET_OWN_BLOCK_SUM=pass``."""
-    if own_block_sum() != "epilogue":
+    mode = own_block_sum()
+    if mode == "pass":
         return block_rows, 0
     site = b.site
     tflops = b.device.peak(site.dtype) or DEFAULT_TFLOPS
     gbps = b.topo.ring_gbps or DEFAULT_GBPS
-    return epilogue_split(block_rows, site.k, site.n, sources=site.world - 1, itemsize=site.itemsize, tflops=tflops,
-                          gbps=gbps, sms=b.device.sm_count)
+    return own_block_cut(block_rows, site.k, site.n, sources=site.world - 1, itemsize=site.itemsize, tflops=tflops,
+                         gbps=gbps, sms=b.device.sm_count, mode=mode)
 
 
 def _rs_peer_pull(b: Builder, block_rows: int) -> None:

@@ -82,6 +82,19 @@ def epilogue_split(rows: int, k: int, cols: int, *, sources: int, itemsize: int,
     return rows, 0
 
 
+def own_block_cut(rows: int, k: int, cols: int, *, sources: int, itemsize: int, tflops: float, gbps: float,
+                  sms: int | None, mode: str) -> tuple[int, int]:
+    """``(plain, fused)`` rows under ``HOCKET_OWN_BLOCK_SUM`` = ``mode`` (:func:`hocket.env.own_block_sum`):
+    ``pass``: ``(rows, 0)``; ``epilogue``: :func:`epilogue_split`; ``epilogue@N``: ``N`` plain rows (the
+    whole block plain when that leaves fewer than ``MIN_FUSED_ROWS`` fused)."""
+    if mode == "pass":
+        return rows, 0
+    if mode == "epilogue":
+        return epilogue_split(rows, k, cols, sources=sources, itemsize=itemsize, tflops=tflops, gbps=gbps, sms=sms)
+    plain = int(mode.partition("@")[2])
+    return (plain, rows - plain) if rows - plain >= MIN_FUSED_ROWS else (rows, 0)
+
+
 def cluster_rates(cluster, rank: int, peers, dtype: str) -> tuple[float, float]:
     """``(tflops, gbps)`` for :func:`epilogue_split` from a ``ClusterSpec``: ``rank``'s dense peak for
     ``dtype`` and the slowest link from it to ``peers``; the defaults where the description has none."""

@@ -93,3 +93,24 @@ def test_cluster_rates_read_the_device_peak_and_the_slowest_link():
     assert gbps == cluster.link(0, 1).gbps_per_direction
     assert cluster_rates(cluster, 5, (5, 6), "bfloat16") == (DEFAULT_TFLOPS, DEFAULT_GBPS)  # not in the cluster
     assert cluster_rates(cluster, 0, (0,), "float8_e5m2")[1] == DEFAULT_GBPS  # no peer: the default link
+
+
+@pytest.mark.parametrize("mode,expected", [("pass", (4096, 0)), ("epilogue@512", (512, 3584)),
+                                           ("epilogue@3968", (4096, 0))])
+def test_own_block_cut_follows_the_mode(mode, expected):
+    from hocket.plan.epilogue import own_block_cut
+
+    args = dict(sources=1, itemsize=2, tflops=989.0, gbps=450.0, sms=132)
+    assert own_block_cut(4096, 14336, 8192, mode=mode, **args) == expected
+    assert own_block_cut(4096, 14336, 8192, mode="epilogue", **args) == epilogue_split(4096, 14336, 8192, **args)
+
+
+@pytest.mark.parametrize("raw", ["fused", "epilogue@", "epilogue@100", "epilogue@-128", "pass@128"])
+def test_a_bad_own_block_sum_names_the_variable_and_the_forms(raw, monkeypatch):
+    from hocket.env import own_block_sum
+
+    monkeypatch.setenv("HOCKET_OWN_BLOCK_SUM", raw)
+    with pytest.raises(ValueError, match="HOCKET_OWN_BLOCK_SUM=.*epilogue@N"):
+        own_block_sum()
+    monkeypatch.setenv("HOCKET_OWN_BLOCK_SUM", " Epilogue@256 ")
+    assert own_block_sum() == "epilogue@256"

@@ -40,7 +40,7 @@ from hocket.ops._pipeline import piece_bounds
 from hocket.ops.lowering.peer_pipe import PipeRegistry
 from hocket.ops.lowering.problems import GatherMatmul, ScatterMatmul
 from hocket.ops.planning import planning_captured
-from hocket.plan.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, cluster_rates, epilogue_split
+from hocket.plan.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, cluster_rates, own_block_cut
 from hocket.site import canonical_dtype
 from hocket.transport.group import GroupHandle
 from hocket.transport.stream_switch import on_stream
@@ -96,19 +96,20 @@ class PullPipe:
         self.buf.barrier(channel=0)
 
     def own_block_split(self, s: ScatterMatmul, group: GroupHandle) -> tuple[int, int]:
-        """``(plain, fused)`` rows of this rank's own block (:func:`hocket.plan.epilogue.epilogue_split`,
-        the rates from the process planner's cluster description), once per block shape; ``(rows, 0)``
-        under ``HOCKET_OWN_BLOCK_SUM=pass``."""
-        if own_block_sum() != "epilogue":
+        """``(plain, fused)`` rows of this rank's own block (:func:`hocket.plan.epilogue.own_block_cut`,
+        the rates from the process planner's cluster description), once per block shape and mode;
+        ``(rows, 0)`` under ``HOCKET_OWN_BLOCK_SUM=pass``."""
+        mode = own_block_sum()
+        if mode == "pass":
             return s.rows, 0
-        key = (s.rows, s.k, s.cols, s.out_c.dtype)
+        key = (s.rows, s.k, s.cols, s.out_c.dtype, mode)
         found = self._splits.get(key)
         if found is None:
             tflops, gbps = _cluster_rates(group, canonical_dtype(s.out_c.dtype))
             sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-            found = self._splits[key] = epilogue_split(s.rows, s.k, s.cols, sources=self.world - 1,
-                                                       itemsize=s.out_c.element_size(), tflops=tflops, gbps=gbps,
-                                                       sms=sms)
+            found = self._splits[key] = own_block_cut(s.rows, s.k, s.cols, sources=self.world - 1,
+                                                      itemsize=s.out_c.element_size(), tflops=tflops, gbps=gbps,
+                                                      sms=sms, mode=mode)
         return found
 
     def end_replayable(self, cur: torch.cuda.Stream, read_on_cur: bool) -> None:

@@ -347,6 +347,13 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
         log(f"    paired (interleaved {PAIRED_ROUNDS} rounds): sequential {p['sequential']['median_ms']:.3f}, "
             f"planner {p['planner']['median_ms']:.3f} ms -> x{p['speedup']:.3f} "
             f"(per-round ratios p10 {p['speedup_p10']:.3f}, p90 {p['speedup_p90']:.3f})")
+    torch_best = best({k: v for k, v in row["methods"].items() if k in calls}, "pytorch_async_tp")
+    if torch_best is not None and "planner" in row["methods"]:
+        row["paired_torch"] = paired(case, calls[torch_best[0]], calls["planner"], args, baseline=torch_best[0])
+        p = row["paired_torch"]
+        log(f"    paired with PyTorch: {torch_best[0]} {p[torch_best[0]]['median_ms']:.3f}, "
+            f"planner {p['planner']['median_ms']:.3f} ms -> x{p['speedup']:.3f} "
+            f"(per-round ratios p10 {p['speedup_p10']:.3f}, p90 {p['speedup_p90']:.3f})")
     calls.clear()  # graph mode: the case's graphs and their memory go before the next case
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -384,13 +391,14 @@ def replayed(case: Case, name: str, fn):
 PAIRED_ROUNDS = 10
 
 
-def paired(case: Case, sequential, planner, args) -> dict:
-    """Sequential and the planner's choice timed in alternating rounds (``PAIRED_ROUNDS`` of
-    ``--iters / PAIRED_ROUNDS`` samples each), so the drift between two measurements taken minutes
-    apart (clocks, the other rank, the allocator) falls on both: the speedup the planner gives is
-    read from these, not from two separate measurements of what may be the same plan."""
+def paired(case: Case, sequential, planner, args, *, baseline: str = "sequential") -> dict:
+    """A baseline (sequential; or PyTorch's op, named by ``baseline``) and the planner's choice timed in
+    alternating rounds (``PAIRED_ROUNDS`` of ``--iters / PAIRED_ROUNDS`` samples each), so the drift
+    between two measurements taken minutes apart (clocks, the other rank, the allocator, the host's slow
+    spells) falls on both: the speedup the planner gives is read from these, not from two separate
+    measurements of what may be the same plan."""
     per_round = max(1, args.iters // PAIRED_ROUNDS)
-    fns = {"sequential": sequential, "planner": planner}
+    fns = {baseline: sequential, "planner": planner}
     samples: dict[str, list[float]] = {name: [] for name in fns}
     ratios = []
     for _ in range(PAIRED_ROUNDS):
@@ -399,10 +407,10 @@ def paired(case: Case, sequential, planner, args) -> dict:
             got = sample_ms(fn, iters=per_round, warmup=1, group=case.group, device=case.device, reps=args.reps)
             samples[name] += got
             medians[name] = summarize(got).median_ms
-        ratios.append(medians["sequential"] / medians["planner"])
+        ratios.append(medians[baseline] / medians["planner"])
     out = {name: summarize(values).to_dict() for name, values in samples.items()}
     low, high = np.percentile(ratios, [10.0, 90.0])
-    out.update(speedup=out["sequential"]["median_ms"] / out["planner"]["median_ms"],
+    out.update(speedup=out[baseline]["median_ms"] / out["planner"]["median_ms"],
                speedup_p10=float(low), speedup_p90=float(high), rounds=PAIRED_ROUNDS, per_round=per_round)
     return out
 
@@ -505,7 +513,8 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
                                           "own_block_zero": entry.get("own_block_zero"),
                                           "own_block_sum": entry.get("own_block_sum"),
                                           "planner_source": row["planner"]["source"] if name == "planner" else None,
-                                          "paired": row.get("paired") if name == "planner" else None})
+                                          "paired": row.get("paired") if name == "planner" else None,
+                                          "paired_torch": row.get("paired_torch") if name == "planner" else None})
         records.append(make_record(site=site, plan=Plan.from_dict(entry["plan"]), timing=timing,
                                    baselines=baselines, provenance=prov, max_error=entry.get("max_error")))
     write_records(args.out, records)
@@ -522,8 +531,8 @@ def table(rows: list[dict], link: str, graph: bool = False) -> str:
             f"{'chunk/ring':>16s} {'peer chunked':>16s} {'tile_fused':>16s} {'planner':>24s} {'x seq':>6s} "
             f"{'x torch':>7s} {'eff':>6s} {'pred':>6s}")
     lines = [f"link mode: {link}{' (every call replayed from a CUDA graph)' if graph else ''}; times in ms (medians); eff = overlap efficiency of the planner's choice, or its "
-             f"speedup (x) where the possible saving is under 15%; x seq = sequential / planner from the paired "
-             f"(interleaved) measurement", head, "-" * len(head)]
+             f"speedup (x) where the possible saving is under 15%; x seq = sequential / planner and x torch = PyTorch's "
+             f"faster op / planner, each from a paired (interleaved) measurement", head, "-" * len(head)]
     for row in rows:
         s, m = row["site"], row["methods"]
         if "sequential" not in m or "planner" not in m:
@@ -543,12 +552,14 @@ def table(rows: list[dict], link: str, graph: bool = False) -> str:
                                    best(m, "ring(")]), key=lambda kv: kv[1], default=None)
         vs_torch = min(filter(None, [torch_ms, native_ms]), default=None)
         pred = m["planner"].get("predicted_ms")
+        x_torch = row.get("paired_torch", {}).get("speedup", vs_torch / ours) if vs_torch else None
         lines.append(
             f"{s['kind']} {s['m']} {s['k']} {s['n']:<10d} {seq:6.3f} {mm:6.3f} {comm:6.3f} "
             f"{(f'{torch_ms:6.3f}' if torch_ms else '     —')} {(f'{native_ms:6.3f}' if native_ms else '     —')} "
             f"{cell(stream):>16s} {cell(best({k: v for k, v in m.items() if '/copy_engine' in k or '/host_staged' in k}, 'chunked(')):>16s} "
             f"{cell(best(m, 'tile_fused(')):>16s} {Plan.from_dict(m['planner']['plan']).describe() + f' {ours:.3f}':>24s} "
-            f"{row.get('paired', {}).get('speedup', seq / ours):6.3f} {(f'{vs_torch / ours:7.3f}' if vs_torch else '      —')} {score.label():>6s} "
+            f"{row.get('paired', {}).get('speedup', seq / ours):6.3f} "
+            f"{(f'{x_torch:7.3f}' if vs_torch else '      —')} {score.label():>6s} "
             f"{(f'{pred:6.3f}' if pred else '     —')}")
     return "\n".join(lines)
 

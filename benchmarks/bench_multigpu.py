@@ -142,6 +142,16 @@ class Case:
             return H.matmul_reduce_scatter(self.A, self.B, "sum", 0, self.group, plan=plan)
         return H.matmul_all_reduce(self.A, self.B, "sum", self.group, plan=plan)
 
+    def own_block_sum(self) -> str:
+        """How a one-piece pull mm_rs of this case sums its own block, as the cut it makes under the current
+        environment: ``epilogue@<plain rows>`` or ``pass`` (so its line is priced as it ran even if the
+        rule that picks the cut changes)."""
+        from hocket.ops.lowering.peer_pull import own_block_split
+        from hocket.ops.lowering.problems import ScatterMatmul
+
+        plain, fused = own_block_split(ScatterMatmul(self.A, self.B, 0, self.handle.world), self.handle)
+        return f"epilogue@{plain}" if fused else "pass"
+
     def compute_alone(self) -> None:
         torch.mm(self.A_full, self.B, out=self.C_full)
 
@@ -277,7 +287,7 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
             if plan.strategy == "chunked" and plan.transport == "copy_engine" and site.kind in PEER_KINDS:
                 entry["peer_protocol"] = peer_protocol_for(site.kind, plan.chunks)  # under the variant's env
                 if site.kind == "mm_rs" and entry["peer_protocol"] == "pull":
-                    entry["own_block_sum"] = own_block_sum()
+                    entry["own_block_sum"] = case.own_block_sum()  # the cut this call made
             if site.kind == "mm_rs" and plan.strategy == "chunked" and plan.order == "local_first" \
                     and plan.transport != "copy_engine":
                 entry["own_block_zero"] = own_block_zero()  # under the variant's env

@@ -38,6 +38,11 @@ TILE_ROWS, TILE_COLS = 128, 256
 """The output tile the wave count assumes (what the vendor library runs on large bf16 GEMMs)."""
 MIN_FUSED_ROWS = 256
 """Fewer fused rows than this are not worth a second GEMM launch: the whole block is plain."""
+MIN_FUSED_BYTES = 16 * 2**20
+"""Nor a fused part whose partials are smaller than this (16 MiB: the pass over them takes ~10 us on an
+H200, about what the second GEMM launch, copy and event add on the host). 2xH200 runs 78 and 81 measured the
+0.3 ms case mm_rs 8192x2048x4096, whose cut fuses 8 MiB, 0.329 against 0.362 ms and 0.297 against 0.266 with
+the pass: no gain beyond that noise, where the large cases (33-48 MiB fused) gained 61-87 us on both leases."""
 DEFAULT_TFLOPS = 989.0
 DEFAULT_GBPS = 450.0
 """Rates used when the cluster description has none (an H100/H200 SXM's dense bf16 peak and NVLink)."""
@@ -55,12 +60,12 @@ def waves(rows: int, cols: int, sms: int) -> int:
 
 
 def epilogue_split(rows: int, k: int, cols: int, *, sources: int, itemsize: int, tflops: float, gbps: float,
-                   sms: int | None = None, margin: float = EPILOGUE_MARGIN,
-                   align: int = EPILOGUE_ALIGN) -> tuple[int, int]:
+                   sms: int | None = None, margin: float = EPILOGUE_MARGIN, align: int = EPILOGUE_ALIGN,
+                   min_fused_bytes: int = MIN_FUSED_BYTES) -> tuple[int, int]:
     """``(plain, fused)`` rows of an own block of ``rows x cols`` (module docstring): the fewest plain
     rows, a multiple of ``align``, whose GEMM covers the fused rows' transfer and, given ``sms``, whose
     two GEMMs run no more waves than one; ``fused == 0`` (the whole block plain, summed in a pass) when
-    no cut leaves at least ``MIN_FUSED_ROWS`` fused rows.
+    no cut leaves at least ``MIN_FUSED_ROWS`` fused rows holding ``min_fused_bytes`` of partials.
 
     ``k``: the GEMM's inner dimension; ``sources``: peers whose partials this rank receives;
     ``itemsize``: bytes per element; ``tflops``/``gbps``: the device's dense peak for the dtype and the
@@ -75,7 +80,7 @@ def epilogue_split(rows: int, k: int, cols: int, *, sources: int, itemsize: int,
     scaled = _positive("margin", margin) * ratio
     plain = max(align, math.ceil(rows * scaled / (1.0 + scaled) / align) * align)
     whole = waves(rows, cols, sms) if sms is not None else None
-    while rows - plain >= MIN_FUSED_ROWS:
+    while rows - plain >= MIN_FUSED_ROWS and (rows - plain) * cols * itemsize >= min_fused_bytes:
         if whole is None or waves(plain, cols, sms) + waves(rows - plain, cols, sms) <= whole:
             return plain, rows - plain
         plain += align

@@ -75,9 +75,9 @@ def test_copy_engine_back_to_back(pool2, kind, chunks, protocol):
 PULL_SCATTER = [{"strategy": "chunked", "transport": "copy_engine", "chunks": 1}]
 EPILOGUE_CASES = [
     # blocks large enough for a fused part on an H200 (4096 rows; 4095: not a multiple of the row tile)
-    ("mm_rs", (8192, 2048), 0, (4096,), {"reduce_op": "sum"}),
-    ("mm_rs", (8190, 2048), 0, (4096,), {"reduce_op": "avg"}),
-    ("mm_rs", (4096, 2048), 1, (8192,), {"reduce_op": "sum"}),
+    ("mm_rs", (8192, 2048), 0, (8192,), {"reduce_op": "sum"}),
+    ("mm_rs", (8190, 2048), 0, (8192,), {"reduce_op": "avg"}),
+    ("mm_rs", (4096, 2048), 1, (16384,), {"reduce_op": "sum"}),
 ]
 
 

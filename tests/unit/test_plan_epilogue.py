@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hocket.hardware import load_preset
-from hocket.plan.epilogue import (DEFAULT_GBPS, DEFAULT_TFLOPS, EPILOGUE_ALIGN, EPILOGUE_MARGIN, MIN_FUSED_ROWS,
-                                  cluster_rates, epilogue_split, waves)
+from hocket.plan.epilogue import (DEFAULT_GBPS, DEFAULT_TFLOPS, EPILOGUE_ALIGN, EPILOGUE_MARGIN, MIN_FUSED_BYTES,
+                                  MIN_FUSED_ROWS, cluster_rates, epilogue_split, waves)
 
 
 def _covers(plain: int, fused: int, k: int, sources: int, itemsize: int, tflops: float, gbps: float) -> bool:
@@ -25,7 +25,7 @@ def _brute(rows, k, cols, sources, itemsize, tflops, gbps, sms):
     """The fewest aligned plain rows that cover the transfer and add no wave, by trying every cut."""
     for plain in range(EPILOGUE_ALIGN, rows, EPILOGUE_ALIGN):
         fused = rows - plain
-        if fused < MIN_FUSED_ROWS:
+        if fused < MIN_FUSED_ROWS or fused * cols * itemsize < MIN_FUSED_BYTES:
             break
         if not _covers(plain, fused, k, sources, itemsize, tflops, gbps):
             continue
@@ -45,7 +45,7 @@ def test_the_cut_is_the_first_that_covers_the_transfer_and_adds_no_wave(rows, k,
     assert plain + fused == rows and plain >= 1 and fused >= 0
     assert (plain, fused) == _brute(rows, k, cols, sources, itemsize, tflops, gbps, sms)
     if fused:
-        assert fused >= MIN_FUSED_ROWS and plain % EPILOGUE_ALIGN == 0
+        assert fused >= MIN_FUSED_ROWS and fused * cols * itemsize >= MIN_FUSED_BYTES and plain % EPILOGUE_ALIGN == 0
         assert _covers(plain, fused, k, sources, itemsize, tflops, gbps)
 
 
@@ -57,6 +57,15 @@ def test_the_large_h200_blocks_are_cut_where_no_wave_is_added():
     assert waves(rate_only, cols, 132) + waves(rows - rate_only, cols, 132) > waves(rows, cols, 132)
     assert plain > rate_only and fused > 0
     assert waves(plain, cols, 132) + waves(fused, cols, 132) == waves(rows, cols, 132)
+
+
+def test_small_partials_are_summed_in_a_pass():
+    # mm_rs 8192x2048x4096 on 2 ranks: a valid cut would fuse 1024 rows, 8 MiB of partials; not worth a launch
+    rows, k, cols = 4096, 2048, 4096
+    assert epilogue_split(rows, k, cols, sources=1, itemsize=2, tflops=989.0, gbps=450.0, sms=132) == (rows, 0)
+    plain, fused = epilogue_split(rows, k, cols, sources=1, itemsize=2, tflops=989.0, gbps=450.0, sms=132,
+                                  min_fused_bytes=0)
+    assert fused > 0 and fused * cols * 2 < MIN_FUSED_BYTES
 
 
 def test_a_transfer_longer_than_the_block_gemm_leaves_the_block_plain():

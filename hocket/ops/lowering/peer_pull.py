@@ -32,6 +32,8 @@ stream, so the same holds between replays. That second barrier is the price of a
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from hocket.env import own_block_sum
@@ -64,7 +66,6 @@ class PullPipe:
         self.ready = torch.cuda.Event()
         self._events: list[torch.cuda.Event] = []
         self._slots: dict[tuple[int, int], torch.Tensor] = {}
-        self._splits: dict[tuple, tuple[int, int]] = {}
         self.calls = 0
         self._closed = False
         self.buf.barrier(channel=0)  # every rank has its buffer before the first call's copies
@@ -95,23 +96,6 @@ class PullPipe:
     def barrier(self) -> None:
         self.buf.barrier(channel=0)
 
-    def own_block_split(self, s: ScatterMatmul, group: GroupHandle) -> tuple[int, int]:
-        """``(plain, fused)`` rows of this rank's own block (:func:`hocket.plan.epilogue.own_block_cut`,
-        the rates from the process planner's cluster description), once per block shape and mode;
-        ``(rows, 0)`` under ``HOCKET_OWN_BLOCK_SUM=pass``."""
-        mode = own_block_sum()
-        if mode == "pass":
-            return s.rows, 0
-        key = (s.rows, s.k, s.cols, s.out_c.dtype, mode)
-        found = self._splits.get(key)
-        if found is None:
-            tflops, gbps = _cluster_rates(group, canonical_dtype(s.out_c.dtype))
-            sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-            found = self._splits[key] = own_block_cut(s.rows, s.k, s.cols, sources=self.world - 1,
-                                                      itemsize=s.out_c.element_size(), tflops=tflops, gbps=gbps,
-                                                      sms=sms, mode=mode)
-        return found
-
     def end_replayable(self, cur: torch.cuda.Stream, read_on_cur: bool) -> None:
         """The closing barrier of a replayable call (module docstring) on the copy stream, after this
         rank's reads of the slots (``read_on_cur``: some of them were on the caller's stream, so the
@@ -135,18 +119,38 @@ class PullPipe:
 PULLS = PipeRegistry(PullPipe)
 
 
-def _cluster_rates(group: GroupHandle, dtype: str) -> tuple[float, float]:
-    """(dense TFLOP/s, link GB/s) of this rank's device and its links to the group's peers, from the
+def own_block_split(s: ScatterMatmul, group: GroupHandle) -> tuple[int, int]:
+    """``(plain, fused)`` rows of this rank's own block in a pull mm_rs of ``s`` on ``group``
+    (:func:`hocket.plan.epilogue.own_block_cut` under ``HOCKET_OWN_BLOCK_SUM``, the rates from the process
+    planner's cluster description, the SM count of the output's device); ``(rows, 0)`` under ``pass``.
+    Cached per block shape, dtype, mode and group; benchmarks record it as the cut a line ran."""
+    mode = own_block_sum()
+    if mode == "pass":
+        return s.rows, 0
+    return _cut(s.rows, s.k, s.cols, s.out_c.dtype, mode, group.ranks, group.rank, s.out_c.device.index)
+
+
+@functools.lru_cache(maxsize=256)
+def _cut(rows: int, k: int, cols: int, dtype: torch.dtype, mode: str, ranks: tuple[int, ...], rank: int,
+         device_index: int) -> tuple[int, int]:
+    me = ranks[rank]
+    tflops, gbps = _cluster_rates(me, ranks, canonical_dtype(dtype))
+    sms = torch.cuda.get_device_properties(device_index).multi_processor_count
+    return own_block_cut(rows, k, cols, sources=len(ranks) - 1, itemsize=dtype.itemsize,
+                         tflops=tflops, gbps=gbps, sms=sms, mode=mode)
+
+
+def _cluster_rates(me: int, ranks: tuple[int, ...], dtype: str) -> tuple[float, float]:
+    """(dense TFLOP/s, link GB/s) of global rank ``me``'s device and its links to ``ranks``, from the
     cluster description the process planner uses (``HOCKET_CLUSTER`` or the probed machine); the
     defaults of :mod:`hocket.plan.epilogue` where it has none or does not cover the group."""
-    me = group.global_rank(group.rank)
     try:
         from hocket.plan.live import process_planner
 
         cluster = process_planner().cluster
     except (RuntimeError, ValueError, OSError):
         return DEFAULT_TFLOPS, DEFAULT_GBPS
-    return cluster_rates(cluster, me, group.ranks, dtype)
+    return cluster_rates(cluster, me, ranks, dtype)
 
 
 def _pipe(rt, device, key: tuple, **kwargs) -> tuple[PullPipe, int, bool]:
@@ -217,7 +221,7 @@ def matmul_scatter(A, B, reduce_op, dim, rt, plan):
         s.partial(peer, 0, s.rows, mine[peer])
     received = rt.ctx.buffer("peer_pull.rs", (w, s.rows, s.cols))
     sources = receive_order(rank, w)
-    plain, fused = pipe.own_block_split(s, rt.group)
+    plain, fused = own_block_split(s, rt.group)
     fused_in, done = pipe.events(2)
     cur = torch.cuda.current_stream(device)
     pipe.ready.record(cur)

@@ -27,6 +27,11 @@ RunnerFactory = Callable[[Plan], Callable[[], object]]
 """Given a plan, a no-argument callable that runs the operator once with it (on every rank)."""
 
 
+STEADY_REPS = 4
+"""Calls back to back per autotune sample when the planner prices the steady state (the issue-6 bench's
+``--reps``)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class AutotuneConfig:
     """How much to measure."""
@@ -43,8 +48,10 @@ class AutotuneConfig:
     where the pull plan ran 30% faster); eight rounds spread it over all, and no timing moved over 10%."""
     margin: float = DEFAULT_MARGIN
     """measured saving over sequential a plan needs to be chosen."""
-    reps: int = 1
-    """calls back to back per timed sample (``hocket.bench.timer``): > 1 times the steady state."""
+    reps: int | None = None
+    """calls back to back per timed sample (``hocket.bench.timer``): > 1 times the steady state. None: one
+    call here; the live planner makes it ``STEADY_REPS`` when it prices candidates in the steady state (one
+    call of a loop with the host ahead), so that it measures what it priced (``LivePlanner.tuning_config``)."""
     extra_rounds: int = 2
     """rounds more for the two front-runners while their quartile ranges overlap (the choice is then
     decided by noise: on 2xH200 run36, 12 samples made a 19% slower plan look best on a noisy site)."""
@@ -59,6 +66,8 @@ class AutotuneConfig:
 
     def __post_init__(self) -> None:
         for name, low in (("top_k", 1), ("warmup", 0), ("iters", 1), ("rounds", 1), ("reps", 1), ("extra_rounds", 0)):
+            if name == "reps" and self.reps is None:
+                continue
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"AutotuneConfig.{name}={value!r} must be an int >= {low}")
@@ -216,9 +225,10 @@ def autotune(site: Site, candidates: Sequence[Plan], make_runner: RunnerFactory,
                               timings_ms=message["timings_ms"])
     plans = [Plan.from_dict(d) for d in message["candidates"]]
     runners = {plan.to_json(): make_runner(plan) for plan in plans}
-    timing = TimingConfig(warmup=config.warmup, iters=config.iters, reps=config.reps)
+    reps = config.reps or 1
+    timing = TimingConfig(warmup=config.warmup, iters=config.iters, reps=reps)
     samples = interleaved_samples_ms(runners, config=timing, rounds=config.rounds, group=group, device=device)
-    per_round = TimingConfig(warmup=0, iters=max(1, -(-config.iters // config.rounds)), reps=config.reps)
+    per_round = TimingConfig(warmup=0, iters=max(1, -(-config.iters // config.rounds)), reps=reps)
     for _ in range(config.extra_rounds):
         contenders = _overlapping_front_runners(samples, plans) if is_root else None
         contenders = broadcast_json(contenders, group=group, device=device)

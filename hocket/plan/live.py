@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from hocket.plan.autotune import AutotuneConfig, RunnerFactory, autotune, autotune_enabled, plans_to_time
+from hocket.plan.autotune import STEADY_REPS, AutotuneConfig, RunnerFactory, autotune, autotune_enabled, plans_to_time
 from hocket.plan.bucket import DEFAULT_BUCKET_POLICY, BucketPolicy, bucket_site, fit_plan
 from hocket.plan.cache import PlanCache, current_environment
 from hocket.plan.memory import live_free_memory_bytes
@@ -144,6 +144,15 @@ class LivePlanner:
         return replace(search_config, steady_state=True) if steady and not search_config.steady_state \
             else search_config
 
+    def tuning_config(self) -> AutotuneConfig:
+        """``config.tuning`` with its ``reps`` decided where left None: ``STEADY_REPS`` calls back to back per
+        sample when candidates are priced in the steady state (:meth:`search_config`), else one; a single
+        call from an idle GPU also times the host's issue latency that a loop with the host ahead hides."""
+        tuning = self.config.tuning
+        if tuning.reps is not None:
+            return tuning
+        return replace(tuning, reps=STEADY_REPS if self.search_config().steady_state else 1)
+
     # -- deciding -----------------------------------------------------------------------
     def decide(self, site: Site, *, group: object = None, runners: RunnersFor | None = None,
                device: object = "cpu", autotune_switch: bool | None = None) -> Decision:
@@ -179,7 +188,7 @@ class LivePlanner:
             return decision
         if measure:
             tuned = autotune(bucket, plans_to_time(result, self.config.tuning.top_k), runners(bucket), group=group,
-                             device=device, config=self.config.tuning, cache=self.cache, cache_key=bucket.key)
+                             device=device, config=self.tuning_config(), cache=self.cache, cache_key=bucket.key)
             decision = Decision(plan=tuned.chosen, source=tuned.source, bucket_key=bucket.key, search=result,
                                 timings_ms=dict(tuned.timings_ms))
         else:

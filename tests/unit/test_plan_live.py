@@ -118,3 +118,34 @@ def test_the_steady_state_is_priced_when_the_profile_measured_host_issue_costs(t
     planner = LivePlanner(cluster=cluster, profile=measured, config=LiveConfig(autotune=False, use_disk_cache=False))
     planner.decide(Site(kind="ag_mm", m=8192, k=8192, n=7168, dtype="bfloat16", world=2))
     assert seen and seen[0].steady_state is True
+
+
+def test_autotune_times_calls_back_to_back_where_the_steady_state_is_priced(monkeypatch):
+    """AutotuneConfig(reps=None): the live planner times STEADY_REPS calls per sample when it prices one call
+    of a loop (the steady state), one call otherwise; an explicit reps is kept. Checked on what the autotuner
+    is handed."""
+    from hocket.hardware.profile import CalibrationProfile
+    from hocket.plan import live
+    from hocket.plan.autotune import STEADY_REPS, AutotuneConfig, AutotuneResult
+
+    cluster = hardware.load_preset("h200x2")
+    measured = CalibrationProfile(fingerprint="t", issue_us={"launch": random.uniform(5, 40), "entry": 150.0})
+    explicit = random.randint(2, 9)
+    cases = [(measured, AutotuneConfig(), STEADY_REPS), (None, AutotuneConfig(), 1),
+             (measured, AutotuneConfig(reps=explicit), explicit), (None, AutotuneConfig(reps=explicit), explicit)]
+    site = Site(kind="ag_mm", m=8192, k=8192, n=7168, dtype="bfloat16", world=2)
+    for profile, tuning, reps in cases:
+        handed = []
+
+        def fake_autotune(bucket, plans, runner, *, config, **_):
+            handed.append(config)
+            return AutotuneResult(site_key=bucket.key, chosen=plans[0], source="autotune", timings_ms={})
+
+        monkeypatch.setattr(live, "autotune", fake_autotune)
+        planner = LivePlanner(cluster=cluster, profile=profile,
+                              config=LiveConfig(autotune=True, use_disk_cache=False, tuning=tuning))
+        assert planner.tuning_config().reps == reps
+        planner.decide(site, runners=lambda bucket: (lambda plan: (lambda: None)))
+        assert [c.reps for c in handed] == [reps], (profile, tuning)
+    with pytest.raises(ValueError, match="reps"):
+        AutotuneConfig(reps=0)

@@ -10,13 +10,18 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from hocket.kernels.schedule import SPLIT_COLUMNS
+
+_SPLIT_COLS = tl.constexpr(SPLIT_COLUMNS)
+
 
 @triton.jit
 def tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr,
-                    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """fp32 accumulator of tile (pid_m, pid_n). Loads are masked only where a dim is uneven.
+                    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, k_lo=0, k_hi=None):
+    """fp32 accumulator of tile (pid_m, pid_n) over ``k_lo <= k < k_hi`` (default: all of K;
+    ``k_lo`` a multiple of ``BLOCK_K``). Loads are masked only where a dim is uneven.
 
     ``UPCAST`` converts the operands to fp32 before ``tl.dot``: set only under Triton's
     interpreter, whose ``dot`` multiplies bfloat16's raw bits (the conversion is exact, so
@@ -24,19 +29,23 @@ def tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, s
     """
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if k_hi is None:
+        k_hi = K
     offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + (k_lo + offs_k[None, :]) * stride_ak
+    b_ptrs = b_ptr + (k_lo + offs_k[:, None]) * stride_bk + offs_n[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kk in range(0, tl.cdiv(K, BLOCK_K)):
+    for kk in range(0, tl.cdiv(k_hi - k_lo, BLOCK_K)):
         if EVEN_M and EVEN_K:
             a = tl.load(a_ptrs)
         else:
-            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - kk * BLOCK_K), other=0.0)
+            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_hi - k_lo - kk * BLOCK_K),
+                        other=0.0)
         if EVEN_N and EVEN_K:
             b = tl.load(b_ptrs)
         else:
-            b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - kk * BLOCK_K) & (offs_n[None, :] < N), other=0.0)
+            b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_hi - k_lo - kk * BLOCK_K) & (offs_n[None, :] < N),
+                        other=0.0)
         if UPCAST:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -48,11 +57,15 @@ def tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, s
 
 @triton.jit
 def descriptor_accumulate(a_desc, b_desc, off_m, off_n, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """fp32 accumulator of the tile at rows ``off_m`` and columns ``off_n``, its A and B blocks
-    loaded through descriptors of block shape ``[BLOCK_M, BLOCK_K]`` and ``[BLOCK_K, BLOCK_N]``."""
+                          BLOCK_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                          k_lo=0, k_hi=None):
+    """fp32 accumulator of the tile at rows ``off_m`` and columns ``off_n`` over ``k_lo <= k < k_hi``
+    (default: all of K), its A and B blocks loaded through descriptors of block shape
+    ``[BLOCK_M, BLOCK_K]`` and ``[BLOCK_K, BLOCK_N]``."""
+    if k_hi is None:
+        k_hi = K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kk in range(0, tl.cdiv(K, BLOCK_K)):
+    for kk in range(k_lo // BLOCK_K, tl.cdiv(k_hi, BLOCK_K)):
         a = a_desc.load([off_m, kk * BLOCK_K])
         b = b_desc.load([kk * BLOCK_K, off_n])
         if UPCAST:
@@ -112,3 +125,94 @@ def gemm_tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, b_narrow_desc, pid_m, pid_n, 
     else:
         _tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
               stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST, TMA)
+
+
+# -- split-K units: one tile's K range cut into slices that run on different programs --------
+@triton.jit
+def split_bounds(split, splits, K, BLOCK_K: tl.constexpr):
+    """``(k_lo, k_hi)`` of slice ``split`` of ``splits``: whole ``BLOCK_K`` steps, as even as possible."""
+    per = tl.cdiv(tl.cdiv(K, BLOCK_K), splits) * BLOCK_K
+    k_lo = split * per
+    k_hi = tl.minimum(K, k_lo + per)
+    return k_lo, k_hi
+
+
+@triton.jit
+def add_split_partials(acc, part_ptr, count_ptr, slot, part_base, split, splits, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, PART_STRIDE: tl.constexpr):
+    """Publish this slice's fp32 partial; the slice that arrives last adds every other one.
+
+    Each slice stores its partial to ``part_ptr`` row ``part_base + split`` (``PART_STRIDE``
+    floats apart), then bumps the tile's counter ``count_ptr[slot]`` (acq_rel): the slice
+    that sees ``splits - 1`` before it knows every other partial is stored, loads them past
+    L1 and returns ``(sum, True)``; the others return ``(partial, False)``. Nobody waits, so
+    slices of one tile may run in any order on any programs. The last slice zeroes the
+    counter for the next launch.
+    """
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(part_ptr + (part_base + split) * PART_STRIDE + offs, acc)
+    tl.debug_barrier()
+    before = tl.atomic_add(count_ptr + slot, 1, sem="acq_rel", scope="gpu")
+    last = before == splits - 1
+    if last:
+        tl.debug_barrier()
+        for j in range(0, splits):
+            if j != split:
+                acc += tl.load(part_ptr + (part_base + j) * PART_STRIDE + offs, cache_modifier=".cg")
+        tl.atomic_xchg(count_ptr + slot, 0, sem="relaxed", scope="gpu")
+    return acc, last
+
+
+@triton.jit
+def _split_tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, pid_m, pid_n, split, splits, slot, part_base, part_ptr,
+                count_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_M: tl.constexpr,
+                EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                TMA: tl.constexpr, PART_STRIDE: tl.constexpr):
+    k_lo, k_hi = split_bounds(split, splits, K, BLOCK_K)
+    if TMA:
+        acc = descriptor_accumulate(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                                    INPUT_PRECISION, UPCAST, k_lo, k_hi)
+    else:
+        acc = tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST, k_lo, k_hi)
+    last = splits <= 1
+    if splits > 1:
+        acc, last = add_split_partials(acc, part_ptr, count_ptr, slot, part_base, split, splits, BLOCK_M, BLOCK_N,
+                                       PART_STRIDE)
+    if last:
+        store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, EVEN_M, EVEN_N)
+    return last
+
+
+@triton.jit
+def gemm_split_tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, b_narrow_desc, pid_m, pid_n, narrow, split_ptr, part_ptr,
+                    count_ptr, t, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NARROW_N: tl.constexpr,
+                    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_NARROW_N: tl.constexpr, EVEN_K: tl.constexpr,
+                    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr,
+                    PART_STRIDE: tl.constexpr):
+    """``gemm_tile`` for a table entry that may be one K slice of its tile: the split table
+    (``SPLIT_COLUMNS`` ints per entry: slice, slices, tile slot, first partial row) says which.
+    Returns True where the tile is complete and stored (an unsplit tile, or its last slice)."""
+    split = tl.load(split_ptr + _SPLIT_COLS * t)
+    splits = tl.load(split_ptr + _SPLIT_COLS * t + 1)
+    slot = tl.load(split_ptr + _SPLIT_COLS * t + 2)
+    part_base = tl.load(split_ptr + _SPLIT_COLS * t + 3)
+    if NARROW_N > 0:
+        if narrow != 0:
+            done = _split_tile(a_ptr, b_ptr, c_ptr, a_desc, b_narrow_desc, pid_m, pid_n, split, splits, slot,
+                               part_base, part_ptr, count_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                               stride_cm, stride_cn, BLOCK_M, NARROW_N, BLOCK_K, EVEN_M, EVEN_NARROW_N, EVEN_K,
+                               INPUT_PRECISION, UPCAST, TMA, PART_STRIDE)
+        else:
+            done = _split_tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, pid_m, pid_n, split, splits, slot, part_base,
+                               part_ptr, count_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                               stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST,
+                               TMA, PART_STRIDE)
+    else:
+        done = _split_tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, pid_m, pid_n, split, splits, slot, part_base,
+                           part_ptr, count_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                           stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST,
+                           TMA, PART_STRIDE)
+    return done

@@ -24,8 +24,17 @@ latency (a whole K loop) is paid without overlap:
   rows, the consumer's last-arriving rows) are split into tiles ``narrow_block_n``
   columns wide, so they finish in a fraction of a full tile's time.
 
+* split edge tiles: row blocks within ``split_rows`` of the edge have each tile cut
+  along K into ``splits`` slices, consecutive table entries that run on different
+  programs (fp32 partials, the last slice adds them: ``hocket.kernels.gemm_tile``), so
+  the edge group is ready, or the drain ends, after a fraction of one K loop.
+
 Tile table: ``TABLE_COLUMNS`` ints per tile, ``(pid_m, pid_n, narrow, x, y)``; ``pid_n``
-counts blocks of the tile's own width (``narrow_block_n`` when ``narrow`` is 1).
+counts blocks of the tile's own width (``narrow_block_n`` when ``narrow`` is 1). Split
+table (only where some tile is split): ``SPLIT_COLUMNS`` ints per table entry,
+``(slice, slices, slot, part_base)``: slice ``slice`` of ``slices``; ``slot`` numbers the
+split tiles (their arrival counters), ``part_base`` is the first of the tile's ``slices``
+rows of fp32 partials. Unsplit entries are ``(0, 1, 0, 0)``.
 """
 
 from __future__ import annotations
@@ -38,6 +47,9 @@ from hocket.plan.pieces import ramp_row_offsets, row_units as _row_units  # noqa
 
 TABLE_COLUMNS = 5
 """ints per tile in a schedule table: (pid_m, pid_n, narrow, x, y)."""
+
+SPLIT_COLUMNS = 4
+"""ints per table entry in a split table: (slice, slices, tile slot, first partial row)."""
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -169,6 +181,33 @@ def _row_block_tiles(row_blocks: Sequence[int], n: int, block_n: int, group_m: i
     return [(pid_m, pid_n, int(narrow)) for pid_m, pid_n in _swizzled(row_blocks, cdiv(n, block_n), group_m)]
 
 
+def _check_splits(split_rows: int, splits: int) -> int:
+    if not isinstance(split_rows, int) or isinstance(split_rows, bool) or split_rows < 0:
+        raise ValueError(f"split_rows={split_rows!r} must be an int >= 0 (rows at the edge whose tiles are split along K)")
+    _positive_int("splits", splits)
+    return splits if split_rows > 0 else 1
+
+
+def _expand_splits(tiles: list[tuple], is_split: list[bool], splits: int) -> tuple[list[tuple], list[tuple] | None]:
+    """Each tile whose ``is_split`` is set becomes ``splits`` consecutive entries (its K
+    slices); returns the entries and their split table (None when nothing is split)."""
+    if splits == 1 or not any(is_split):
+        return list(tiles), None
+    entries, table = [], []
+    slot = part_base = 0
+    for tile, split in zip(tiles, is_split):
+        if not split:
+            entries.append(tile)
+            table.append((0, 1, 0, 0))
+            continue
+        for s in range(splits):
+            entries.append(tile)
+            table.append((s, splits, slot, part_base))
+        slot += 1
+        part_base += splits
+    return entries, table
+
+
 def _edge_split(row_blocks: Sequence[int], is_narrow) -> list[tuple[list[int], bool]]:
     """Runs of consecutive row blocks that are all narrow or all wide, in order."""
     runs: list[tuple[list[int], bool]] = []
@@ -179,6 +218,18 @@ def _edge_split(row_blocks: Sequence[int], is_narrow) -> list[tuple[list[int], b
         else:
             runs.append(([pid_m], narrow))
     return runs
+
+
+def _split_table(splits) -> list[int] | None:
+    return None if splits is None else [value for entry in splits for value in entry]
+
+
+def _split_tiles(splits) -> int:
+    return 0 if splits is None else len({slot for _, count, slot, _ in splits if count > 1})
+
+
+def _split_partials(splits) -> int:
+    return 0 if splits is None else sum(1 for _, count, _, _ in splits if count > 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +249,7 @@ class ConsumerSchedule:
     arrival: tuple[int, ...]
     tiles: tuple[tuple[int, int, int, int, int], ...]
     narrow_block_n: int | None = None
+    splits: tuple[tuple[int, int, int, int], ...] | None = None
 
     @property
     def num_chunks(self) -> int:
@@ -213,19 +265,35 @@ class ConsumerSchedule:
         """Flat int list, ``TABLE_COLUMNS`` entries per tile, for the kernel's schedule tensor."""
         return [value for tile in self.tiles for value in tile]
 
+    def split_table(self) -> list[int] | None:
+        """Flat split table (``SPLIT_COLUMNS`` per entry), or None when no tile is split."""
+        return _split_table(self.splits)
+
+    @property
+    def split_tiles(self) -> int:
+        """Tiles cut along K (each has an arrival counter)."""
+        return _split_tiles(self.splits)
+
+    @property
+    def split_partials(self) -> int:
+        """Rows of fp32 partials the split tiles need (one per slice)."""
+        return _split_partials(self.splits)
+
 
 def consumer_schedule(*, m: int, n: int, block_m: int, block_n: int, chunk_offsets: Sequence[int],
                       arrival: Sequence[int] | None = None, group_m: int = 8, narrow_block_n: int | None = None,
-                      narrow_rows: int = 0) -> ConsumerSchedule:
+                      narrow_rows: int = 0, split_rows: int = 0, splits: int = 1) -> ConsumerSchedule:
     """Order the output tiles of ``[m, n]`` by when their A rows have arrived.
 
     ``chunk_offsets``: row offsets of the chunks of A (``(0, ..., m)``); ``arrival``: the
     chunk indices in the order they land (default: index order; e.g. ``(r, r+1, ...)``
     for local shard first then ring order). Row blocks that start within the last
     ``narrow_rows`` rows to arrive get tiles ``narrow_block_n`` wide (a shorter drain; a
-    block straddling chunks counts from its last chunk's start).
+    block straddling chunks counts from its last chunk's start). Tiles of row blocks within
+    the last ``split_rows`` rows (same count) are cut along K into ``splits`` slices.
     """
     narrow_block_n = _check_narrow(narrow_block_n, narrow_rows, block_n)
+    splits = _check_splits(split_rows, splits)
     for name, value in (("m", m), ("n", n), ("block_m", block_m), ("block_n", block_n), ("group_m", group_m)):
         _positive_int(name, value)
     offsets = _check_offsets("chunk_offsets", chunk_offsets, m)
@@ -261,7 +329,7 @@ def consumer_schedule(*, m: int, n: int, block_m: int, block_n: int, chunk_offse
         """Rows of A that land from this row block's first row on (its step's chunk and later)."""
         return rows_after[step] - max(0, pid_m * block_m - offsets[arrival[step]])
 
-    tiles = []
+    tiles, is_split = [], []
     for step in sorted(by_step):
         runs = _edge_split(by_step[step], lambda pid_m, step=step: narrow_block_n is not None
                            and rows_from(step, pid_m) <= narrow_rows)
@@ -269,8 +337,11 @@ def consumer_schedule(*, m: int, n: int, block_m: int, block_n: int, chunk_offse
             width = narrow_block_n if narrow else block_n
             for pid_m, pid_n, flag in _row_block_tiles(run, n, width, group_m, narrow):
                 tiles.append((pid_m, pid_n, flag, *span[pid_m]))
+                is_split.append(rows_from(step, pid_m) <= split_rows)
+    tiles, split_table = _expand_splits(tiles, is_split, splits)
     return ConsumerSchedule(m=m, n=n, block_m=block_m, block_n=block_n, chunk_offsets=offsets,
-                            arrival=arrival, tiles=tuple(tiles), narrow_block_n=narrow_block_n)
+                            arrival=arrival, tiles=tuple(tiles), narrow_block_n=narrow_block_n,
+                            splits=None if split_table is None else tuple(split_table))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,6 +360,7 @@ class ProducerSchedule:
     group_offsets: tuple[int, ...]
     tiles: tuple[tuple[int, int, int, int, int], ...]
     narrow_block_n: int | None = None
+    splits: tuple[tuple[int, int, int, int], ...] | None = None
 
     @property
     def num_groups(self) -> int:
@@ -300,16 +372,31 @@ class ProducerSchedule:
     def table(self) -> list[int]:
         return [value for tile in self.tiles for value in tile]
 
+    def split_table(self) -> list[int] | None:
+        return _split_table(self.splits)
+
+    @property
+    def split_tiles(self) -> int:
+        return _split_tiles(self.splits)
+
+    @property
+    def split_partials(self) -> int:
+        return _split_partials(self.splits)
+
 
 def producer_schedule(*, m: int, n: int, block_m: int, block_n: int, groups: int | None = None,
                       group_offsets: Sequence[int] | None = None, group_m: int = 8,
-                      narrow_block_n: int | None = None, narrow_rows: int = 0) -> ProducerSchedule:
+                      narrow_block_n: int | None = None, narrow_rows: int = 0, split_rows: int = 0,
+                      splits: int = 1) -> ProducerSchedule:
     """Split the ``[m, n]`` output into contiguous row-block groups, computed in order.
 
     Give ``groups`` (even groups) or ``group_offsets`` (``(0, ..., m)``, every inner offset
     a multiple of ``block_m``, e.g. from ``ramp_row_offsets``). Row blocks starting before
-    row ``narrow_rows`` get tiles ``narrow_block_n`` wide (the first group is ready sooner).
+    row ``narrow_rows`` get tiles ``narrow_block_n`` wide (the first group is ready sooner);
+    those starting before row ``split_rows`` are cut along K into ``splits`` slices. A group
+    counts tiles, not slices (only a tile's last slice bumps its group's counter).
     """
+    splits = _check_splits(split_rows, splits)
     for name, value in (("m", m), ("n", n), ("block_m", block_m), ("block_n", block_n), ("group_m", group_m)):
         _positive_int(name, value)
     narrow_block_n = _check_narrow(narrow_block_n, narrow_rows, block_n)
@@ -337,8 +424,9 @@ def producer_schedule(*, m: int, n: int, block_m: int, block_n: int, groups: int
             width = narrow_block_n if narrow and narrow_block_n is not None else block_n
             group_tiles.extend(_row_block_tiles(run, n, width, group_m, width != block_n))
         tiles.extend((*tile, g, len(group_tiles)) for tile in group_tiles)
+    tiles, split_table = _expand_splits(tiles, [tile[0] * block_m < split_rows for tile in tiles], splits)
     return ProducerSchedule(m=m, n=n, block_m=block_m, block_n=block_n, group_offsets=offsets, tiles=tuple(tiles),
-                            narrow_block_n=narrow_block_n)
+                            narrow_block_n=narrow_block_n, splits=None if split_table is None else tuple(split_table))
 
 
 # -- balancing the last wave with narrow tiles --------------------------------------------

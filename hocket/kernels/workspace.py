@@ -51,6 +51,13 @@ def _narrow(cfg: TileConfig) -> int | None:
     return cfg.narrow_n if cfg.narrow_n < cfg.block_n else None
 
 
+def _slices(splits: int, k: int, cfg: TileConfig) -> int:
+    """``splits`` K slices, at most one per ``block_k`` step of ``k``."""
+    if not isinstance(splits, int) or isinstance(splits, bool) or splits < 1:
+        raise ValueError(f"splits={splits!r} must be an int >= 1 (K slices of each edge tile; 1: none)")
+    return max(1, min(splits, -(-k // cfg.block_k)))
+
+
 def signature(*tensors: torch.Tensor) -> tuple:
     """What Triton specialises a launch on: shapes, strides, dtypes, 16-byte alignment."""
     return tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.data_ptr() % 16 == 0, str(t.device)) for t in tensors)
@@ -81,6 +88,25 @@ class _Workspace:
         self.dynamic = dynamic
         self.tickets = torch.zeros(TICKET_WORDS, dtype=torch.int32, device=self.device)
         self.warmed: set[tuple] = set()
+        split_table = self.schedule.split_table()
+        if split_table is None:
+            self.split_table = self.partials = self.split_counters = None
+        else:  # K slices of edge tiles: fp32 partials (one row per slice) and one arrival counter per tile
+            cfg = self.config
+            self.split_table = torch.tensor(split_table, dtype=torch.int32, device=self.device)
+            self.partials = torch.empty(self.schedule.split_partials, cfg.block_m * cfg.block_n,
+                                        dtype=torch.float32, device=self.device)
+            self.split_counters = torch.zeros(self.schedule.split_tiles, dtype=torch.int32, device=self.device)
+
+    def split_args(self) -> tuple:
+        """The launch's split-table, partials and counters arguments (Nones when no tile is split)."""
+        return self.split_table, self.partials, self.split_counters
+
+    def reset_splits(self) -> None:
+        """Zero the split tiles' arrival counters (each launch leaves them at zero; this covers an
+        interrupted one)."""
+        if self.split_counters is not None:
+            self.split_counters.zero_()
 
     def check_operands(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         """Clear errors for operands that do not match this workspace's shape class."""
@@ -112,6 +138,7 @@ class _Workspace:
                     INPUT_PRECISION="tf32" if self.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
                     else "ieee",
                     UPCAST=interpreted and self.dtype == torch.bfloat16, DYNAMIC=self.dynamic,
+                    SPLIT=self.split_table is not None, PART_STRIDE=cfg.block_m * cfg.block_n,
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
@@ -119,8 +146,10 @@ class ConsumerWorkspace(_Workspace):
     """Resources of one consumer GEMM shape class: chunk flags (int32, 1 = landed).
 
     ``narrow_rows``: the last rows of A to arrive whose tiles are ``config.narrow_block_n``
-    wide (0: none), so the GEMM ends soon after the last chunk lands. ``dynamic``: tiles
-    taken from a ticket counter instead of a fixed stride.
+    wide (0: none), so the GEMM ends soon after the last chunk lands. ``split_rows`` and
+    ``splits``: the last rows to arrive whose tiles are cut along K into ``splits`` slices
+    (at most one per ``block_k`` step), so the drain takes a fraction of one K loop.
+    ``dynamic``: tiles taken from a ticket counter instead of a fixed stride.
     """
 
     kind = "consumer"
@@ -128,11 +157,13 @@ class ConsumerWorkspace(_Workspace):
     def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
                  chunk_offsets: Sequence[int], arrival: Sequence[int] | None = None,
                  config: TileConfig | None = None, num_programs: int | None = None,
-                 max_spins: int | None = None, narrow_rows: int = 0, dynamic: bool = False) -> None:
+                 max_spins: int | None = None, narrow_rows: int = 0, dynamic: bool = False, split_rows: int = 0,
+                 splits: int = 1) -> None:
         cfg = config or default_config(dtype)
         self.schedule: ConsumerSchedule = consumer_schedule(
             m=m, n=n, block_m=cfg.block_m, block_n=cfg.block_n, chunk_offsets=chunk_offsets,
-            arrival=arrival, group_m=cfg.group_m, narrow_block_n=_narrow(cfg), narrow_rows=narrow_rows)
+            arrival=arrival, group_m=cfg.group_m, narrow_block_n=_narrow(cfg), narrow_rows=narrow_rows,
+            split_rows=split_rows, splits=_slices(splits, k, cfg))
         super().__init__(m=m, n=n, k=k, dtype=dtype, device=device, config=cfg, table=self.schedule.table(),
                          num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins,
                          dynamic=dynamic)
@@ -144,8 +175,10 @@ class ProducerWorkspace(_Workspace):
 
     Groups: ``groups`` even ones, or ``group_offsets`` (e.g. ``ramp_row_offsets``).
     ``narrow_rows``: the first output rows whose tiles are ``config.narrow_block_n`` wide
-    (0: none), so the first group is ready sooner. ``dynamic``: tiles taken from a ticket
-    counter instead of a fixed stride.
+    (0: none), so the first group is ready sooner. ``split_rows`` and ``splits``: the first
+    output rows whose tiles are cut along K into ``splits`` slices (at most one per
+    ``block_k`` step), so the first group is ready after a fraction of one K loop.
+    ``dynamic``: tiles taken from a ticket counter instead of a fixed stride.
     """
 
     kind = "producer"
@@ -153,11 +186,13 @@ class ProducerWorkspace(_Workspace):
     def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
                  groups: int | None = None, group_offsets: Sequence[int] | None = None,
                  config: TileConfig | None = None, num_programs: int | None = None,
-                 max_spins: int | None = None, narrow_rows: int = 0, dynamic: bool = False) -> None:
+                 max_spins: int | None = None, narrow_rows: int = 0, dynamic: bool = False, split_rows: int = 0,
+                 splits: int = 1) -> None:
         cfg = config or default_config(dtype)
         self.schedule: ProducerSchedule = producer_schedule(
             m=m, n=n, block_m=cfg.block_m, block_n=cfg.block_n, groups=groups, group_offsets=group_offsets,
-            group_m=cfg.group_m, narrow_block_n=_narrow(cfg), narrow_rows=narrow_rows)
+            group_m=cfg.group_m, narrow_block_n=_narrow(cfg), narrow_rows=narrow_rows, split_rows=split_rows,
+            splits=_slices(splits, k, cfg))
         super().__init__(m=m, n=n, k=k, dtype=dtype, device=device, config=cfg, table=self.schedule.table(),
                          num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins,
                          dynamic=dynamic)

@@ -202,14 +202,18 @@ class OffloadContext:
     (``hocket.ops.split_k``), so a piece of a few row blocks uses every SM. Off by default: on an
     H200 (benchmarks/results/h200/run11_splitk) a 128 x 8192 x 7168 piece took 0.070 ms split in 4
     (batched GEMM, reduction, rounding: three kernels) against 0.035 for cuBLAS's own, and the ramped
-    pipelines lost 0.02-0.03 ms with it.
+    pipelines lost 0.02-0.03 ms with it. ``edge_splits``: a ``tile_fused`` plan's exposed piece (the
+    first group to host, the last chunk from host) has each tile cut along K into this many slices
+    inside the persistent launch (``hocket.kernels.gemm_tile.gemm_split_tile``: fp32 partials, the
+    last slice adds them), so that piece needs a fraction of one K loop on many programs instead of a
+    whole one on few; 1: none.
     """
 
     def __init__(self, device: torch.device | str | int | None = None, *, config: TileConfig | None = None,
                  num_programs: int | None = None, flag_method: str = "auto", edge_pieces: int = EDGE_PIECES,
                  side_waits: bool = True, dynamic: bool = False, copy_wait: str = "auto",
                  chunk_flags: str = "copy", copy_streams: int = 1, balance_tail: bool = True,
-                 edge_split_k: bool = False) -> None:
+                 edge_split_k: bool = False, edge_splits: int = 1) -> None:
         require_cuda("hocket.ops offload operators")
         if not isinstance(edge_pieces, int) or isinstance(edge_pieces, bool) or edge_pieces < 0:
             raise ValueError(f"edge_pieces={edge_pieces!r} must be an int >= 0 (0: no narrow tiles)")
@@ -225,6 +229,9 @@ class OffloadContext:
             raise TypeError(f"balance_tail={balance_tail!r} must be a bool")
         if not isinstance(edge_split_k, bool):
             raise TypeError(f"edge_split_k={edge_split_k!r} must be a bool")
+        if not isinstance(edge_splits, int) or isinstance(edge_splits, bool) or edge_splits < 1:
+            raise ValueError(f"edge_splits={edge_splits!r} must be an int >= 1 (K slices of each tile of the "
+                             f"exposed piece in tile_fused plans; 1: none)")
         self.device = cuda_device(device)
         self.staged = HostStagedContext(self.device, flag_method=flag_method)
         self.config = config
@@ -236,6 +243,7 @@ class OffloadContext:
         self.chunk_flags = chunk_flags
         self.balance_tail = balance_tail
         self.edge_split_k = edge_split_k
+        self.edge_splits = edge_splits
         self.second_copy_stream = torch.cuda.Stream(self.device) if copy_streams == 2 else None
         self._workspaces: dict[tuple, ConsumerWorkspace | ProducerWorkspace] = {}
         self.timeouts = _TimeoutWatch()
@@ -272,11 +280,13 @@ class OffloadContext:
         cfg = self.tile_config(m, n, k, dtype)
         offsets = piece_offsets(plan, m, align=cfg.block_m, direction="from_host")
         narrow = self._narrow_rows(offsets, n, cfg, "from_host")
-        key = ("consumer", m, n, k, dtype, offsets, narrow, cfg)
+        split_rows = edge_rows(offsets, direction="from_host", pieces=1) if self.edge_splits > 1 else 0
+        key = ("consumer", m, n, k, dtype, offsets, narrow, cfg, split_rows, self.edge_splits)
         if key not in self._workspaces:
             self._workspaces[key] = ConsumerWorkspace(
                 m=m, n=n, k=k, dtype=dtype, device=self.device, config=cfg, num_programs=self.num_programs,
-                chunk_offsets=offsets, narrow_rows=narrow, dynamic=self.dynamic)
+                chunk_offsets=offsets, narrow_rows=narrow, dynamic=self.dynamic, split_rows=split_rows,
+                splits=self.edge_splits)
         return self._workspaces[key]
 
     def producer(self, m: int, n: int, k: int, dtype: torch.dtype, plan: Plan) -> ProducerWorkspace:
@@ -284,11 +294,13 @@ class OffloadContext:
         cfg = self.tile_config(m, n, k, dtype)
         offsets = piece_offsets(plan, m, align=cfg.block_m, direction="to_host")
         narrow = self._narrow_rows(offsets, n, cfg, "to_host")
-        key = ("producer", m, n, k, dtype, offsets, narrow, cfg)
+        split_rows = edge_rows(offsets, direction="to_host", pieces=1) if self.edge_splits > 1 else 0
+        key = ("producer", m, n, k, dtype, offsets, narrow, cfg, split_rows, self.edge_splits)
         if key not in self._workspaces:
             self._workspaces[key] = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=self.device, config=cfg,
                                                       num_programs=self.num_programs, group_offsets=offsets,
-                                                      narrow_rows=narrow, dynamic=self.dynamic)
+                                                      narrow_rows=narrow, dynamic=self.dynamic, split_rows=split_rows,
+                                                      splits=self.edge_splits)
         return self._workspaces[key]
 
     def check(self) -> None:

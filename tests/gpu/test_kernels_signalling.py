@@ -40,19 +40,24 @@ def _assert_close_fp32(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, what
         f"{what}: max error {float(err.max()):.3g} (scale {scale:.3g}) beyond {out.dtype} tolerance"
 
 
+@pytest.mark.parametrize("splits", [1, 4], ids=["whole", "split-last-chunk"])
 @pytest.mark.parametrize("tma", [False, True], ids=["pointers", "descriptors"])
 @pytest.mark.parametrize("flag_method", FLAG_METHODS)
 @pytest.mark.parametrize("dtype,shape", [(torch.bfloat16, (4096, 1024, 2048)), (torch.float32, (1000, 520, 776))])
-def test_consumer_waits_for_late_chunks(flag_method, dtype, shape, tma):
+def test_consumer_waits_for_late_chunks(flag_method, dtype, shape, tma, splits):
     """Chunks land late, in reverse order, into a NaN-poisoned A: a tile that loaded before its
-    flag rose (pointers, or descriptor loads not ordered after the wait) leaves NaN in out."""
+    flag rose (pointers, or descriptor loads not ordered after the wait) leaves NaN in out.
+    ``splits``: the last chunk's tiles are cut along K (slices on different programs, fp32
+    partials added by the last slice to arrive)."""
     m, k, n = shape
     a_host = torch.randn(m, k, dtype=torch.float32).to(dtype).pin_memory()
     b = torch.randn(k, n, device=DEV).to(dtype)
     chunks = 8
     cfg = replace(default_config(dtype), tma=tma)
+    offsets = even_row_offsets(m, chunks, align=128 if dtype == torch.bfloat16 else 64)
     ws = ConsumerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, arrival=list(reversed(range(chunks))), config=cfg,
-                           chunk_offsets=even_row_offsets(m, chunks, align=128 if dtype == torch.bfloat16 else 64))
+                           chunk_offsets=offsets, split_rows=offsets[1] if splits > 1 else 0, splits=splits)
+    assert (ws.schedule.split_tiles > 0) == (splits > 1)
     a_dev = torch.empty(m, k, dtype=dtype, device=DEV)
     assert uses_descriptors(cfg, a_dev, b) == tma
     out = torch.empty(m, n, dtype=dtype, device=DEV)
@@ -77,7 +82,7 @@ def test_consumer_waits_for_late_chunks(flag_method, dtype, shape, tma):
 
 
 @pytest.mark.parametrize("tma", [False, True], ids=["pointers", "descriptors"])
-@pytest.mark.parametrize("schedule", ["even", "ramp_narrow"])
+@pytest.mark.parametrize("schedule", ["even", "ramp_narrow", "ramp_split"])
 def test_producer_groups_reach_host_before_gemm_ends(schedule, tma):
     m, k, n, groups = 8192, 8192, 4096, 8
     dtype = torch.bfloat16
@@ -88,9 +93,11 @@ def test_producer_groups_reach_host_before_gemm_ends(schedule, tma):
     cfg = replace(default_config(dtype), tma=tma)
     if schedule == "even":
         ws = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, groups=groups, config=cfg)
-    else:  # one row block first, growing groups; the first group's tiles narrow
+    else:  # one row block first, growing groups; the first group's tiles narrow (and cut along K)
+        split = dict(split_rows=128, splits=4) if schedule == "ramp_split" else {}
         ws = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=DEV, narrow_rows=128, config=cfg,
-                               group_offsets=ramp_row_offsets(m, groups, align=128))
+                               group_offsets=ramp_row_offsets(m, groups, align=128), **split)
+        assert (ws.schedule.split_tiles > 0) == bool(split)
     with HostStagedContext(DEV) as staged:
         warmup_producer(ws, a, b, c_dev)
         c_dev.fill_(float("nan"))
@@ -119,6 +126,8 @@ def test_producer_groups_reach_host_before_gemm_ends(schedule, tma):
     assert times_ms == sorted(times_ms)
     assert times_ms[0] < gemm_ms, "group 0 must reach the host while later groups still compute"
     _assert_close_fp32(host, a, b, "producer groups on host")
+    if ws.split_counters is not None:
+        assert ws.split_counters.tolist() == [0] * ws.schedule.split_tiles, "each split tile's counter reset itself"
 
 
 def test_consumer_flag_that_never_rises_is_a_clear_error_in_bounded_time():

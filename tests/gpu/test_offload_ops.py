@@ -124,6 +124,8 @@ SETTINGS = [  # (edge_pieces, context knobs)
     (1, dict(copy_wait="stream", dynamic=False, chunk_flags="copy")),
     (1, dict(copy_wait="stream", dynamic=True, chunk_flags="side", copy_streams=2)),
     (1, dict(copy_wait="side_kernel", dynamic=True, chunk_flags="side", copy_streams=2)),
+    (1, dict(edge_splits=4)),  # the exposed piece's tiles cut along K
+    (1, dict(edge_splits=3, copy_wait="side_kernel", dynamic=True, chunk_flags="side")),
 ]
 
 
@@ -131,7 +133,8 @@ SETTINGS = [  # (edge_pieces, context knobs)
 def test_tile_fused_schedules_agree(edge_pieces, knobs):
     """Other tile_fused settings: no narrow tiles, static tiles and flag waits on the copy
     stream (the schedule before tuning); two narrow pieces; stream waits on the flag value;
-    two copy streams; explicit uneven split_sizes; all exact."""
+    two copy streams; the exposed piece's tiles split along K; explicit uneven split_sizes;
+    all exact."""
     from hocket.kernels.stream_wait import stream_wait_available
 
     if knobs.get("copy_wait") == "stream" and not stream_wait_available(DEV.index):

@@ -43,10 +43,14 @@ def _compile(kernel, pointers: dict, constants: dict, **options):
     return triton.compile(src, target=SM90, options=options)
 
 
-def _gemm_constants(cfg, narrow_n=0, dynamic=False, **extra):
+def _gemm_constants(cfg, narrow_n=0, dynamic=False, split=False, **extra):
     return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, NARROW_N=narrow_n, EVEN_M=True,
                 EVEN_N=True, EVEN_NARROW_N=narrow_n > 0, EVEN_K=True, INPUT_PRECISION="ieee", UPCAST=False,
-                DYNAMIC=dynamic, **extra)
+                DYNAMIC=dynamic, SPLIT=split, PART_STRIDE=cfg.block_m * cfg.block_n if split else 0, **extra)
+
+
+SPLIT_POINTERS = {"split_ptr": "*i32", "part_ptr": "*fp32", "split_count_ptr": "*i32"}
+"""The split table, fp32 partials and per-tile arrival counters of a launch with K-split edge tiles."""
 
 
 @pytest.mark.parametrize("dtype,cfg", [("bf16", BF16_CONFIGS[0]), ("fp32", FP32_CONFIGS[0])])
@@ -165,3 +169,33 @@ def test_descriptor_loads_compile_to_tma_with_a_proxy_fence_after_waits(kind):
     assert ("fence.proxy.async.global" in ptx) == (kind == "consumer")
     assert ptx.count("wgmma.mma_async") >= 2, "wide and narrow tiles each get a tensor-core loop"
     assert kernel.metadata.shared <= 227 * 1024
+
+
+@pytest.mark.parametrize("tma", [False, True])
+@pytest.mark.parametrize("kind", ["consumer", "producer"])
+def test_split_edge_tiles_compile_with_partials_past_l1(kind, tma):
+    """SPLIT=True: an entry may be one K slice of its tile. Each slice stores an fp32 partial and
+    bumps the tile's counter (acq_rel, gpu scope); the last slice loads the others' partials
+    with ``.cg`` (L2, never a stale L1 line) and zeroes the counter (an exchange). The
+    unsplit kernel has none of this, and both fit in shared memory."""
+    from hocket.kernels.config import TileConfig
+
+    cfg = TileConfig(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=4, tma=tma)
+    kernel_fn, pointers, extra = _gemm_kernel(kind, True)
+    pointers = pointers | SPLIT_POINTERS
+    if tma:
+        pointers |= {"a_desc": "tensordesc<bf16[128,64]>", "b_desc": "tensordesc<bf16[64,256]>",
+                     "b_narrow_desc": "tensordesc<bf16[64,128]>"}
+        extra = dict(extra, TMA=True, **({"PROXY_FENCE": True} if kind == "consumer" else {}))
+    ptx = {}
+    for split in (False, True):
+        kernel = _compile(kernel_fn, pointers, _gemm_constants(cfg, narrow_n=128, split=split, **extra),
+                          num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        assert kernel.metadata.shared <= 227 * 1024
+        ptx[split] = kernel.asm["ptx"]
+    assert re.search(r"ld\.global\.cg", ptx[True]), "partials are read from L2"
+    assert not re.search(r"ld\.global\.cg", ptx[False])
+    counter_adds = len(re.findall(r"atom\.global\.(gpu\.acq_rel|acq_rel\.gpu)\.add", ptx[True]))
+    assert counter_adds >= len(re.findall(r"atom\.global\.(gpu\.acq_rel|acq_rel\.gpu)\.add", ptx[False])) + 1
+    assert re.search(r"atom\.global\.[a-z.]*exch", ptx[True]), "the last slice resets its tile's counter"
+    assert ptx[True].count("wgmma.mma_async") >= ptx[False].count("wgmma.mma_async")

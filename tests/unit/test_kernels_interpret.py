@@ -51,13 +51,17 @@ def _cases(rng: random.Random) -> list[dict]:
             cases.append(dict(kind="consumer", dtype=dtype, m=m, k=k, n=n, seed=rng.getrandbits(31),
                               offsets=[0, *cuts, m], arrival=arrival, programs=rng.randint(1, 5),
                               narrow_rows=rng.choice([0, m, _last_chunk_rows([0, *cuts, m], arrival)]),
-                              dynamic=rng.random() < 0.5, tma=tma or rng.random() < 0.5))
+                              split_rows=rng.choice([0, m, _last_chunk_rows([0, *cuts, m], arrival)]),
+                              splits=rng.randint(2, 4), dynamic=rng.random() < 0.5, tma=tma or rng.random() < 0.5))
             groups = rng.randint(1, -(-m // CONFIG["block_m"]))
             cases.append(dict(kind="producer", dtype=dtype, m=m, k=k, n=n, seed=rng.getrandbits(31),
                               groups=groups, ramp=rng.random() < 0.5, programs=rng.randint(1, 5),
                               narrow_rows=rng.choice([0, rng.randint(1, m)]), dynamic=rng.random() < 0.5,
+                              split_rows=rng.choice([0, rng.randint(1, m)]), splits=rng.randint(2, 4),
                               tma=tma or rng.random() < 0.5))
     cases[0]["dynamic"], cases[1]["dynamic"] = True, False  # both tile orders, whatever the draws
+    cases[2]["split_rows"], cases[3]["split_rows"] = 0, 1  # unsplit and split launches of both kinds
+    cases[4]["split_rows"], cases[5]["split_rows"] = cases[4]["m"], 0
     cases.append(dict(kind="timeout", dtype="float32", m=64, k=32, n=64, seed=rng.getrandbits(31),
                       offsets=[0, 32, 64], arrival=[0, 1], programs=2, missing=1))
     return cases
@@ -86,7 +90,8 @@ def _child(cases_path: str, out_path: str) -> None:
         if case["kind"] == "producer":
             offsets = (ramp_row_offsets if case["ramp"] else even_row_offsets)(case["m"], case["groups"],
                                                                              align=cfg.block_m)
-            ws = ProducerWorkspace(group_offsets=offsets, narrow_rows=case["narrow_rows"], **common)
+            ws = ProducerWorkspace(group_offsets=offsets, narrow_rows=case["narrow_rows"],
+                                   split_rows=case["split_rows"], splits=case["splits"], **common)
             warmup_producer(ws, a, b, out)
             out.fill_(float("nan"))
             producer_gemm(a, b, workspace=ws, out=out)
@@ -94,7 +99,8 @@ def _child(cases_path: str, out_path: str) -> None:
                           group_offsets=ws.schedule.group_offsets, tiles=ws.schedule.tiles)
         else:
             ws = ConsumerWorkspace(chunk_offsets=case["offsets"], arrival=case["arrival"], max_spins=20,
-                                   narrow_rows=case.get("narrow_rows", 0), **common)
+                                   narrow_rows=case.get("narrow_rows", 0), split_rows=case.get("split_rows", 0),
+                                   splits=case.get("splits", 1), **common)
             warmup_consumer(ws, a, b, out)
             out.fill_(float("nan"))
             ws.flags.fill_(1)
@@ -109,6 +115,8 @@ def _child(cases_path: str, out_path: str) -> None:
         record["out"] = out
         record["tickets"] = ws.tickets.tolist()
         record["narrow_tiles"] = sum(tile[2] for tile in ws.schedule.tiles)
+        record["split_tiles"] = ws.schedule.split_tiles
+        record["split_counters"] = None if ws.split_counters is None else ws.split_counters.tolist()
         results.append(record)
     torch.save(results, out_path)
 
@@ -147,6 +155,22 @@ def test_producer_numerics_and_every_group_signalled(results):
             expected.append(sum(-(-n // (narrow_bn if b * bm < narrow_rows else CONFIG["block_n"])) for b in blocks))
         assert record["counters"].tolist() == expected, "each group's counter counts its tiles exactly once"
         assert (record["narrow_tiles"] > 0) == (narrow_rows > 0)
+
+
+@pytest.mark.timeout(300)
+def test_split_edge_tiles_add_up_and_leave_their_counters_at_zero(results):
+    """Cases with ``split_rows`` cut their edge tiles along K (the numerics above cover them:
+    each tile is the sum of its slices' fp32 partials); every tile counter is back at zero for
+    the next launch, and launches without split rows carry no split buffers."""
+    gemms = [r for r in results if r["case"]["kind"] in ("consumer", "producer")]
+    split = [r for r in gemms if r["split_tiles"] > 0]
+    assert {r["case"]["kind"] for r in split} == {"consumer", "producer"}
+    for record in gemms:
+        if record["case"]["split_rows"] == 0:
+            assert record["split_tiles"] == 0 and record["split_counters"] is None
+        else:
+            assert record["split_tiles"] > 0
+            assert record["split_counters"] == [0] * record["split_tiles"]
 
 
 @pytest.mark.timeout(300)

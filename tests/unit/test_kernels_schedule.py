@@ -5,6 +5,7 @@ import random
 import pytest
 
 from hocket.kernels.schedule import (
+    SPLIT_COLUMNS,
     TABLE_COLUMNS,
     cdiv,
     consumer_schedule,
@@ -229,3 +230,73 @@ def test_trapezoid_rejects_bad_input_by_name():
         trapezoid_row_offsets(1024, 9, align=128)
     with pytest.raises(ValueError, match="ratio"):
         trapezoid_row_offsets(1024, 4, align=128, ratio=1.0)
+
+
+def _split_units(s) -> dict[tuple, list[tuple]]:
+    """Split-table rows of each distinct tile (pid_m, pid_n, narrow), in table order."""
+    units: dict[tuple, list[tuple]] = {}
+    for tile, row in zip(s.tiles, s.splits or [(0, 1, 0, 0)] * len(s.tiles)):
+        units.setdefault(tile[:3], []).append(row)
+    return units
+
+
+@pytest.mark.parametrize("trial", range(15))
+def test_producer_split_head_slices_each_tile_once(trial):
+    """Tiles of the first ``split_rows`` rows become ``splits`` consecutive entries, one per K
+    slice, sharing one counter slot and consecutive partial rows; the group still counts tiles."""
+    rng = random.Random()
+    bm, bn = rng.choice([16, 32]), rng.choice([32, 64])
+    m, n = rng.randint(bm + 1, 300), rng.randint(1, 200)
+    offsets = ramp_row_offsets(m, rng.randint(1, cdiv(m, bm)), align=bm)
+    split_rows, splits = rng.randint(1, m), rng.randint(2, 5)
+    s = producer_schedule(m=m, n=n, block_m=bm, block_n=bn, group_offsets=offsets, narrow_block_n=bn // 2,
+                          narrow_rows=rng.randint(0, m), split_rows=split_rows, splits=splits)
+    plain = producer_schedule(m=m, n=n, block_m=bm, block_n=bn, group_offsets=offsets, narrow_block_n=bn // 2,
+                              narrow_rows=0)
+    assert len(s.splits) == len(s.tiles) and len(s.split_table()) == len(s.tiles) * SPLIT_COLUMNS
+    units = _split_units(s)
+    slots, bases = set(), []
+    for (pid_m, _, _), rows in units.items():
+        if pid_m * bm < split_rows:
+            assert [r[:2] for r in rows] == [(i, splits) for i in range(splits)]
+            assert len({r[2] for r in rows}) == 1 and len({r[3] for r in rows}) == 1
+            slots.add(rows[0][2])
+            bases.append(rows[0][3])
+        else:
+            assert rows == [(0, 1, 0, 0)]
+    assert slots == set(range(s.split_tiles)) and sorted(bases) == list(range(0, s.split_partials, splits))
+    for i, (tile, row) in enumerate(zip(s.tiles, s.splits)):  # a tile's slices are consecutive entries
+        if row[0] > 0:
+            assert s.tiles[i - 1] == tile and s.splits[i - 1][0] == row[0] - 1
+    for g in range(s.num_groups):  # the group counter counts tiles, not slices
+        counts = {t[4] for t in s.tiles if t[3] == g}
+        assert counts == {len({t[:3] for t in s.tiles if t[3] == g})}
+    assert len(plain.tiles) == len(plain.tiles) and plain.splits is None and plain.split_table() is None
+
+
+@pytest.mark.parametrize("trial", range(15))
+def test_consumer_split_tail_in_arrival_order(trial):
+    """The tiles of the last ``split_rows`` rows to arrive (counted like narrow rows) are sliced;
+    slices keep their tile's place in arrival order."""
+    rng = random.Random()
+    bm, bn = 32, 64
+    m, n = rng.randint(2 * bm, 400), rng.randint(1, 200)
+    offsets = ramp_row_offsets(m, rng.randint(2, cdiv(m, bm)), align=bm, reverse=True)
+    arrival = list(range(len(offsets) - 1))
+    rng.shuffle(arrival)
+    split_rows, splits = rng.randint(1, m), rng.randint(2, 4)
+    s = consumer_schedule(m=m, n=n, block_m=bm, block_n=bn, chunk_offsets=offsets, arrival=arrival,
+                          narrow_block_n=16, narrow_rows=split_rows, split_rows=split_rows, splits=splits)
+    steps = [s.ready_step(i) for i in range(len(s.tiles))]
+    assert steps == sorted(steps)
+    for (pid_m, pid_n, narrow), rows in _split_units(s).items():
+        assert len(rows) == (splits if narrow else 1), "split exactly where the tiles are narrow (same rule)"
+
+
+def test_split_arguments_checked():
+    with pytest.raises(ValueError, match="split_rows=-1"):
+        producer_schedule(m=64, n=64, block_m=32, block_n=64, groups=2, split_rows=-1, splits=2)
+    with pytest.raises(ValueError, match="splits=0"):
+        consumer_schedule(m=64, n=64, block_m=32, block_n=64, chunk_offsets=(0, 64), split_rows=32, splits=0)
+    s = producer_schedule(m=64, n=64, block_m=32, block_n=64, groups=2, split_rows=0, splits=4)
+    assert s.splits is None and s.split_tiles == 0  # no split rows: nothing split, whatever splits says

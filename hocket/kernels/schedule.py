@@ -220,20 +220,28 @@ def _edge_split(row_blocks: Sequence[int], is_narrow) -> list[tuple[list[int], b
     return runs
 
 
-def _split_table(splits) -> list[int] | None:
-    return None if splits is None else [value for entry in splits for value in entry]
+class _SplitEntries:
+    """The split table of a schedule whose ``splits`` field holds one row per table entry (or None)."""
 
+    splits: tuple[tuple[int, int, int, int], ...] | None
 
-def _split_tiles(splits) -> int:
-    return 0 if splits is None else len({slot for _, count, slot, _ in splits if count > 1})
+    def split_table(self) -> list[int] | None:
+        """Flat split table (``SPLIT_COLUMNS`` per entry), or None when no tile is split."""
+        return None if self.splits is None else [value for entry in self.splits for value in entry]
 
+    @property
+    def split_tiles(self) -> int:
+        """Tiles cut along K (each has an arrival counter)."""
+        return 0 if self.splits is None else len({slot for _, count, slot, _ in self.splits if count > 1})
 
-def _split_partials(splits) -> int:
-    return 0 if splits is None else sum(1 for _, count, _, _ in splits if count > 1)
+    @property
+    def split_partials(self) -> int:
+        """Rows of fp32 partials the split tiles need (one per slice)."""
+        return 0 if self.splits is None else sum(1 for _, count, _, _ in self.splits if count > 1)
 
 
 @dataclass(frozen=True, kw_only=True)
-class ConsumerSchedule:
+class ConsumerSchedule(_SplitEntries):
     """Tile order of the consumer GEMM.
 
     ``tiles[t] = (pid_m, pid_n, narrow, first_chunk, last_chunk)``: tile ``t`` waits on the
@@ -264,20 +272,6 @@ class ConsumerSchedule:
     def table(self) -> list[int]:
         """Flat int list, ``TABLE_COLUMNS`` entries per tile, for the kernel's schedule tensor."""
         return [value for tile in self.tiles for value in tile]
-
-    def split_table(self) -> list[int] | None:
-        """Flat split table (``SPLIT_COLUMNS`` per entry), or None when no tile is split."""
-        return _split_table(self.splits)
-
-    @property
-    def split_tiles(self) -> int:
-        """Tiles cut along K (each has an arrival counter)."""
-        return _split_tiles(self.splits)
-
-    @property
-    def split_partials(self) -> int:
-        """Rows of fp32 partials the split tiles need (one per slice)."""
-        return _split_partials(self.splits)
 
 
 def consumer_schedule(*, m: int, n: int, block_m: int, block_n: int, chunk_offsets: Sequence[int],
@@ -345,7 +339,7 @@ def consumer_schedule(*, m: int, n: int, block_m: int, block_n: int, chunk_offse
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProducerSchedule:
+class ProducerSchedule(_SplitEntries):
     """Tile order and groups of the producer GEMM.
 
     ``tiles[t] = (pid_m, pid_n, narrow, group, tiles_in_group)``; group ``g`` covers output
@@ -371,17 +365,6 @@ class ProducerSchedule:
 
     def table(self) -> list[int]:
         return [value for tile in self.tiles for value in tile]
-
-    def split_table(self) -> list[int] | None:
-        return _split_table(self.splits)
-
-    @property
-    def split_tiles(self) -> int:
-        return _split_tiles(self.splits)
-
-    @property
-    def split_partials(self) -> int:
-        return _split_partials(self.splits)
 
 
 def producer_schedule(*, m: int, n: int, block_m: int, block_n: int, groups: int | None = None,

@@ -137,30 +137,50 @@ def split_bounds(split, splits, K, BLOCK_K: tl.constexpr):
     return k_lo, k_hi
 
 
-@triton.jit
-def add_split_partials(acc, part_ptr, count_ptr, slot, part_base, split, splits, BLOCK_M: tl.constexpr,
-                       BLOCK_N: tl.constexpr, PART_STRIDE: tl.constexpr):
-    """Publish this slice's fp32 partial; the slice that arrives last adds every other one.
+SUM_ROWS = 16
+"""Rows of a split tile the last slice sums at a time (a 16 x 256 fp32 block is 16 registers a thread at
+8 warps: the accumulator is dead by then, so the sum adds no register pressure to the K loop)."""
 
-    Each slice stores its partial to ``part_ptr`` row ``part_base + split`` (``PART_STRIDE``
-    floats apart), then bumps the tile's counter ``count_ptr[slot]`` (acq_rel): the slice
-    that sees ``splits - 1`` before it knows every other partial is stored, loads them past
-    L1 and returns ``(sum, True)``; the others return ``(partial, False)``. Nobody waits, so
-    slices of one tile may run in any order on any programs. The last slice zeroes the
-    counter for the next launch.
-    """
+_SUM_ROWS = tl.constexpr(SUM_ROWS)
+
+
+@triton.jit
+def publish_partial(acc, part_ptr, count_ptr, slot, part_base, split, splits, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, PART_STRIDE: tl.constexpr):
+    """Store this slice's fp32 partial at row ``part_base + split`` of ``part_ptr`` (``PART_STRIDE``
+    floats apart) and count it on the tile's counter ``count_ptr[slot]`` (acq_rel). Returns True
+    for the slice that arrives last: every other partial is stored by then. Nobody waits, so
+    the slices of one tile may run in any order on any programs."""
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     tl.store(part_ptr + (part_base + split) * PART_STRIDE + offs, acc)
     tl.debug_barrier()
     before = tl.atomic_add(count_ptr + slot, 1, sem="acq_rel", scope="gpu")
-    last = before == splits - 1
-    if last:
-        tl.debug_barrier()
+    return before == splits - 1
+
+
+@triton.jit
+def store_partials_sum(c_ptr, part_ptr, count_ptr, slot, part_base, splits, pid_m, pid_n, M, N, stride_cm,
+                       stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_M: tl.constexpr,
+                       EVEN_N: tl.constexpr, PART_STRIDE: tl.constexpr):
+    """The last slice: sum the tile's ``splits`` partials ``SUM_ROWS`` rows at a time, loaded past
+    L1 (``.cg``), store the rounded sum into C and zero the tile's counter for the next launch."""
+    tl.debug_barrier()
+    cols = tl.arange(0, BLOCK_N)
+    offs_n = pid_n * BLOCK_N + cols
+    for r in range(0, BLOCK_M // _SUM_ROWS):
+        rows = r * _SUM_ROWS + tl.arange(0, _SUM_ROWS)
+        offs = rows[:, None] * BLOCK_N + cols[None, :]
+        total = tl.zeros((_SUM_ROWS, BLOCK_N), dtype=tl.float32)
         for j in range(0, splits):
-            if j != split:
-                acc += tl.load(part_ptr + (part_base + j) * PART_STRIDE + offs, cache_modifier=".cg")
-        tl.atomic_xchg(count_ptr + slot, 0, sem="relaxed", scope="gpu")
-    return acc, last
+            total += tl.load(part_ptr + (part_base + j) * PART_STRIDE + offs, cache_modifier=".cg")
+        offs_m = pid_m * BLOCK_M + rows
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        value = total.to(c_ptr.dtype.element_ty)
+        if EVEN_M and EVEN_N:
+            tl.store(c_ptrs, value)
+        else:
+            tl.store(c_ptrs, value, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    tl.atomic_xchg(count_ptr + slot, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -176,13 +196,16 @@ def _split_tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, pid_m, pid_n, split, splits
     else:
         acc = tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                               BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST, k_lo, k_hi)
-    last = splits <= 1
+    done = splits <= 1
     if splits > 1:
-        acc, last = add_split_partials(acc, part_ptr, count_ptr, slot, part_base, split, splits, BLOCK_M, BLOCK_N,
-                                       PART_STRIDE)
-    if last:
+        done = publish_partial(acc, part_ptr, count_ptr, slot, part_base, split, splits, BLOCK_M, BLOCK_N,
+                               PART_STRIDE)
+        if done:
+            store_partials_sum(c_ptr, part_ptr, count_ptr, slot, part_base, splits, pid_m, pid_n, M, N, stride_cm,
+                               stride_cn, BLOCK_M, BLOCK_N, EVEN_M, EVEN_N, PART_STRIDE)
+    else:
         store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, EVEN_M, EVEN_N)
-    return last
+    return done
 
 
 @triton.jit

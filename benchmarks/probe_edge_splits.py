@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", default="6,8,12", help="tile_fused piece counts (ramped)")
     parser.add_argument("--iters", type=int, default=25, help="timed calls per round")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--dynamic", default="0", help="tile tickets: 0 (fixed stride, the operator's default), "
+                        "1, or 0,1 for both (extra entries shift a fixed-stride table's balance)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("probe_edge_splits: no CUDA device", file=sys.stderr)
@@ -72,21 +74,23 @@ def main(argv: list[str] | None = None) -> int:
             src, dst = ((buffers["c_dev"], buffers["host_out"]) if direction == "to_host"
                         else (buffers["a_host"], a))
             copy_ms = median_ms(lambda: dst.copy_(src, non_blocking=True), iters=50)
-            contexts = {s: OffloadContext(dev, edge_splits=s, **operator.context_kwargs()) for s in splits}
+            contexts = {(s, dyn): OffloadContext(dev, edge_splits=s, **(operator.context_kwargs() | dict(dynamic=dyn)))
+                        for dyn in (bool(int(d)) for d in args.dynamic.split(",")) for s in splits}
             runs = {}  # name -> (callable, record fields)
-            base = contexts[splits[0]]
+            base = next(iter(contexts.values()))
             for name, plan in (("sequential", Plan(strategy="sequential", transport="host_staged")),
                                ("chunked(8)", Plan(strategy="chunked", chunks=8, transport="host_staged"))):
                 fn, err = _run_fn(direction, base, plan, expected=expected, shape=(m, k, n), **buffers)
                 runs[name] = (fn, dict(strategy=plan.strategy, chunks=plan.chunks, edge_splits=1, max_error=err))
-            for s, ctx in contexts.items():
+            for (s, dyn), ctx in contexts.items():
                 for c in chunk_counts:
                     plan = fused_plan(operator, c, m, block_m=128, direction=direction)
                     fn, err = _run_fn(direction, ctx, plan, expected=expected, shape=(m, k, n), **buffers)
                     ws = ctx.producer(m, n, k, DTYPE, plan) if direction == "to_host" else ctx.consumer(m, n, k, DTYPE,
                                                                                                          plan)
-                    runs[f"tile_fused({c}) splits={s}"] = (fn, dict(
-                        strategy="tile_fused", chunks=c, edge_splits=s, max_error=err, split_sizes=plan.split_sizes,
+                    runs[f"tile_fused({c}) splits={s}{' dyn' if dyn else ''}"] = (fn, dict(
+                        strategy="tile_fused", chunks=c, edge_splits=s, dynamic=dyn, max_error=err,
+                        split_sizes=plan.split_sizes,
                         split_tiles=ws.schedule.split_tiles, entries=len(ws.schedule.tiles)))
             samples = {name: [] for name in runs}
             for _ in range(args.rounds):
@@ -105,11 +109,12 @@ def main(argv: list[str] | None = None) -> int:
                           sequential_ms=seq_ms, efficiency=score.overlap_efficiency, metric=score.metric, **fields))
                 print(f"  {name:28s} {st.median_ms:.3f} ms (p10 {st.p10_ms:.3f} p90 {st.p90_ms:.3f}) "
                       f"{score.label()}", flush=True)
-            for s, ctx in contexts.items():
+            for (s, dyn), ctx in contexts.items():
                 plan = fused_plan(operator, 8, m, block_m=128, direction=direction)
                 tl = _timeline(direction, ctx, plan, **buffers)
-                emit(dict(direction=direction, m=m, k=k, n=n, run=f"timeline splits={s}", timeline=tl.describe()))
-                print(f"  timeline splits={s}: {tl.describe()}", flush=True)
+                name = f"timeline splits={s}{' dyn' if dyn else ''}"
+                emit(dict(direction=direction, m=m, k=k, n=n, run=name, timeline=tl.describe()))
+                print(f"  {name}: {tl.describe()}", flush=True)
             for ctx in contexts.values():
                 ctx.close()
     return 0

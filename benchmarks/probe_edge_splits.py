@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", default="6,8,12", help="tile_fused piece counts (ramped)")
     parser.add_argument("--iters", type=int, default=25, help="timed calls per round")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--alone", action="store_true",
+                        help="instead: the fused GEMMs alone (no copies; consumer flags pre-set) with every tile, "
+                             "or the first/last 128 rows, split, against unsplit: what one K slice costs")
     parser.add_argument("--dynamic", default="0", help="tile tickets: 0 (fixed stride, the operator's default), "
                         "1, or 0,1 for both (extra entries shift a fixed-stride table's balance)")
     args = parser.parse_args(argv)
@@ -50,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     from hocket.plan.plan import Plan
 
     operator = next(v for v in VARIANTS if v.name == "operator")
+    if args.alone:
+        return _alone(args, dev=torch.device("cuda", torch.cuda.current_device()))
     splits = [int(s) for s in args.splits.split(",")]
     chunk_counts = [int(c) for c in args.chunks.split(",")]
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -117,6 +122,61 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {name}: {tl.describe()}", flush=True)
             for ctx in contexts.values():
                 ctx.close()
+    return 0
+
+
+def _alone(args, *, dev) -> int:
+    """The producer (signalling, nothing waiting) and consumer (flags pre-set) GEMMs alone, timed in
+    alternation with cuBLAS, per split count and split rows (0, the edge row block, all rows)."""
+    from bench_single_gpu import DTYPE
+    from hocket.bench.paired import alternating_ms
+    from hocket.kernels import (ConsumerWorkspace, ProducerWorkspace, consumer_gemm, producer_gemm, ramp_row_offsets,
+                                reset_producer, warmup_consumer, warmup_producer)
+    from hocket.ops.offload import offload_tile_config
+
+    rows = []
+    for shape in args.shapes.split(","):
+        m, k, n = (int(x) for x in shape.split("x"))
+        a = torch.randn(m, k, device=dev).to(DTYPE)
+        b = (torch.randn(k, n, device=dev) / k**0.5).to(DTYPE)
+        out = torch.empty(m, n, dtype=DTYPE, device=dev)
+        expected = torch.mm(a.float(), b.float())
+        cfg = offload_tile_config(m, n, k, DTYPE)
+        offsets = ramp_row_offsets(m, 8, align=cfg.block_m)
+        for kind in ("producer", "consumer"):
+            for split_rows in (0, cfg.block_m, m):
+                for s in ([1] if split_rows == 0 else [int(x) for x in args.splits.split(",") if int(x) > 1]):
+                    common = dict(m=m, n=n, k=k, dtype=DTYPE, device=dev, config=cfg, split_rows=split_rows, splits=s)
+                    if kind == "producer":
+                        ws = ProducerWorkspace(group_offsets=offsets, **common)
+                        warmup_producer(ws, a, b, out)
+
+                        def run(ws=ws):
+                            reset_producer(ws)
+                            producer_gemm(a, b, workspace=ws, out=out)
+                    else:
+                        ws = ConsumerWorkspace(chunk_offsets=tuple(m - o for o in reversed(offsets)),
+                                               **common)
+                        warmup_consumer(ws, a, b, out)
+                        ws.flags.fill_(1)
+
+                        def run(ws=ws):
+                            consumer_gemm(a, b, workspace=ws, out=out)
+                    out.fill_(float("nan"))
+                    run()
+                    torch.cuda.synchronize()
+                    err = float((out.float() - expected).abs().max())
+                    ms, _, _, cublas_ms = alternating_ms([run], [lambda: torch.mm(a, b, out=out)],
+                                                         iters=args.iters * args.rounds)
+                    row = dict(kind=kind, m=m, k=k, n=n, split_rows=split_rows, splits=s, median_ms=ms,
+                               cublas_ms=cublas_ms, entries=len(ws.schedule.tiles), split_tiles=ws.schedule.split_tiles,
+                               programs=ws.num_programs, max_error=err, config=cfg.label())
+                    rows.append(row)
+                    print(f"{kind} {m}x{k}x{n} split_rows={split_rows} splits={s}: {ms:.3f} ms (cuBLAS {cublas_ms:.3f}),"
+                          f" {row['entries']} entries, max error {err:.3g}", flush=True)
+                    if args.out:
+                        args.out.parent.mkdir(parents=True, exist_ok=True)
+                        args.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     return 0
 
 

@@ -206,7 +206,10 @@ class OffloadContext:
     first group to host, the last chunk from host) has each tile cut along K into this many slices
     inside the persistent launch (``hocket.kernels.gemm_tile.gemm_split_tile``: fp32 partials, the
     last slice adds them), so that piece needs a fraction of one K loop on many programs instead of a
-    whole one on few; 1: none.
+    whole one on few; 1: none, the default: on an H200 (benchmarks/results/h200, runs 34-39) the first
+    group to host was ready 0.014 ms sooner with 2 slices but the next group 0.03-0.04 ms later (the slices
+    take the programs that would have started it), and no split count (2, 4, 8; fixed-stride or ticket
+    tiles) beat the unsplit kernel on issue 5's target shapes (0.00 to -0.13 ms).
     """
 
     def __init__(self, device: torch.device | str | int | None = None, *, config: TileConfig | None = None,

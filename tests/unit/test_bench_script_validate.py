@@ -307,3 +307,26 @@ def test_nccl_through_host_is_priced_as_nccl_only_with_a_profile_timed_through_h
     assert plan.transport == "host_staged" and cluster is group.cluster
     relay = Plan(strategy="chunked", chunks=4, transport="host_staged")
     assert group.pricing(relay, through_host) == (relay, group.cluster)  # hocket's own plans stay on the cluster
+
+
+def test_a_plan_measured_twice_counts_once_at_its_median_on_both_sides():
+    """The bench times the planner's choice again after its candidates: the same plan on two lines
+    (0.343 and 0.218 ms in h200x2 run81). Regret compares plans, each at the median of its lines, so
+    a plan that is both the predicted and the measured best has regret 1.0, not 0.343 / 0.218."""
+    rng = random.Random(21)
+    site, fast, other = _new_site(rng), OVERLAP_PLANS[0], OVERLAP_PLANS[1]
+    base = baselines(rng)
+    seq = base.sequential_ms
+    lines = [record(site=site, plan=SEQ, median_ms=seq, base=base),
+             record(site=site, plan=fast, median_ms=0.9 * seq, base=base),
+             record(site=site, plan=other, median_ms=0.8 * seq, base=base),
+             record(site=site, plan=fast, median_ms=0.5 * seq, base=base)]
+    priced = [(lines[0], 1.0), (lines[1], 0.4), (lines[2], 0.6), (lines[3], 0.4)]
+    best = vc.best_of(site.key, priced)
+    assert best["predicted_best"] == best["measured_best"] == vc.line_label(lines[1])
+    assert best["right"] and best["regret"] == 1.0  # median 0.7 x seq beats the other plan's 0.8
+    slower = [(lines[0], 1.0), (lines[1], 0.4), (lines[2], 0.6), (record(site=site, plan=fast, median_ms=0.8 * seq,
+                                                                          base=base), 0.4)]
+    best = vc.best_of(site.key, slower)  # median 0.85 x seq: the other plan is best, regret 0.85 / 0.8
+    assert best["measured_best"] == vc.line_label(lines[2]) and not best["right"]
+    assert best["regret"] == pytest.approx(0.85 / 0.8)

@@ -15,7 +15,10 @@ use of one of the names below:
 * ``wait_value_on_stream`` / ``stream_wait_available``: a stream held in the GPU's front end
   until a flag rises (``cuStreamWaitValue32``; no SM, no launch; unbounded, so only for
   flags raised by work enqueued before it);
-* workspaces' ``dynamic=True``: programs take tiles from a ticket counter (``tickets``).
+* workspaces' ``dynamic=True``: programs take tiles from a ticket counter (``tickets``);
+* workspaces' ``split_rows`` / ``splits``: the edge rows' tiles cut along K into slices on
+  different programs (fp32 partials, one ``block_m x block_n`` block per slice, summed by the
+  last slice to arrive); measured no faster on an H200, so the offload operators leave it off.
 """
 
 from __future__ import annotations

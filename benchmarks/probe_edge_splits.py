@@ -17,12 +17,14 @@ of ``--iters`` back-to-back calls (median of all samples, p10/p90); one timeline
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from probe_common import write_rows  # noqa: E402  (a sibling script)
 
 SHAPES = ("8192x8192x7168", "8192x3584x8192", "4096x12288x6144", "8192x8192x1280")
 
@@ -45,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("probe_edge_splits: no CUDA device", file=sys.stderr)
         return 2
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_single_gpu import DTYPE, VARIANTS, _run_fn, _timeline, fused_plan, median_ms, samples_ms
     from hocket.bench.efficiency import overlap_score
     from hocket.bench.stats import summarize
@@ -62,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def emit(row: dict) -> None:
         rows.append(row)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        write_rows(args.out, rows)
 
     for shape in args.shapes.split(","):
         m, k, n = (int(x) for x in shape.split("x"))
@@ -174,9 +173,7 @@ def _alone(args, *, dev) -> int:
                     rows.append(row)
                     print(f"{kind} {m}x{k}x{n} split_rows={split_rows} splits={s}: {ms:.3f} ms (cuBLAS {cublas_ms:.3f}),"
                           f" {row['entries']} entries, max error {err:.3g}", flush=True)
-                    if args.out:
-                        args.out.parent.mkdir(parents=True, exist_ok=True)
-                        args.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+                    write_rows(args.out, rows)
     return 0
 
 

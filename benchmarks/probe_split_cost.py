@@ -18,7 +18,6 @@ The launch is timed against ``torch.mm`` in alternation; modes 3 results are che
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -26,6 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+sys.path.insert(0, str(Path(__file__).parent))
+from probe_common import write_rows  # noqa: E402  (a sibling script)
 from hocket.kernels.gemm_tile import (descriptor_accumulate, publish_partial, split_bounds, store_partials_sum,
                                       store_tile)
 
@@ -115,9 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"splits={splits} {name:8s} {ms:.3f} ms (cuBLAS {cublas_ms:.3f}); {tiles * splits} units, "
                   f"{per_unit_us:.1f} us per round of units; max error {err:.3g}", flush=True)
-            if args.out:
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+            write_rows(args.out, rows)
     return 0
 
 

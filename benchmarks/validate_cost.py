@@ -53,6 +53,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hocket.bench.noise import percent, print_noise, run_to_run as noise_floor
 from hocket.bench.record import read_records
 from hocket.cost import predict
 from hocket.env import PEER_PROTOCOLS, overridden
@@ -618,43 +619,9 @@ def implementation(record) -> tuple[str, ...]:
 
 
 def run_to_run(groups: list[SiteGroup], *, same_commit: bool = False) -> dict:
-    """The noise floor: the same plan on the same site measured in several runs. For every
-    (site, plan, implementation) with at least two runs, each run's deviation from the median
-    of its runs (the error of a model that knew the true mean exactly) and the max/min spread.
-    The implementation is what a line's ``run`` names in ``IMPLEMENTATION_KEYS`` (kernel variant,
-    tile config, copy waits, ...), so variants of one plan are not counted as noise.
-    ``same_commit``: only compare lines measured at one git hash (the executors change between
-    commits; across commits the spread holds code changes too)."""
-    runs: dict[tuple, list[float]] = {}
-    for g in groups:
-        for r in g.records:
-            variant = implementation(r)
-            if same_commit:
-                variant += (str(r.git_hash),)
-            runs.setdefault((g.site.key, r.plan.describe(), variant), []).append(r.median_ms)
-    deviations, spreads = [], []
-    for times in runs.values():
-        if len(times) < 2:
-            continue
-        middle = statistics.median(times)
-        deviations.extend(abs(t / middle - 1.0) for t in times)
-        spreads.append(max(times) / min(times) - 1.0)
-    return {"plans": len(spreads), "lines": len(deviations),
-            "median_deviation": statistics.median(deviations) if deviations else None,
-            "max_deviation": max(deviations) if deviations else None,
-            "median_spread": statistics.median(spreads) if spreads else None,
-            "max_spread": max(spreads) if spreads else None}
-
-
-def _pct(value) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
-def print_noise(noise: dict, label: str) -> None:
-    print(f"run-to-run {label}(same plan, same site, {noise['plans']} plans measured in >= 2 runs, {noise['lines']} lines): "
-          f"|deviation from the median of the runs| median {_pct(noise['median_deviation'])}, max "
-          f"{_pct(noise['max_deviation'])}; max/min - 1 median {_pct(noise['median_spread'])}, max "
-          f"{_pct(noise['max_spread'])} (the noise floor: no model can beat it)")
+    """The noise floor of ``groups`` (``hocket.bench.noise.run_to_run``), plans told apart by
+    :func:`implementation`: variants of one plan are not counted as noise."""
+    return noise_floor(groups, implementation=implementation, same_commit=same_commit)
 
 
 def print_report(held: dict, calib: dict, label: str, *, all_points: bool = False) -> None:
@@ -666,9 +633,9 @@ def print_report(held: dict, calib: dict, label: str, *, all_points: bool = Fals
     for name, result in (("held-out sites", held), ("calibration sites", calib)):
         s = summary(result)
         print(f"\n{name} ({label}): {s['points']} points on {s['sites']} sites | median |error| "
-              f"{_pct(s['median_abs_error'])}, max {_pct(s['max_abs_error'])} | saving sign right "
-              f"{_pct(s['sign_right'])} of {s['sign_points']} (plus {s['within_noise']} within noise; "
-              f"{_pct(s['sign_right_incl_noise'])} counting them) | best plan right {_pct(s['best_right'])}, "
+              f"{percent(s['median_abs_error'])}, max {percent(s['max_abs_error'])} | saving sign right "
+              f"{percent(s['sign_right'])} of {s['sign_points']} (plus {s['within_noise']} within noise; "
+              f"{percent(s['sign_right_incl_noise'])} counting them) | best plan right {percent(s['best_right'])}, "
               f"regret median {s['median_regret'] or 0:.3f} max {s['max_regret'] or 0:.3f}")
     for line in sorted(set(held["unpriced"] + calib["unpriced"])):
         print(f"note: not priced: {line[:150]}")

@@ -90,16 +90,27 @@ def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn,
 
 
 @triton.jit
+def _accumulate(a_ptr, b_ptr, a_desc, b_desc, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_M: tl.constexpr,
+                EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                TMA: tl.constexpr, k_lo=0, k_hi=None):
+    """The tile's fp32 accumulator over ``k_lo <= k < k_hi``, loaded through descriptors (``TMA``) or pointers."""
+    if TMA:
+        acc = descriptor_accumulate(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                                    INPUT_PRECISION, UPCAST, k_lo, k_hi)
+    else:
+        acc = tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST, k_lo, k_hi)
+    return acc
+
+
+@triton.jit
 def _tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
           stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
           EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
           UPCAST: tl.constexpr, TMA: tl.constexpr):
-    if TMA:
-        acc = descriptor_accumulate(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                                    INPUT_PRECISION, UPCAST)
-    else:
-        acc = tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                              BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST)
+    acc = _accumulate(a_ptr, b_ptr, a_desc, b_desc, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                      BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST, TMA)
     store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N, EVEN_M, EVEN_N)
 
 
@@ -190,12 +201,8 @@ def _split_tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, pid_m, pid_n, split, splits
                 EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                 TMA: tl.constexpr, PART_STRIDE: tl.constexpr):
     k_lo, k_hi = split_bounds(split, splits, K, BLOCK_K)
-    if TMA:
-        acc = descriptor_accumulate(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                                    INPUT_PRECISION, UPCAST, k_lo, k_hi)
-    else:
-        acc = tile_accumulate(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                              BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST, k_lo, k_hi)
+    acc = _accumulate(a_ptr, b_ptr, a_desc, b_desc, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                      BLOCK_M, BLOCK_N, BLOCK_K, EVEN_M, EVEN_N, EVEN_K, INPUT_PRECISION, UPCAST, TMA, k_lo, k_hi)
     done = splits <= 1
     if splits > 1:
         done = publish_partial(acc, part_ptr, count_ptr, slot, part_base, split, splits, BLOCK_M, BLOCK_N,

@@ -93,6 +93,11 @@ class _Workspace:
             self.split_table = self.partials = self.split_counters = None
         else:  # K slices of edge tiles: fp32 partials (one row per slice) and one arrival counter per tile
             cfg = self.config
+            floats = self.schedule.split_partials * cfg.block_m * cfg.block_n
+            if floats > MAX_ELEMENTS:
+                raise ValueError(f"split_rows cut {self.schedule.split_tiles} tiles into {self.schedule.split_partials} "
+                                 f"slices: {floats} fp32 partials, above the kernels' 32-bit offsets ({MAX_ELEMENTS}); "
+                                 f"split fewer rows (the exposed edge only) or use fewer splits")
             self.split_table = torch.tensor(split_table, dtype=torch.int32, device=self.device)
             self.partials = torch.empty(self.schedule.split_partials, cfg.block_m * cfg.block_n,
                                         dtype=torch.float32, device=self.device)

@@ -300,3 +300,17 @@ def test_split_arguments_checked():
         consumer_schedule(m=64, n=64, block_m=32, block_n=64, chunk_offsets=(0, 64), split_rows=32, splits=0)
     s = producer_schedule(m=64, n=64, block_m=32, block_n=64, groups=2, split_rows=0, splits=4)
     assert s.splits is None and s.split_tiles == 0  # no split rows: nothing split, whatever splits says
+
+
+def test_workspace_refuses_split_partials_beyond_32_bit_offsets():
+    import torch
+
+    from hocket.kernels import ProducerWorkspace, TileConfig
+
+    cfg = TileConfig(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4)
+    with pytest.raises(ValueError, match="split_rows cut .* fp32 partials, above the kernels' 32-bit offsets"):
+        ProducerWorkspace(m=40960, n=16384, k=4096, dtype=torch.bfloat16, device="cpu", config=cfg, groups=4,
+                          split_rows=40960, splits=8)
+    ws = ProducerWorkspace(m=1024, n=512, k=4096, dtype=torch.bfloat16, device="cpu", config=cfg, groups=4,
+                           split_rows=128, splits=8)  # the edge row block: 2 tiles x 8 slices
+    assert ws.partials.shape == (16, 128 * 256) and ws.split_counters.tolist() == [0, 0]

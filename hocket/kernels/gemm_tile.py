@@ -76,16 +76,21 @@ def descriptor_accumulate(a_desc, b_desc, off_m, off_n, K, BLOCK_M: tl.constexpr
 
 
 @triton.jit
-def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+def store_block(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
+    """Round ``acc`` to C's dtype and store it at rows ``offs_m`` and columns ``offs_n`` (masked where uneven)."""
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     value = acc.to(c_ptr.dtype.element_ty)
     if EVEN_M and EVEN_N:
         tl.store(c_ptrs, value)
     else:
         tl.store(c_ptrs, value, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
+    store_block(c_ptr, acc, pid_m * BLOCK_M + tl.arange(0, BLOCK_M), pid_n * BLOCK_N + tl.arange(0, BLOCK_N), M, N,
+                stride_cm, stride_cn, EVEN_M, EVEN_N)
 
 
 
@@ -184,13 +189,7 @@ def store_partials_sum(c_ptr, part_ptr, count_ptr, slot, part_base, splits, pid_
         total = tl.zeros((_SUM_ROWS, BLOCK_N), dtype=tl.float32)
         for j in range(0, splits):
             total += tl.load(part_ptr + (part_base + j) * PART_STRIDE + offs, cache_modifier=".cg")
-        offs_m = pid_m * BLOCK_M + rows
-        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-        value = total.to(c_ptr.dtype.element_ty)
-        if EVEN_M and EVEN_N:
-            tl.store(c_ptrs, value)
-        else:
-            tl.store(c_ptrs, value, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+        store_block(c_ptr, total, pid_m * BLOCK_M + rows, offs_n, M, N, stride_cm, stride_cn, EVEN_M, EVEN_N)
     tl.atomic_xchg(count_ptr + slot, 0, sem="relaxed", scope="gpu")
 
 

@@ -93,6 +93,13 @@ def captured_line(record) -> bool:
     return run.get("captured") is True
 
 
+def eager_graph_line(record) -> bool:
+    """A results line of eager calls under ``HOCKET_EAGER_GRAPHS`` (``run.eager_graphs``,
+    benchmarks/bench_eager_graphs.py): left out of this validation."""
+    run = record.run if isinstance(record.run, dict) else {}
+    return run.get("eager_graphs") not in (None, "off")
+
+
 PEER_PROTOCOL_KINDS = ("ag_mm", "mm_rs", "mm_ar")
 PROTOCOL_BEFORE_RUN14 = "push"
 """What every ``chunked``/``copy_engine`` line without ``run.peer_protocol`` ran: the flag-raising push
@@ -368,6 +375,11 @@ def read_current(paths, *, all_relays: bool = False, strict: bool = False,
                 raise
             notes.append(f"{path} skipped: {str(exc)[:160]}")
             continue
+        graphed = [r for r in lines if eager_graph_line(r)]
+        if graphed:
+            notes.append(f"{path}: {len(graphed)} lines of calls under HOCKET_EAGER_GRAPHS skipped (priced by "
+                         f"hocket.plan.eager_graphs; bench_eager_graphs.py prints their predictions)")
+            lines = [r for r in lines if not eager_graph_line(r)]
         kept = lines if all_relays else [r for r in lines if measures_current_executor(r, path)]
         for r in kept:
             _fill_signal(r, path)

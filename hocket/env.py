@@ -222,6 +222,35 @@ def host_stage_dir() -> Path:
     return Path(raw).expanduser() if raw else Path("/dev/shm")
 
 
+EAGER_GRAPHS = ("off", "auto", "on")
+
+
+def eager_graphs() -> str:
+    """``HOCKET_EAGER_GRAPHS``: whether eager operator calls on GPUs are replayed from CUDA graphs that
+    hocket captures itself (:mod:`hocket.ops.eager_graph`). ``off`` (default, also ``0``): every call is
+    issued by the host. ``auto``: where the cost model prices a replay (with its input and output copies)
+    below the call issued by the host, and ``plan=None`` weighs both ways for every candidate. ``on``
+    (also ``1``): every call whose plan a graph can capture is replayed."""
+    raw = os.environ.get("HOCKET_EAGER_GRAPHS", "").strip().lower()
+    raw = {"0": "off", "1": "on", "": "off", "false": "off", "true": "on"}.get(raw, raw)
+    if raw not in EAGER_GRAPHS:
+        raise ValueError(f"HOCKET_EAGER_GRAPHS={raw!r} must be one of {EAGER_GRAPHS} (or 0 / 1)")
+    return raw
+
+
+def eager_graphs_max() -> int:
+    """``HOCKET_EAGER_GRAPHS_MAX``: how many calls' graphs a process keeps (default 32); each holds its
+    own memory pool (the call's inputs, outputs and scratch), so calls of further signatures run eagerly."""
+    raw = os.environ.get("HOCKET_EAGER_GRAPHS_MAX", "").strip()
+    try:
+        count = int(raw) if raw else 32
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise ValueError(f"HOCKET_EAGER_GRAPHS_MAX={raw!r} must be a whole number of graphs >= 0, e.g. 32")
+    return count
+
+
 PEER_PROTOCOLS = ("auto", "pull", "put", "push")
 
 

@@ -165,17 +165,31 @@ def settle_plan(group: GroupHandle, op: str, choose: Callable[[], Plan], *, devi
     sends its plan (or its planner's error); rank 0's plan is the one every rank runs
     (decided on rank 0, broadcast), and a planner error on any rank raises on every rank.
     """
+    return Plan.from_json(settle(group, op, "choosing the plan", lambda: choose().to_json(), device=device))
+
+
+def settle_replay(group: GroupHandle, op: str, choose: Callable[[], bool], *, device: torch.device) -> bool:
+    """Whether every rank replays this call from hocket's CUDA graph (:mod:`hocket.ops.eager_graph`):
+    ``choose()`` on every rank, rank 0's answer everywhere (a replay and an issued call of one call
+    would not meet: they use different slots of a peer transport)."""
+    return settle(group, op, "deciding whether to replay the call",
+                  lambda: "1" if choose() else "0", device=device) == "1"
+
+
+def settle(group: GroupHandle, op: str, what: str, choose: Callable[[], str], *, device: torch.device) -> str:
+    """``choose()`` (text) on every rank, rank 0's text returned on every rank; an error (ValueError or
+    TypeError) on any rank raises on every rank, naming ``what`` failed where."""
     local_error: ValueError | TypeError | None = None
-    plan = None
+    chosen = None
     try:
-        plan = choose()
+        chosen = choose()
     except (ValueError, TypeError) as exc:
         local_error = exc
     if group.world == 1 or not agreement_check():
         if local_error is not None:
             raise local_error
-        return plan
-    text = (plan.to_json() if plan is not None else f"{type(local_error).__name__}: {local_error}").encode()
+        return chosen
+    text = (chosen if local_error is None else f"{type(local_error).__name__}: {local_error}").encode()
     dev = _exchange_device(group, device)
     transport = TorchDistTransport(group)
     mine = torch.tensor([1 if local_error is not None else 0, len(text)], dtype=torch.int64, device=dev)
@@ -188,5 +202,5 @@ def settle_plan(group: GroupHandle, op: str, choose: Callable[[], Plan], *, devi
     failed = [r for r, row in enumerate(rows) if row[0]]
     if failed:
         errors = "; ".join(f"rank {r}: {texts[r]}" for r in failed)
-        raise RankInputError(f"hocket.{op}: choosing the plan failed on rank(s) {failed} ({errors})")
-    return Plan.from_json(texts[0])
+        raise RankInputError(f"hocket.{op}: {what} failed on rank(s) {failed} ({errors})")
+    return texts[0]

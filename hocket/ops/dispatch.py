@@ -22,9 +22,10 @@ import os
 import torch
 from torch.profiler import record_function
 
-from hocket.env import agreement_every_call, disabled
-from hocket.ops.agreement import Descriptor, agree, settle_plan
+from hocket.env import agreement_every_call, disabled, eager_graphs, eager_graphs_max
+from hocket.ops.agreement import Descriptor, agree, settle_plan, settle_replay
 from hocket.ops.context import context_for
+from hocket.ops.eager_graph import EagerGraph, release_all
 from hocket.ops.lowering import executor_for
 from hocket.ops.lowering.runtime import Runtime
 from hocket.ops.planning import OP_NAMES, check_supported, choose_plan, explicit_plan, planning_captured
@@ -51,6 +52,9 @@ class Prepared:
     transport is not in ``CAPTURABLE_TRANSPORTS``)."""
     capture_refusal: str | None = None
     """why a CUDA graph cannot capture this call (:func:`hocket.plan.capture.capture_refusal`), or None."""
+    graph: EagerGraph | None = None
+    """the call's own CUDA graph when its calls are replayed (``HOCKET_EAGER_GRAPHS``,
+    :mod:`hocket.ops.eager_graph`), else None."""
 
 
 _PREPARED: dict[tuple, Prepared] = {}
@@ -58,18 +62,19 @@ _PREPARED: dict[tuple, Prepared] = {}
 
 def clear_prepared_cache() -> None:
     _PREPARED.clear()
+    release_all()
 
 
-_ENV_PARSED: dict[tuple, tuple[bool, bool]] = {}
+_ENV_PARSED: dict[tuple, tuple[bool, bool, str]] = {}
 
 
 def _raw_env() -> tuple:
-    """The raw values of ``HOCKET_DISABLE`` and ``HOCKET_AGREEMENT`` now."""
-    return os.environ.get("HOCKET_DISABLE"), os.environ.get("HOCKET_AGREEMENT")
+    """The raw values of ``HOCKET_DISABLE``, ``HOCKET_AGREEMENT`` and ``HOCKET_EAGER_GRAPHS`` now."""
+    return os.environ.get("HOCKET_DISABLE"), os.environ.get("HOCKET_AGREEMENT"), os.environ.get("HOCKET_EAGER_GRAPHS")
 
 
-def _env_flags() -> tuple[bool, bool]:
-    """``(disabled(), agreement_every_call())`` for the environment as it is now.
+def _env_flags() -> tuple[bool, bool, str]:
+    """``(disabled(), agreement_every_call(), eager_graphs())`` for the environment as it is now.
 
     The raw values are the memo key and :mod:`hocket.env` parses them, so its meaning of
     each flag is the only one and a runtime change of either variable takes effect at once.
@@ -77,7 +82,7 @@ def _env_flags() -> tuple[bool, bool]:
     raw = _raw_env()
     parsed = _ENV_PARSED.get(raw)
     if parsed is None:
-        parsed = _ENV_PARSED[raw] = (disabled(), agreement_every_call())
+        parsed = _ENV_PARSED[raw] = (disabled(), agreement_every_call(), eager_graphs())
     return parsed
 
 
@@ -93,10 +98,11 @@ def run_prepared(prep: Prepared, *args):
             raise ValueError(f"{prep.label}: a copy-engine call is captured only through hocket.ops.CapturedCall "
                              f"(its calls then use slots of their own and end on a barrier); a bare "
                              f"torch.cuda.graph would bake one slot parity of the eager protocol into every replay")
+    run = prep.run if prep.graph is None or torch.cuda.is_current_stream_capturing() else prep.graph
     if torch.autograd._profiler_enabled():
         with record_function(prep.label):
-            return prep.run(*args)
-    return prep.run(*args)
+            return run(*args)
+    return run(*args)
 
 
 def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_arg: int, plan_text: str,
@@ -108,15 +114,17 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
     ``site_of(group, dim)`` builds the Site.
     """
     pg = process_group_of(group_name)
-    is_disabled, every_call = _env_flags()
+    is_disabled, every_call, graphs = _env_flags()
+    device = tensors[0].device if tensors and isinstance(tensors[0], torch.Tensor) else torch.device("cpu")
+    if device.type != "cuda" or planning_captured():
+        graphs = "off"  # CUDA graphs capture GPU work only; a call planned for a capture is replayed by it
     key = (kind, group_name, id(pg), *[(t.shape, t.dtype, t.device) for t in tensors], dim_arg, plan_text,
-           *flags.items(), direction, is_disabled, not plan_text and planning_captured())
+           *flags.items(), direction, is_disabled, not plan_text and planning_captured(), graphs)
     hit = _PREPARED.get(key)
     if hit is not None and hit.group.pg is pg and not every_call:
         return hit
     group = resolve_group(pg)
     op = OP_NAMES[kind]
-    device = tensors[0].device if tensors and isinstance(tensors[0], torch.Tensor) else torch.device("cpu")
     site = plan = None
     dim = 0
     local_error: ValueError | TypeError | None = None
@@ -128,17 +136,30 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
         local_error = exc
     descriptor = Descriptor(
         op=op, site=site.to_dict() if site else {}, plan=plan.to_dict() if plan else {"choose": True},
-        flags={**flags, "direction": direction, "disabled": disabled()},
+        flags={**flags, "direction": direction, "disabled": disabled(), "eager_graphs": graphs},
         error=f"{type(local_error).__name__}: {local_error}" if local_error else "")
     agree(group, descriptor, device=device, local_error=local_error)
     if plan is None:
-        plan = settle_plan(group, op, lambda: check_supported(kind, choose_plan(site)), device=device)
+        plan = settle_plan(group, op, lambda: check_supported(kind, choose_plan(site, eager_graphs=graphs)),
+                           device=device)
     transport = get_transport(plan.transport, group, comm_sms=plan.comm_sms)
     run = executor_for(kind, plan.strategy)
     runtime = Runtime(group=group, ctx=context_for(group.name, device, tensors[0].dtype), transport=transport)
-    prepared = Prepared(group=group, site=site, plan=plan, dim=dim, runtime=runtime, run=run,
-                        label=f"hocket::{op}[{plan.describe()}]",
+    label = f"hocket::{op}[{plan.describe()}]"
+    graph = None
+    if graphs != "off" and settle_replay(group, op, lambda: replays(site, plan, graphs), device=device):
+        graph = EagerGraph(run, f"{label} (replayed)", device, limit=eager_graphs_max())
+    prepared = Prepared(group=group, site=site, plan=plan, dim=dim, runtime=runtime, run=run, label=label,
+                        graph=graph,
                         capture_check=device.type == "cuda" and plan.transport not in CAPTURABLE_TRANSPORTS,
                         capture_refusal=capture_refusal(site, plan) if site is not None else None)
     _PREPARED[key] = prepared
     return prepared
+
+
+def replays(site: Site, plan: Plan, mode: str) -> bool:
+    """Whether this rank would replay ``plan``'s calls on ``site`` under ``mode`` (the eager-graph planner's
+    pricing, :meth:`hocket.plan.live.LivePlanner.replays`); rank 0's answer is the one all ranks use."""
+    from hocket.plan.live import eager_graphs_planner
+
+    return eager_graphs_planner(mode).replays(site, plan)

@@ -64,9 +64,21 @@ def planning_captured() -> bool:
     return _CAPTURED_PLANNING.get()
 
 
-def choose_plan(site: Site) -> Plan:
-    """The plan for ``site``; cached per ``site.key`` (apart for calls planned for CUDA graphs)."""
+_CHOSEN_GRAPHED: dict[tuple[str, str], Plan] = {}
+"""the same for eager calls hocket may replay from its own CUDA graphs: (mode, site key) -> plan"""
+
+
+def choose_plan(site: Site, *, eager_graphs: str = "off") -> Plan:
+    """The plan for ``site``; cached per ``site.key`` (apart for calls planned for CUDA graphs, and for
+    eager calls under ``eager_graphs`` ``auto`` / ``on``: :mod:`hocket.ops.eager_graph`)."""
     captured = _CAPTURED_PLANNING.get()
+    if not captured and eager_graphs != "off":
+        plan = _CHOSEN_GRAPHED.get((eager_graphs, site.key))
+        if plan is None:
+            from hocket.plan.live import plan_for_call
+
+            plan = _CHOSEN_GRAPHED[(eager_graphs, site.key)] = plan_for_call(site, eager_graphs=eager_graphs)
+        return plan
     chosen = _CHOSEN_CAPTURED if captured else _CHOSEN
     plan = chosen.get(site.key)
     if plan is None:
@@ -80,6 +92,7 @@ def choose_plan(site: Site) -> Plan:
 def clear_plan_cache() -> None:
     _CHOSEN.clear()
     _CHOSEN_CAPTURED.clear()
+    _CHOSEN_GRAPHED.clear()
 
 
 def plan_text(plan: object) -> str:

@@ -56,6 +56,14 @@ class LiveConfig:
     when the calibration profile carries measured host issue costs (``issue_us``, written by
     ``hocket calibrate`` on this machine), since the steady state is host-bound wherever those
     costs matter and the defaults can be 2x off; True = always; False = as ``search`` says."""
+    eager_graphs: str = "off"
+    """``auto`` / ``on``: price each candidate as hocket's CUDA graph replay of the call would run where it
+    is replayed (:mod:`hocket.plan.eager_graphs`; ``HOCKET_EAGER_GRAPHS``); ``off``: as the host issues it."""
+
+    def __post_init__(self) -> None:
+        from hocket.plan.eager_graphs import check_mode
+
+        check_mode(self.eager_graphs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +161,35 @@ class LivePlanner:
             return tuning
         return replace(tuning, reps=STEADY_REPS if self.search_config().steady_state else 1)
 
+    def _eager_graph_cost(self):
+        """The CostFn of ``config.eager_graphs`` (None when off: ``search`` builds the plain one)."""
+        if self.config.eager_graphs == "off":
+            return None
+        from hocket.plan.eager_graphs import eager_graph_cost_fn
+
+        return eager_graph_cost_fn(self.cluster, self.profile, steady_state=self.search_config().steady_state,
+                                   mode=self.config.eager_graphs)
+
+    def replays(self, site: Site, plan: Plan, mode: str | None = None) -> bool:
+        """Whether a call of ``plan`` on ``site`` is replayed from hocket's own CUDA graph under ``mode``
+        (default ``config.eager_graphs``): never when off or when a graph cannot capture the plan; always
+        under ``on``; under ``auto`` where the replay with its copies is priced below the issued call."""
+        from hocket.plan.eager_graphs import check_mode, eager_graph_cost_fn, replayable
+
+        mode = check_mode(mode if mode is not None else self.config.eager_graphs)
+        if mode == "off" or not replayable(site, plan):
+            return False
+        if mode == "on":
+            return True
+        try:
+            cost = eager_graph_cost_fn(self.cluster, self.profile, steady_state=self.search_config().steady_state,
+                                       mode=mode)
+            return bool(cost.replays(site, plan))
+        except ValueError as exc:  # a cluster description that does not cover the group: issue it eagerly
+            warnings.warn(f"hocket could not price replaying {site.key} ({exc}); its calls are issued eagerly",
+                          PlannerWarning, stacklevel=2)
+            return False
+
     # -- deciding -----------------------------------------------------------------------
     def decide(self, site: Site, *, group: object = None, runners: RunnersFor | None = None,
                device: object = "cpu", autotune_switch: bool | None = None) -> Decision:
@@ -177,7 +214,8 @@ class LivePlanner:
         free = live_free_memory_bytes() if measure else None
         try:
             result = search(bucket, self.cluster, profile=self.profile, config=self.search_config(),
-                            space_config=self._space_config(bucket), free_memory_bytes=free)
+                            space_config=self._space_config(bucket), free_memory_bytes=free,
+                            cost_fn=self._eager_graph_cost())
         except ValueError as exc:
             warnings.warn(f"hocket could not plan {site.key} on cluster {getattr(self.cluster, 'name', '?')!r} "
                           f"({exc}); running it sequentially. Describe the cluster with HOCKET_CLUSTER=<preset "
@@ -243,12 +281,30 @@ def captured_planner() -> LivePlanner:
     return planner
 
 
+def eager_graphs_planner(mode: str) -> LivePlanner:
+    """The planner of ``plan=None`` calls under ``HOCKET_EAGER_GRAPHS=auto`` or ``on`` (``mode``): the
+    process planner's cluster, profile and settings, pricing every candidate as it will run (replayed from
+    hocket's own CUDA graph, with its copies, or issued by the host: :mod:`hocket.plan.eager_graphs`),
+    without the disk cache (its entries are decisions for calls the host issues). Autotuning, where asked
+    for, times each candidate's operator call as it runs in this mode."""
+    from hocket.plan.eager_graphs import check_mode
+
+    key = f"eager_graphs:{check_mode(mode)}"
+    planner = _PLANNERS.get(key)
+    if planner is None:
+        base = process_planner()
+        config = replace(base.config, eager_graphs=mode, use_disk_cache=False)
+        planner = _PLANNERS[key] = LivePlanner(cluster=base._cluster, profile=base._profile, config=config)
+        if base._profile_loaded:
+            planner._profile_loaded = True
+    return planner
+
+
 def set_process_planner(planner: LivePlanner | None) -> None:
     """Replace (or with None, reset) the process planner, e.g. to give it a described cluster."""
     if planner is not None and not isinstance(planner, LivePlanner):
         raise TypeError(f"planner must be a hocket.plan.live.LivePlanner or None, got {type(planner).__name__}")
-    _PLANNERS.pop("default", None)
-    _PLANNERS.pop("captured", None)
+    _PLANNERS.clear()
     if planner is not None:
         _PLANNERS["default"] = planner
 
@@ -353,7 +409,7 @@ def tune(site: Site, *, group: object = None, autotune: bool | None = True, devi
                           runners=lambda s: operator_runners(s, group=group, device=device, captured=captured))
 
 
-def plan_for_call(site: Site, *, captured: bool = False) -> Plan:
+def plan_for_call(site: Site, *, captured: bool = False, eager_graphs: str = "off") -> Plan:
     """What ``plan=None`` runs (``hocket.ops.planning.choose_plan``).
 
     Prediction (or a cached decision) by default. With ``HOCKET_AUTOTUNE=1`` and a site
@@ -361,10 +417,13 @@ def plan_for_call(site: Site, *, captured: bool = False) -> Plan:
     shape bucket is autotuned on the live group (collective, like the call itself).
     ``captured``: a call to be replayed from a CUDA graph (:func:`captured_planner`): by prediction, or
     with ``HOCKET_AUTOTUNE=1`` (on a CUDA device, outside a capture) by timing the candidates as replays.
+    ``eager_graphs`` (``auto`` / ``on``): an eager call that hocket may replay from its own CUDA graph
+    (:func:`eager_graphs_planner`).
     """
     import torch
 
-    planner = captured_planner() if captured else process_planner()
+    planner = captured_planner() if captured else \
+        eager_graphs_planner(eager_graphs) if eager_graphs != "off" else process_planner()
     if autotune_enabled(process_planner().config.autotune) and _whole_world(site) \
             and not torch.compiler.is_compiling() and not (captured and not _can_capture_now()):
         device = _live_device()
@@ -375,5 +434,6 @@ def plan_for_call(site: Site, *, captured: bool = False) -> Plan:
     return fit_plan(decision.plan, site)
 
 
-__all__ = ["Decision", "LiveConfig", "LivePlanner", "PlannerWarning", "captured_planner", "operator_runners",
+__all__ = ["Decision", "LiveConfig", "LivePlanner", "PlannerWarning", "captured_planner", "eager_graphs_planner",
+           "operator_runners",
            "plan_for_call", "process_planner", "set_process_planner", "tune"]

@@ -12,6 +12,16 @@ from _nccl_cases import _operand  # every rank draws every rank's operands from 
 from hocket.env import overridden
 from hocket.ops.reference import all_gather_matmul_global, matmul_all_reduce_global, matmul_reduce_scatter_global
 
+RELAY = {"strategy": "chunked", "transport": "host_staged"}
+CAPTURABLE_PLANS = [
+    {"strategy": "sequential"},
+    {"strategy": "chunked", "chunks": 3},
+    {**RELAY, "chunks": 1, "order": "local_first"},
+    {**RELAY, "chunks": 4, "order": "local_first"},
+    {**RELAY, "chunks": 3},
+]
+"""plans every capture test replays: NCCL, and the relay in one, four (own rows first) and three pieces"""
+
 
 def _operands(case: dict, seed: int, device):
     """(this rank's inputs, the reference output) of one call of ``case``."""

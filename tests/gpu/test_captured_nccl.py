@@ -12,19 +12,12 @@ from _two_gpus import SEED, require_two_gpus
 
 require_two_gpus()
 
-from _captured_cases import (run_bare_graph, run_captured, run_captured_after_context_churn,  # noqa: E402
+from _captured_cases import (CAPTURABLE_PLANS, RELAY, run_bare_graph, run_captured, run_captured_after_context_churn,  # noqa: E402
                              run_captured_autotuned, run_captured_copy_engine, run_captured_host_signal)
 
 pytestmark = pytest.mark.timeout(600)
-RELAY = {"strategy": "chunked", "transport": "host_staged"}
-
-
 PLANS = [
-    {"strategy": "sequential"},
-    {"strategy": "chunked", "chunks": 3},
-    {**RELAY, "chunks": 1, "order": "local_first"},
-    {**RELAY, "chunks": 4, "order": "local_first"},
-    {**RELAY, "chunks": 3},
+    *CAPTURABLE_PLANS,
     {"strategy": "sequential", "transport": "host_staged"},
     None,  # plan=None: planned for replays (hocket.ops.planning.captured_planning)
 ]

@@ -9,12 +9,12 @@ import os
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import hocket.ops as H
+from _world1 import world1_group
 from hocket.ops import dispatch
 from hocket.ops.eager import direct_call_ok
 
@@ -26,14 +26,7 @@ ar_module = importlib.import_module("hocket.ops.matmul_all_reduce")
 
 @pytest.fixture(scope="module")
 def pg():
-    if dist.is_initialized():
-        pytest.skip("a default process group already exists in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield dist.group.WORLD
-    finally:
-        H.close_contexts()
-        dist.destroy_process_group()
+    yield from world1_group()
 
 
 @pytest.fixture
@@ -220,20 +213,23 @@ def test_bad_input_errors_are_unchanged_on_the_direct_path(pg):
 def test_env_flags_follow_runtime_changes(monkeypatch):
     monkeypatch.delenv("HOCKET_DISABLE", raising=False)
     monkeypatch.delenv("HOCKET_AGREEMENT", raising=False)
-    assert dispatch._env_flags() == (False, False)
+    monkeypatch.delenv("HOCKET_EAGER_GRAPHS", raising=False)
+    assert dispatch._env_flags() == (False, False, "off")
     monkeypatch.setenv("HOCKET_DISABLE", "1")
-    assert dispatch._env_flags() == (True, False)
+    assert dispatch._env_flags() == (True, False, "off")
     monkeypatch.setenv("HOCKET_AGREEMENT", "always")
-    assert dispatch._env_flags() == (True, True)
+    assert dispatch._env_flags() == (True, True, "off")
     monkeypatch.setenv("HOCKET_DISABLE", "0")
-    assert dispatch._env_flags() == (False, True)
+    assert dispatch._env_flags() == (False, True, "off")
+    monkeypatch.setenv("HOCKET_EAGER_GRAPHS", "auto")
+    assert dispatch._env_flags() == (False, True, "auto")
 
 
 def test_env_flags_read_a_mapping_put_in_place_of_os_environ(monkeypatch):
     monkeypatch.setattr(os, "environ", {"HOCKET_DISABLE": "yes"})
-    assert dispatch._env_flags() == (True, False)
+    assert dispatch._env_flags() == (True, False, "off")
     os.environ["HOCKET_AGREEMENT"] = "always"
-    assert dispatch._env_flags() == (True, True)
+    assert dispatch._env_flags() == (True, True, "off")
 
 
 def test_hocket_disable_at_runtime_forces_sequential(pg, monkeypatch):

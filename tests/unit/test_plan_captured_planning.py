@@ -5,34 +5,18 @@ from __future__ import annotations
 import pytest
 
 from hocket.hardware import load_preset
-from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint
 from hocket.ops import planning
 from hocket.plan import live
 from hocket.plan.live import LiveConfig, LivePlanner, captured_planner, set_process_planner
 from hocket.site import Site
+from _slow_host import slow_host_planner
 
 SITE = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
 
 
 @pytest.fixture
-def slow_host(monkeypatch):
-    """A host-staged 2-GPU cluster whose host issues slowly: pieces pay on the host when eager."""
-    curve = lambda points: tuple(CurvePoint(bytes=b, ms=ms) for b, ms in points)  # noqa: E731
-    # the relay and host-link curves of a 2xH200 lease (run38), so the relay counts as measured
-    slow = CalibrationProfile(
-        fingerprint="toy", world_size=2,
-        host_link=curve([(1 << 20, 0.031), (16 << 20, 0.317), (64 << 20, 1.247), (256 << 20, 4.890)]),
-        host_relay=curve([(1 << 20, 0.313), (16 << 20, 0.403), (64 << 20, 1.089), (256 << 20, 3.339)]),
-        contention={"host_link": ContentionPoint(gemm_slowdown=1.0, transfer_slowdown=1.0)},
-        issue_us={"relay_call": 400.0, "relay_message": 150.0, "relay_split": 150.0, "launch": 60.0, "entry": 200.0})
-    # supported given: every transport of the space is priced (this CPU build registers no host_staged)
-    set_process_planner(LivePlanner(cluster=load_preset("h200-host-staged"), profile=slow,
-                                    config=LiveConfig(use_disk_cache=False, autotune=False,
-                                                      supported=planning.SUPPORTED)))
-    planning.clear_plan_cache()
-    yield
-    set_process_planner(None)
-    planning.clear_plan_cache()
+def slow_host():
+    yield from slow_host_planner()
 
 
 def test_captured_planning_prices_replays_and_caches_apart(slow_host):

@@ -289,6 +289,15 @@ def _gloo_collective(op: str, nbytes: float, topo: GroupTopology, kind: str) -> 
     return call + wire + copy_ms + touch_ms, algorithm
 
 
+RELAY_MESSAGE_FLOOR_US = 22.0
+"""Device microseconds a host-staged message takes at least, however few its bytes: its device-to-host
+copy's setup and completion, the sequence number it writes, the peer's stream wait on it and the
+host-to-device copy behind that, one after another. Hidden behind the host's issue time when eager
+(``relay_message``: 50-150 us per message), it is what a replayed relay call of many small messages pays:
+2xH200 run84, ag_mm 8192x4096x1536 replayed own-data-first in 64 pieces (one call, 64 messages of 0.5 MiB
+per rank, ~10 us of data each way) 1.44 ms, 22-23 us per message; in 2-16 pieces (2-16 MiB messages) the
+same call ran at its bytes' pace (runs 38-42)."""
+
 HOST_HANDSHAKE_US = 10.0
 """Latency of a relay message's cross-process handshake: the receiving copy stream waits on
 the sender's IPC event once the sender has published "sent" in the shared buffer's header."""
@@ -429,6 +438,10 @@ def collective(op: str, nbytes: float, topo: GroupTopology, *, transport: str = 
     pipelined, messages = 0.0, 1
     if transport == "host_staged":
         ms, algorithm, pipelined, messages = _host_staged(op, nbytes, topo, calibration, message_bytes)
+        if getattr(calibration, "captured", False):
+            # priced from the relay's replayed curve, whose calls ran back to back: a call queued behind
+            # another already overlaps its first message with the previous call's drain in that curve
+            pipelined = 0.0
     elif transport == "copy_engine":
         # one-shot push of each rank's part into every peer's symmetric buffer (a direct algorithm);
         # the device's egress link carries (p-1)/p of the buffer, reductions are read back and summed.

@@ -53,7 +53,9 @@ def relay_pieces(b: _Builder, op: str, total: float, pieces: list[int]) -> list[
         else:
             count = max(1, math.ceil(busier / message_bytes - 1e-9))
             items = (((message, count), (split, 1)), ())
-        piece = replace(whole, ms=(fixed if i == 0 else 0.0) + (whole.ms - fixed) * share,
+        # a piece's messages move no faster than one per RELAY_MESSAGE_FLOOR_US, however small
+        moved = max((whole.ms - fixed) * share, count * comm_model.RELAY_MESSAGE_FLOOR_US / 1e3)
+        piece = replace(whole, ms=(fixed if i == 0 else 0.0) + moved,
                         egress_bytes=whole.egress_bytes * share, queued_saving_ms=0.0, messages=count)
         out.append((piece, items))
     return out

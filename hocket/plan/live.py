@@ -170,6 +170,14 @@ class LivePlanner:
         return eager_graph_cost_fn(self.cluster, self.profile, steady_state=self.search_config().steady_state,
                                    mode=self.config.eager_graphs)
 
+    def _with_issued_leaders(self, bucket: Site, shortlist: tuple[Plan, ...], free: int | None) -> tuple[Plan, ...]:
+        """``shortlist`` plus the two plans that lead when every candidate is priced as the host issues it
+        (under ``eager_graphs`` the autotuner times each as it runs, replayed or not): the measured choice is
+        then never worse than what the eager planner would have timed, wherever the replay pricing errs."""
+        issued = search(bucket, self.cluster, profile=self.profile, config=self.search_config(),
+                        space_config=self._space_config(bucket), free_memory_bytes=free)
+        return tuple(dict.fromkeys((*shortlist, *issued.tuning_shortlist(2))))
+
     def replays(self, site: Site, plan: Plan, mode: str | None = None) -> bool:
         """Whether a call of ``plan`` on ``site`` is replayed from hocket's own CUDA graph under ``mode``
         (default ``config.eager_graphs``): never when off or when a graph cannot capture the plan; always
@@ -225,7 +233,10 @@ class LivePlanner:
             self._decisions[bucket.key] = decision
             return decision
         if measure:
-            tuned = autotune(bucket, plans_to_time(result, self.config.tuning.top_k), runners(bucket), group=group,
+            shortlist = plans_to_time(result, self.config.tuning.top_k)
+            if self.config.eager_graphs != "off":  # and the plans that lead when issued: a replay's price is the
+                shortlist = self._with_issued_leaders(bucket, shortlist, free)  # newer model
+            tuned = autotune(bucket, shortlist, runners(bucket), group=group,
                              device=device, config=self.tuning_config(), cache=self.cache, cache_key=bucket.key)
             decision = Decision(plan=tuned.chosen, source=tuned.source, bucket_key=bucket.key, search=result,
                                 timings_ms=dict(tuned.timings_ms))

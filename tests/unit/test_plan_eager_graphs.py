@@ -4,6 +4,7 @@ weighing each candidate replayed or issued (the graphs themselves run in tests/g
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -118,3 +119,31 @@ def test_plan_none_under_eager_graphs_weighs_replays_and_caches_apart(slow_host)
     assert planning._CHOSEN[SMALL.key] == eager and planning._CHOSEN_GRAPHED[("auto", SMALL.key)] == auto
     set_process_planner(None)  # replacing the process planner drops the eager-graph planners too
     assert "eager_graphs:auto" not in __import__("hocket.plan.live", fromlist=["_PLANNERS"])._PLANNERS
+
+
+def test_autotune_under_eager_graphs_also_times_the_issued_leaders(monkeypatch):
+    from hocket.plan import live
+    from hocket.plan.autotune import AutotuneResult
+    from hocket.plan.search import search
+
+    handed = []
+
+    def fake_autotune(bucket, plans, runner, **_):
+        handed.append(plans)
+        return AutotuneResult(site_key=bucket.key, chosen=plans[0], source="autotune", timings_ms={})
+
+    monkeypatch.setattr(live, "autotune", fake_autotune)
+    cluster, profile = load_preset("h200-host-staged"), slow_host_profile()
+    config = LiveConfig(autotune=True, use_disk_cache=False, supported=planning.SUPPORTED, eager_graphs="auto")
+    planner = LivePlanner(cluster=cluster, profile=profile, config=config)
+    planner.decide(SMALL, runners=lambda bucket: (lambda plan: (lambda: None)))
+    issued = search(SMALL, cluster, profile=profile, config=planner.search_config(),
+                    space_config=planner._space_config(SMALL))
+    (timed,) = handed
+    assert set(issued.tuning_shortlist(2)) <= set(timed) and len(set(timed)) == len(timed)
+    assert timed[0].strategy == "sequential"  # sequential first, as always
+    # off: the plain shortlist only
+    handed.clear()
+    LivePlanner(cluster=cluster, profile=profile, config=replace(config, eager_graphs="off")).decide(
+        SMALL, runners=lambda bucket: (lambda plan: (lambda: None)))
+    assert len(handed) == 1 and len(handed[0]) <= 1 + config.tuning.top_k

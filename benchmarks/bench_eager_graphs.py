@@ -107,7 +107,7 @@ def measure_case(site: Site, args, *, group, device, planners: dict, cluster, pr
     own = "copy_engine" if args.link == "nvlink" else "host_staged"
     measure(f"comm_{own}", case.comm(own), check=False)
     measure("sequential", lambda: case.run(Plan()), plan=Plan())
-    for mode in ("off", args.mode):
+    for mode in ((args.mode, "off") if args.graphs_first else ("off", args.mode)):
         planner = planners[mode]
         decision = planner.decide(site, group=group, device=device, autotune_switch=True,
                                   runners=lambda s, mode=mode: (lambda plan, f=operator_runners(s, group=group,
@@ -190,6 +190,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--link", choices=("nvlink", "host_staged"), default="host_staged")
     p.add_argument("--mode", choices=("auto", "on"), default="auto", help="HOCKET_EAGER_GRAPHS of the second planner")
+    p.add_argument("--graphs-first", action="store_true", help="autotune and time the eager-graph planner before the "
+                   "eager one (the first autotune of a case runs on a process that has not run its plans yet)")
     p.add_argument("--cases", default="issue6", help=f"comma-separated shape sets: {', '.join(CASE_SETS)}")
     p.add_argument("--pick", default="", help="comma-separated case indices (0-based) of the sets, e.g. 2,5")
     p.add_argument("--iters", type=int, default=50)

@@ -204,3 +204,16 @@ def settle(group: GroupHandle, op: str, what: str, choose: Callable[[], str], *,
         errors = "; ".join(f"rank {r}: {texts[r]}" for r in failed)
         raise RankInputError(f"hocket.{op}: {what} failed on rank(s) {failed} ({errors})")
     return texts[0]
+
+
+def all_ranks_ok(group: GroupHandle, ok: bool, *, device: torch.device) -> bool:
+    """True on every rank only if ``ok`` is True on every rank of ``group`` (one small all-gather), so that
+    a step one rank could not take (capturing a CUDA graph, :mod:`hocket.ops.eager_graph`) is skipped by all
+    of them rather than leaving the others waiting in a collective the failed rank never joins."""
+    if group.world == 1:
+        return ok
+    dev = _exchange_device(group, device)
+    mine = torch.tensor([1 if ok else 0], dtype=torch.int64, device=dev)
+    table = torch.empty((group.world, 1), dtype=torch.int64, device=dev)
+    TorchDistTransport(group).all_gather(table, mine).wait()
+    return bool(table.min().item() == 1)

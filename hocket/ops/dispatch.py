@@ -23,7 +23,7 @@ import torch
 from torch.profiler import record_function
 
 from hocket.env import agreement_every_call, disabled, eager_graphs, eager_graphs_max
-from hocket.ops.agreement import Descriptor, agree, settle_plan, settle_replay
+from hocket.ops.agreement import Descriptor, agree, all_ranks_ok, settle_plan, settle_replay
 from hocket.ops.context import context_for
 from hocket.ops.eager_graph import EagerGraph, release_all
 from hocket.ops.lowering import executor_for
@@ -148,7 +148,8 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
     label = f"hocket::{op}[{plan.describe()}]"
     graph = None
     if graphs != "off" and settle_replay(group, op, lambda: replays(site, plan, graphs), device=device):
-        graph = EagerGraph(run, f"{label} (replayed)", device, limit=eager_graphs_max())
+        graph = EagerGraph(run, f"{label} (replayed)", device, limit=eager_graphs_max(),
+                           agree=lambda ok: all_ranks_ok(group, ok, device=device))
     prepared = Prepared(group=group, site=site, plan=plan, dim=dim, runtime=runtime, run=run, label=label,
                         graph=graph,
                         capture_check=device.type == "cuda" and plan.transport not in CAPTURABLE_TRANSPORTS,

@@ -28,10 +28,15 @@ that capture as usual. The graph replays on the caller's current stream.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
 from torch.utils import _pytree as pytree
+
+class EagerGraphWarning(UserWarning):
+    """A call hocket meant to replay could not be captured; it is issued eagerly instead."""
+
 
 EAGER_CALLS_BEFORE_CAPTURE = 1
 """calls of a signature issued by the host before its capture: a one-off call never pays a capture."""
@@ -53,8 +58,12 @@ def release_all() -> None:
 class EagerGraph:
     """One prepared signature's calls: issued by the host at first, then replayed (module docstring)."""
 
-    def __init__(self, run: Callable, label: str, device: torch.device, *, limit: int) -> None:
+    def __init__(self, run: Callable, label: str, device: torch.device, *, limit: int,
+                 agree: Callable[[bool], bool] | None = None) -> None:
         self.run = run
+        self.agree = agree
+        """``agree(ok) -> bool``: whether every rank captured (:func:`hocket.ops.agreement.all_ranks_ok` over
+        the call's group); None: this process alone decides"""
         self.label = label
         self.device = device
         self.limit = limit
@@ -74,7 +83,8 @@ class EagerGraph:
             if _GRAPHS["count"] >= self.limit:
                 self.eager_only = True
                 return self.run(*args)
-            self._capture(args)
+            if not self._capture(args):
+                return self.run(*args)
         leaves, spec = pytree.tree_flatten(args)
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         if spec != self.spec or [leaf for leaf in leaves if not isinstance(leaf, torch.Tensor)] != self.consts:
@@ -83,7 +93,9 @@ class EagerGraph:
         out = self.step(*tensors)
         return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, out)
 
-    def _capture(self, args: tuple) -> None:
+    def _capture(self, args: tuple) -> bool:
+        """Capture the call made with ``args``; False (every rank, when ``agree`` is given) when any rank
+        could not, and this signature stays eager."""
         from hocket.ops.captured import CapturedCall
 
         leaves, self.spec = pytree.tree_flatten(args)
@@ -98,9 +110,18 @@ class EagerGraph:
                 filled[i] = t
             return run(*pytree.tree_unflatten(filled, spec))
 
-        _GRAPHS["count"] += 1
+        step, error = None, None
         try:
-            self.step = CapturedCall(call, *[leaves[i] for i in slots], warmup=1, what=self.label)
-        except BaseException:
-            _GRAPHS["count"] -= 1
-            raise
+            step = CapturedCall(call, *[leaves[i] for i in slots], warmup=1, what=self.label)
+        except Exception as exc:  # noqa: BLE001 - any failure to capture: every rank goes on eagerly
+            error = exc
+        ok = self.agree(error is None) if self.agree is not None else error is None
+        if not ok:
+            self.eager_only = True
+            where = f"{type(error).__name__}: {error}" if error is not None else "it failed on another rank"
+            warnings.warn(f"{self.label}: the call could not be captured in a CUDA graph ({where}); this signature's "
+                          f"calls are issued eagerly from now on", EagerGraphWarning, stacklevel=4)
+            return False
+        _GRAPHS["count"] += 1
+        self.step = step
+        return True

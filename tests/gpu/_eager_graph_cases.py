@@ -67,3 +67,28 @@ def run_eager_graph_grads(case: dict) -> float:
     assert k and rows
     _fresh()
     return worst
+
+
+def run_capture_fails_on_one_rank(case: dict) -> tuple[bool, int, str]:
+    """Rank 1 cannot capture (its CapturedCall raises): every rank must go on issuing the calls eagerly (no
+    rank left waiting in a replay's collectives), warn, and get the reference results. Returns (replayed,
+    results checked, the warning's text)."""
+    import warnings
+
+    from hocket.ops import captured
+
+    real = captured.CapturedCall
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("capture refused for the test")
+
+    if dist.get_rank() == 1:
+        captured.CapturedCall = broken
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            replayed, checked = run_eager_graphs(case)
+        texts = [str(w.message) for w in caught if "could not be captured" in str(w.message)]
+        return replayed, checked, texts[0] if texts else ""
+    finally:
+        captured.CapturedCall = real

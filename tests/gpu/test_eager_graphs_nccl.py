@@ -13,7 +13,7 @@ from _two_gpus import SEED, require_two_gpus
 require_two_gpus()
 
 from _captured_cases import CAPTURABLE_PLANS, RELAY  # noqa: E402
-from _eager_graph_cases import run_eager_graph_grads, run_eager_graphs  # noqa: E402
+from _eager_graph_cases import run_capture_fails_on_one_rank, run_eager_graph_grads, run_eager_graphs  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 SHAPES = [("ag_mm", 200, 96, 136), ("mm_rs", 130, 64, 96), ("mm_ar", 70, 48, 40)]  # rows: per rank, uneven
@@ -62,3 +62,11 @@ def test_gradients_equal_those_of_issued_calls(pool2, plan):
     case = dict(rows=128, k=64, n=96, dtype="float32", seed=SEED, plan=plan, mode="on")
     worst = pool2.run(run_eager_graph_grads, case)
     assert max(worst) < 1e-4
+
+
+def test_a_capture_that_fails_on_one_rank_leaves_every_rank_eager(pool2):
+    case = dict(kind="ag_mm", rows=200, k=96, n=136, dtype="bfloat16", seed=SEED, calls=4, mode="on",
+                plan={**RELAY, "chunks": 2, "order": "local_first"})
+    (r0, n0, w0), (r1, n1, w1) = pool2.run(run_capture_fails_on_one_rank, case)
+    assert (r0, n0, r1, n1) == (False, 4, False, 4)
+    assert "another rank" in w0 and "capture refused for the test" in w1

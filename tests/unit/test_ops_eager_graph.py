@@ -9,7 +9,7 @@ import torch
 import hocket.ops as H
 from _world1 import world1_group
 from hocket.ops import captured, dispatch, eager_graph
-from hocket.ops.eager_graph import EagerGraph
+from hocket.ops.eager_graph import EagerGraph, EagerGraphWarning
 
 
 class FakeCapture:
@@ -92,16 +92,30 @@ def test_the_process_limit_leaves_further_signatures_issued(fake_capture):
     assert none.step is None
 
 
-def test_a_capture_that_fails_gives_its_slot_back(fake_capture, monkeypatch):
+def test_a_capture_that_fails_leaves_the_signature_eager_with_a_warning(fake_capture, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("capture failed")
     monkeypatch.setattr(captured, "CapturedCall", broken)
-    graph = EagerGraph(_run([]), "toy", torch.device("cpu"), limit=2)
+    agreed = []
+    graph = EagerGraph(_run([]), "toy", torch.device("cpu"), limit=2, agree=lambda ok: agreed.append(ok) or ok)
     a, b = torch.randn(2, 3), torch.randn(3, 2)
     graph(a, [b], 0, False, None, None)
-    with pytest.raises(RuntimeError, match="capture failed"):
-        graph(a, [b], 0, False, None, None)
-    assert eager_graph.graphs_in_use() == 0
+    with pytest.warns(EagerGraphWarning, match=r"toy: the call could not be captured.*RuntimeError: capture failed"):
+        out = graph(a, [b], 0, False, None, None)
+    torch.testing.assert_close(out[1][0], a @ b)  # the call itself ran eagerly
+    assert agreed == [False] and graph.eager_only and graph.step is None and eager_graph.graphs_in_use() == 0
+    graph(a, [b], 0, False, None, None)
+    assert agreed == [False]  # never tried again
+
+
+def test_a_rank_that_captured_goes_eager_when_another_could_not(fake_capture):
+    graph = EagerGraph(_run([]), "toy", torch.device("cpu"), limit=2, agree=lambda ok: False)
+    a, b = torch.randn(2, 3), torch.randn(3, 2)
+    graph(a, [b], 0, False, None, None)
+    with pytest.warns(EagerGraphWarning, match="failed on another rank"):
+        out = graph(a, [b], 0, False, None, None)
+    torch.testing.assert_close(out[1][0], a @ b)
+    assert len(fake_capture) == 1 and graph.step is None and eager_graph.graphs_in_use() == 0
 
 
 def test_arguments_of_another_structure_are_a_bug_reported_by_name(fake_capture):

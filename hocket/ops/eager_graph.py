@@ -13,7 +13,8 @@ pace, and on a slow host an overlapped plan can lose to the sequential one it sh
   graph's outputs, so each call returns fresh tensors as an eager call does.
 
 Whether a signature is replayed is decided once, when it is prepared, and agreed across ranks (rank 0's
-answer, :func:`hocket.ops.agreement.settle_replay`): ``on`` replays every plan a graph can capture;
+answer, :func:`hocket.ops.agreement.settle_replay`), and so is its capture (:func:`hocket.ops.agreement.all_ranks_ok`:
+where any rank fails to capture, every rank warns and issues the signature eagerly): ``on`` replays every plan a graph can capture;
 ``auto`` only where the cost model prices the replay with its copies below the call issued by the host
 (:mod:`hocket.plan.eager_graphs`), which is where the host is the bottleneck (small shapes, many pieces,
 slow hosts). ``plan=None`` under ``auto``/``on`` weighs every candidate both ways.

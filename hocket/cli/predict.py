@@ -57,6 +57,10 @@ def register(subparsers) -> None:
     parser.add_argument("--steady-state", action="store_true",
                         help="price one call of a loop with the host ahead (a training step), not one call from "
                              "an idle GPU (hocket.cost.steady)")
+    parser.add_argument("--eager-graphs", action="store_true",
+                        help="also price each candidate replayed from hocket's own CUDA graph (HOCKET_EAGER_GRAPHS: "
+                             "the replay plus copying its inputs in and outputs out); `auto` replays where that is "
+                             "below the issued call")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.set_defaults(func=run)
 
@@ -128,6 +132,12 @@ def build(args) -> dict:
         result = search(site, cluster, cost_fn=cost)
         plans = [result.sequential] + [s.plan for s in result.ranked if s.plan != result.sequential]
     rows = [{"plan": plan.to_dict(), "label": plan_label(plan), **predictions[plan].to_dict()} for plan in plans]
+    if getattr(args, "eager_graphs", False):
+        if offload:
+            raise ValueError(f"--eager-graphs prices the multi-rank operators' replays; {args.kind} has none")
+        for plan, row in zip(plans, rows):
+            row["replayed_ms"] = replayed_ms(site, plan, cluster, view)
+            row["auto_replays"] = row["replayed_ms"] is not None and row["replayed_ms"] < row["total_ms"]
     sequential = rows[0]
     for row in rows:
         row["speedup"] = sequential["total_ms"] / row["total_ms"] if row["total_ms"] > 0 else 1.0
@@ -145,21 +155,47 @@ def build(args) -> dict:
     return out
 
 
+def replayed_ms(site, plan, cluster, view) -> float | None:
+    """``plan``'s call replayed from hocket's own CUDA graph (``HOCKET_EAGER_GRAPHS``): the replay
+    (``predict(..., captured=True)``) plus its copies (:func:`hocket.plan.eager_graphs.graph_copy_ms`);
+    None where a graph cannot capture the plan."""
+    from hocket.cost import predict
+    from hocket.plan.eager_graphs import graph_copy_ms, replayable
+
+    if not replayable(site, plan):
+        return None
+    return predict(site, plan, cluster, view, captured=True).total_ms + graph_copy_ms(site, cluster)
+
+
 def format_table(result: dict) -> str:
     site = result["site"]
     lines = [f"{site['kind']} m={site['m']} k={site['k']} n={site['n']} {site['dtype']} world={site['world']} "
              f"on {result['cluster']}" + (f" (profile {result['profile']})" if result["profile"] else ""),
              f"{'plan':<40} {'total_ms':>10} {'compute_ms':>11} {'comm_ms':>9} {'exposed_ms':>11} {'speedup':>8}"]
     rows = list(result["candidates"])
+    graphs = any("replayed_ms" in row for row in rows)
+    if graphs:
+        lines[-1] += f" {'replayed_ms':>12}"
     if "requested" in result:
         rows = [dict(result["requested"], label="requested: " + result["requested"]["label"])] + rows
     for row in rows:
         mark = " *" if row["plan"] == result["best_plan"] and not row["label"].startswith("requested") else ""
         lines.append(f"{row['label'] + mark:<40} {row['total_ms']:>10.4f} {row['compute_ms']:>11.4f} "
-                     f"{row['comm_ms']:>9.4f} {row['exposed_comm_ms']:>11.4f} {row['speedup']:>8.3f}")
+                     f"{row['comm_ms']:>9.4f} {row['exposed_comm_ms']:>11.4f} {row['speedup']:>8.3f}"
+                     + (_replayed_cell(row) if graphs else ""))
     lines.append(f"sequential: {result['sequential_ms']:.4f} ms   best: {result['best_label']} "
                  f"{result['best_ms']:.4f} ms ({result['sequential_ms'] / result['best_ms']:.3f}x)")
+    if graphs:
+        lines.append("replayed_ms: the call replayed from hocket's own CUDA graph with its copies "
+                     "(HOCKET_EAGER_GRAPHS); R: auto would replay it; —: a graph cannot capture the plan")
     return "\n".join(lines)
+
+
+def _replayed_cell(row: dict) -> str:
+    ms = row.get("replayed_ms")
+    if ms is None:
+        return f" {'—':>12}" if "replayed_ms" in row else ""
+    return f" {ms:>10.4f}{' R' if row.get('auto_replays') else '  '}"
 
 
 def run(args) -> int:

@@ -117,3 +117,31 @@ def test_pricing_and_planning_commands_never_import_torch(args):
     done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "HEAVY []" in done.stderr, done.stderr[-500:]
+
+
+def test_eager_graphs_prices_each_candidate_replayed(capsys):
+    from hocket.cost import predict
+    from hocket.hardware import load_cluster
+    from hocket.plan import Plan
+    from hocket.plan.eager_graphs import graph_copy_ms
+    from hocket.site import Site
+
+    m = random.choice([4096, 8192])
+    base = ["ag_mm", "--m", str(m), "--k", "4096", "--n", "1536", "--world", "2", "--cluster", "h200x2"]
+    code, out, _ = _run(capsys, *base, "--eager-graphs", "--json")
+    assert code == 0
+    rows = json.loads(out)["candidates"]
+    cluster, site = load_cluster("h200x2"), Site(kind="ag_mm", m=m, k=4096, n=1536, world=2)
+    fused = [r for r in rows if r["plan"]["strategy"] == "tile_fused"]
+    assert fused and all(r["replayed_ms"] is None and r["auto_replays"] is False for r in fused)
+    for row in rows:
+        if row["replayed_ms"] is None:
+            continue
+        plan = Plan.from_dict(row["plan"])
+        expected = predict(site, plan, cluster, captured=True).total_ms + graph_copy_ms(site, cluster)
+        assert row["replayed_ms"] == pytest.approx(expected)
+        assert row["auto_replays"] == (row["replayed_ms"] < row["total_ms"])
+    code, out, _ = _run(capsys, *base, "--eager-graphs")
+    assert code == 0 and "replayed_ms" in out and "auto would replay" in out
+    code, _, err = _run(capsys, "h2d_mm", "--m", "64", "--k", "64", "--n", "64", "--cluster", "h200x1", "--eager-graphs")
+    assert code == 2 and "--eager-graphs" in err and "h2d_mm" in err

@@ -15,8 +15,9 @@ against the sequential reference after its capture (a replay), then timed, then 
 interleaved rounds (``bench_multigpu.paired``). Times are CUDA events, each sample behind a barrier, the
 max over ranks, ``--reps`` calls back to back per sample (the steady state), medians of ``--iters``.
 
-Results: JSON lines in ``--out`` (``run.eager_graphs`` and ``run.replayed`` on the graph planner's line;
-validate_cost.py leaves those lines out), a summary JSON beside it, a table printed last by rank 0.
+Results: JSON lines in ``--out`` (``run.eager_graphs`` and ``run.replayed`` on the graph planner's line, which
+validate_cost.py leaves out; every line records the executor fields of ``bench_multigpu.executor_fields``), a summary
+JSON beside it, a table printed last by rank 0.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 import hocket.ops as H
-from bench_multigpu import NVLINK_PROFILE, Case, checked, paired, shrunk, timed  # same folder
+from bench_multigpu import EXECUTOR_FIELDS, NVLINK_PROFILE, Case, checked, executor_fields, paired, shrunk, timed  # same folder
 from hocket.bench.efficiency import overlap_score
 from hocket.bench.provenance import collect, command_line
 from hocket.bench.record import Baselines, make_record, write_records
@@ -88,6 +89,7 @@ def measure_case(site: Site, args, *, group, device, planners: dict, cluster, pr
                  "n": summary.n, "max_error": err, "mode": mode}
         if plan is not None:
             entry["plan"] = plan.to_dict()
+            entry.update(executor_fields(case, plan))
             replays = planners[mode].replays(site, plan) if mode != "off" else False
             entry["replayed"] = replays
             cost = eager_graph_cost_fn(cluster, profile, steady_state=args.reps > 1, mode=mode) if mode != "off" \
@@ -147,7 +149,8 @@ def write_rows(row: dict, args, provenance) -> None:
             continue
         timing = Summary(median_ms=entry["median_ms"], p10_ms=entry["p10_ms"], p90_ms=entry["p90_ms"], n=entry["n"])
         extra = {**provenance.extra, "link": args.link, "method": name, "predicted_ms": entry.get("predicted_ms"),
-                 "paired": row.get(f"paired_{name}")}
+                 "paired": row.get(f"paired_{name}"), "executor_fields": True,
+                 **{key: entry[key] for key in EXECUTOR_FIELDS if key in entry}}
         if entry["mode"] != "off":
             extra.update(eager_graphs=entry["mode"], replayed=entry["replayed"])
         records.append(make_record(site=site, plan=Plan.from_dict(entry["plan"]), timing=timing, baselines=baselines,

@@ -284,18 +284,7 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
                  "n": summary.n, "max_error": err}
         if plan is not None:
             entry["plan"] = plan.to_dict()
-            if plan.strategy == "chunked" and plan.transport == "copy_engine" and site.kind in PEER_KINDS:
-                entry["peer_protocol"] = peer_protocol_for(site.kind, plan.chunks)  # under the variant's env
-                if site.kind == "mm_rs" and entry["peer_protocol"] == "pull":
-                    entry["own_block_sum"] = case.own_block_sum()  # the cut this call made
-            if site.kind == "mm_rs" and plan.strategy == "chunked" and plan.order == "local_first" \
-                    and plan.transport != "copy_engine":
-                entry["own_block_zero"] = own_block_zero()  # under the variant's env
-            if plan.transport == "host_staged" and site.world > 1:
-                entry["host_stage_signal"] = host_stage_signal()  # under the variant's env
-                entry["host_stage_pipeline"] = host_stage_pipeline()
-                entry["host_stage_slots"] = host_stage_slots()
-                entry["host_stage_calls"] = host_stage_calls()
+            entry.update(executor_fields(case, plan))
             entry["predicted_ms"] = predicted(site, plan, cluster, profile, steady=args.reps > 1)
         row["methods"][name] = entry
         pred = entry.get("predicted_ms")
@@ -372,6 +361,30 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     if rank0:
         write_rows(row, site, args, provenance)
     return row
+
+
+def executor_fields(case: Case, plan: Plan) -> dict:
+    """What a line must record for validate_cost.py to price it as the executor that ran (read under the
+    environment of the measurement): the copy-engine protocol and the cut of a pull reduce-scatter's own
+    block, the own block's zeroing of an own-data-first reduce-scatter, the relay's signalling, pipeline,
+    slots and calls."""
+    site, fields = case.site, {}
+    if plan.strategy == "chunked" and plan.transport == "copy_engine" and site.kind in PEER_KINDS:
+        fields["peer_protocol"] = peer_protocol_for(site.kind, plan.chunks)
+        if site.kind == "mm_rs" and fields["peer_protocol"] == "pull":
+            fields["own_block_sum"] = case.own_block_sum()  # the cut this call made
+    if site.kind == "mm_rs" and plan.strategy == "chunked" and plan.order == "local_first" \
+            and plan.transport != "copy_engine":
+        fields["own_block_zero"] = own_block_zero()
+    if plan.transport == "host_staged" and site.world > 1:
+        fields.update(host_stage_signal=host_stage_signal(), host_stage_pipeline=host_stage_pipeline(),
+                      host_stage_slots=host_stage_slots(), host_stage_calls=host_stage_calls())
+    return fields
+
+
+EXECUTOR_FIELDS = ("peer_protocol", "host_stage_signal", "host_stage_pipeline", "host_stage_slots", "host_stage_calls",
+                   "own_block_zero", "own_block_sum")
+"""the keys :func:`executor_fields` may fill, copied from a method's entry into its results line"""
 
 
 def label(plan: Plan) -> str:
@@ -515,13 +528,7 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
         timing = Summary(median_ms=entry["median_ms"], p10_ms=entry["p10_ms"], p90_ms=entry["p90_ms"], n=entry["n"])
         prov = replace(provenance, extra={**provenance.extra, **extra_common, "method": name,
                                           "predicted_ms": entry.get("predicted_ms"),
-                                          "peer_protocol": entry.get("peer_protocol"),
-                                          "host_stage_signal": entry.get("host_stage_signal"),
-                                          "host_stage_pipeline": entry.get("host_stage_pipeline"),
-                                          "host_stage_slots": entry.get("host_stage_slots"),
-                                          "host_stage_calls": entry.get("host_stage_calls"),
-                                          "own_block_zero": entry.get("own_block_zero"),
-                                          "own_block_sum": entry.get("own_block_sum"),
+                                          **{key: entry.get(key) for key in EXECUTOR_FIELDS},
                                           "planner_source": row["planner"]["source"] if name == "planner" else None,
                                           "paired": row.get("paired") if name == "planner" else None,
                                           "paired_torch": row.get("paired_torch") if name == "planner" else None})

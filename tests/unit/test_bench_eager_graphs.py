@@ -1,0 +1,79 @@
+"""bench_eager_graphs.py's arguments and lines, the executor fields every multi-GPU bench line records
+(bench_multigpu.executor_fields), and which of its lines validate_cost.py scores."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from _bench_scripts import baselines, load_script, record, write
+from hocket.env import overridden
+from hocket.plan import Plan
+from hocket.site import Site
+from hocket.transport.peer_protocol import peer_protocol_for
+
+bm = load_script("bench_multigpu")
+beg = load_script("bench_eager_graphs")
+vc = load_script("validate_cost")
+
+
+class FakeCase:
+    def __init__(self, site: Site) -> None:
+        self.site = site
+
+    def own_block_sum(self) -> str:
+        return "epilogue@512"
+
+
+def test_arguments(monkeypatch, tmp_path):
+    monkeypatch.setenv("OUT", str(tmp_path))
+    args = beg.parse_args(["--link", "nvlink", "--mode", "on"])
+    assert args.out == str(tmp_path / "bench_eager_graphs_nvlink.jsonl") and args.mode == "on" and args.reps == 4
+    with pytest.raises(SystemExit):
+        beg.parse_args(["--iters", "10"])
+    with pytest.raises(SystemExit):
+        beg.parse_args(["--mode", "sometimes"])
+
+
+def test_executor_fields_follow_the_environment_of_the_measurement():
+    rs = FakeCase(Site(kind="mm_rs", m=512, k=64, n=96, world=2))
+    ag = FakeCase(Site(kind="ag_mm", m=512, k=64, n=96, world=2))
+    assert bm.executor_fields(ag, Plan()) == {}
+    chunks = random.choice([1, 2, 3])
+    fields = bm.executor_fields(ag, Plan(strategy="chunked", chunks=chunks, transport="copy_engine"))
+    assert fields == {"peer_protocol": peer_protocol_for("ag_mm", chunks)}
+    with overridden({"HOCKET_PEER_PROTOCOL": "pull"}):
+        pull = bm.executor_fields(rs, Plan(strategy="chunked", chunks=1, transport="copy_engine"))
+    assert pull == {"peer_protocol": "pull", "own_block_sum": "epilogue@512"}
+    with overridden({"HOCKET_OWN_BLOCK_ZERO": "each"}):
+        assert bm.executor_fields(rs, Plan(strategy="chunked", chunks=2, order="local_first")) == \
+            {"own_block_zero": "each"}
+    with overridden({"HOCKET_HOST_STAGE_SIGNAL": "host", "HOCKET_HOST_STAGE_SLOTS": "8", "HOCKET_HOST_STAGE_CALLS": "piece"}):
+        relay = bm.executor_fields(ag, Plan(strategy="chunked", chunks=4, transport="host_staged", order="local_first"))
+    assert relay == {"host_stage_signal": "host", "host_stage_pipeline": "message", "host_stage_slots": 8,
+                     "host_stage_calls": "piece"}
+    assert set(relay) | set(pull) <= set(bm.EXECUTOR_FIELDS)
+
+
+def test_validation_scores_only_lines_that_recorded_their_executor(tmp_path):
+    rng = random.Random()
+    site = Site(kind="ag_mm", m=8192, k=4096, n=1536, world=2)
+    base = baselines(rng)
+    relay = Plan(strategy="chunked", chunks=4, transport="host_staged", order="local_first")
+    fields = {"host_stage_signal": "device", "host_stage_pipeline": "message", "host_stage_slots": 4,
+              "host_stage_calls": "one"}
+    lines = [record(site=site, plan=Plan(), median_ms=base.sequential_ms, base=base, run={"method": "sequential"}),
+             record(site=site, plan=relay, median_ms=1.0, base=base, run={"method": "planner", "executor_fields": True,
+                                                                          **fields}),
+             record(site=site, plan=relay, median_ms=1.0, base=base,
+                    run={"method": "planner_graphs_auto", "executor_fields": True, "eager_graphs": "auto",
+                         "replayed": True, **fields})]
+    path = write(tmp_path / "h200x2" / "run99" / "bench_eager_graphs_host_staged.jsonl", lines)
+    kept, notes = vc.read_current([path], all_relays=True)
+    assert [r.run["method"] for r in kept] == ["planner"]
+    assert any("without the executor fields" in n for n in notes) and any("HOCKET_EAGER_GRAPHS" in n for n in notes)
+    # the same lines in another bench's file: only the eager-graph line is left out
+    other = write(tmp_path / "h200x2" / "run99" / "bench_multigpu_host_staged.jsonl", lines)
+    kept, _ = vc.read_current([other], all_relays=True)
+    assert [r.run["method"] for r in kept] == ["sequential", "planner"]

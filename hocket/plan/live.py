@@ -161,6 +161,12 @@ class LivePlanner:
             return tuning
         return replace(tuning, reps=STEADY_REPS if self.search_config().steady_state else 1)
 
+    def _cache_key(self, bucket: Site) -> str:
+        """The on-disk cache key of a bucket's decision: its key, apart per ``eager_graphs`` mode (a decision
+        timed with calls replayed where they pay is not one for calls always issued)."""
+        mode = self.config.eager_graphs
+        return bucket.key if mode == "off" else f"{bucket.key}|eager_graphs={mode}"
+
     def _eager_graph_cost(self):
         """The CostFn of ``config.eager_graphs`` (None when off: ``search`` builds the plain one)."""
         if self.config.eager_graphs == "off":
@@ -237,11 +243,12 @@ class LivePlanner:
             if self.config.eager_graphs != "off":  # and the plans that lead when issued: a replay's price is the
                 shortlist = self._with_issued_leaders(bucket, shortlist, free)  # newer model
             tuned = autotune(bucket, shortlist, runners(bucket), group=group,
-                             device=device, config=self.tuning_config(), cache=self.cache, cache_key=bucket.key)
+                             device=device, config=self.tuning_config(), cache=self.cache,
+                             cache_key=self._cache_key(bucket))
             decision = Decision(plan=tuned.chosen, source=tuned.source, bucket_key=bucket.key, search=result,
                                 timings_ms=dict(tuned.timings_ms))
         else:
-            cached = self.cache.get(bucket.key) if self.cache is not None else None
+            cached = self.cache.get(self._cache_key(bucket)) if self.cache is not None else None
             if cached is not None:
                 decision = Decision(plan=cached.plan, source="cache", bucket_key=bucket.key, search=result,
                                     timings_ms=dict(cached.timings_ms))
@@ -295,16 +302,16 @@ def captured_planner() -> LivePlanner:
 def eager_graphs_planner(mode: str) -> LivePlanner:
     """The planner of ``plan=None`` calls under ``HOCKET_EAGER_GRAPHS=auto`` or ``on`` (``mode``): the
     process planner's cluster, profile and settings, pricing every candidate as it will run (replayed from
-    hocket's own CUDA graph, with its copies, or issued by the host: :mod:`hocket.plan.eager_graphs`),
-    without the disk cache (its entries are decisions for calls the host issues). Autotuning, where asked
-    for, times each candidate's operator call as it runs in this mode."""
+    hocket's own CUDA graph, with its copies, or issued by the host: :mod:`hocket.plan.eager_graphs`).
+    Autotuning, where asked for, times each candidate's operator call as it runs in this mode; its decisions
+    share the process planner's disk cache under keys of their own (:meth:`LivePlanner._cache_key`)."""
     from hocket.plan.eager_graphs import check_mode
 
     key = f"eager_graphs:{check_mode(mode)}"
     planner = _PLANNERS.get(key)
     if planner is None:
         base = process_planner()
-        config = replace(base.config, eager_graphs=mode, use_disk_cache=False)
+        config = replace(base.config, eager_graphs=mode)
         planner = _PLANNERS[key] = LivePlanner(cluster=base._cluster, profile=base._profile, config=config)
         if base._profile_loaded:
             planner._profile_loaded = True

@@ -147,3 +147,24 @@ def test_autotune_under_eager_graphs_also_times_the_issued_leaders(monkeypatch):
     LivePlanner(cluster=cluster, profile=profile, config=replace(config, eager_graphs="off")).decide(
         SMALL, runners=lambda bucket: (lambda plan: (lambda: None)))
     assert len(handed) == 1 and len(handed[0]) <= 1 + config.tuning.top_k
+
+
+def test_eager_graph_decisions_have_cache_keys_of_their_own(tmp_path):
+    from hocket.plan.bucket import bucket_site
+    from hocket.plan.cache import CacheEnvironment, PlanCache
+
+    env = CacheEnvironment(fingerprint="abc123", hocket_version="0.1.0", torch_version="2.13.0")
+    cache = PlanCache(env, tmp_path / "plans.json")
+    cluster, profile = load_preset("h200-host-staged"), slow_host_profile()
+    planner = LivePlanner(cluster=cluster, profile=profile, cache=cache,
+                          config=LiveConfig(autotune=False, supported=planning.SUPPORTED, eager_graphs="auto"))
+    bucket = bucket_site(SMALL, planner.config.bucket)
+    odd = Plan(strategy="chunked", chunks=3, transport="host_staged")
+    cache.put(bucket.key, odd, source="autotune")  # an issued-calls decision: not this planner's
+    assert planner.decide(SMALL).source == "predicted"
+    planner.forget()
+    cache.put(planner._cache_key(bucket), odd, source="autotune")
+    decision = planner.decide(SMALL)
+    assert decision.source == "cache" and decision.plan == odd
+    assert planner._cache_key(bucket) == f"{bucket.key}|eager_graphs=auto"
+    assert LivePlanner(cluster=cluster, config=LiveConfig())._cache_key(bucket) == bucket.key

@@ -19,7 +19,7 @@ where any rank fails to capture, every rank warns and issues the signature eager
 (:mod:`hocket.plan.eager_graphs`), which is where the host is the bottleneck (small shapes, many pieces,
 slow hosts). ``plan=None`` under ``auto``/``on`` weighs every candidate both ways.
 
-What it costs: the copies (every input in, every output out: a few microseconds per MiB on an H200);
+What it costs: the copies (every input in, every output out: about half a microsecond per MiB on an H200);
 a private memory pool per graph that holds the call's inputs, outputs and scratch for as long as the
 process runs, so at most ``HOCKET_EAGER_GRAPHS_MAX`` signatures (default 32) are replayed and further
 ones run eagerly (every rank counts the same calls, so they agree). Calls made while a stream is being

@@ -189,6 +189,41 @@ def table(rows: list[dict], args) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], args, path: Path) -> None:
+    """Bars per case: sequential, the ideal max(mm, comm), and the two planners' choices (medians)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    graphs = f"planner_graphs_{args.mode}"
+    rows = [r for r in rows if {"sequential", "compute_alone"} <= set(r["methods"])]
+    if not rows:
+        return
+
+    def ms(row, name):
+        return row["methods"].get(name, {}).get("median_ms", 0.0)
+
+    bars = (("sequential", lambda r: ms(r, "sequential")),
+            ("ideal max(mm, comm)", lambda r: max(ms(r, "compute_alone"),
+                                                   min(v["median_ms"] for k, v in r["methods"].items()
+                                                       if k.startswith("comm_")))),
+            ("planner, issued", lambda r: ms(r, "planner")),
+            (f"planner, HOCKET_EAGER_GRAPHS={args.mode}", lambda r: ms(r, graphs)))
+    fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 4))
+    width = 0.8 / len(bars)
+    for i, (label, value) in enumerate(bars):
+        ax.bar([x + i * width for x in range(len(rows))], [value(r) for r in rows], width, label=label)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))],
+                  [f"{r['site']['kind']}\n{r['site']['m']}x{r['site']['k']}x{r['site']['n']}" for r in rows], fontsize=8)
+    ax.set_ylabel("ms per call (median)")
+    ax.set_title(f"{args.link}: eager calls issued vs replayed from hocket's graphs", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--link", choices=("nvlink", "host_staged"), default="host_staged")
@@ -256,7 +291,8 @@ def main(argv=None) -> int:
     if rank0:
         out = Path(args.out)
         out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1, default=str))
-        log(f"results -> {out} (+ {out.with_suffix('.summary.json').name})\n")
+        plot(summary["rows"], args, out.with_suffix(".png"))
+        log(f"results -> {out} (+ {out.with_suffix('.summary.json').name}, {out.with_suffix('.png').name})\n")
         log(table(summary["rows"], args))
     close_mailboxes()
     close_relays()

@@ -77,3 +77,18 @@ def test_validation_scores_only_lines_that_recorded_their_executor(tmp_path):
     other = write(tmp_path / "h200x2" / "run99" / "bench_multigpu_host_staged.jsonl", lines)
     kept, _ = vc.read_current([other], all_relays=True)
     assert [r.run["method"] for r in kept] == ["sequential", "planner"]
+
+
+def test_the_plot_draws_every_complete_case(tmp_path):
+    def methods(seq):
+        return {"sequential": {"median_ms": seq}, "compute_alone": {"median_ms": seq * 0.6},
+                "comm_nccl": {"median_ms": seq * 0.5}, "planner": {"median_ms": seq * 0.8},
+                "planner_graphs_auto": {"median_ms": seq * 0.75}}
+
+    site = {"kind": "ag_mm", "m": 8192, "k": 4096, "n": 1536}
+    rows = [{"site": site, "methods": methods(random.uniform(0.3, 2.0))}, {"site": site, "methods": {}}]
+    args = beg.parse_args(["--out", str(tmp_path / "x.jsonl")])
+    beg.plot(rows, args, tmp_path / "x.png")
+    assert (tmp_path / "x.png").stat().st_size > 1000
+    beg.plot([rows[1]], args, tmp_path / "none.png")  # nothing complete: no file
+    assert not (tmp_path / "none.png").exists()

@@ -73,7 +73,7 @@ from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 from hocket.transport.peer_protocol import peer_protocol_for
-from hocket.env import (HOST_STAGE_CALLS, HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, host_stage_calls,
+from hocket.env import (HOST_STAGE_CALLS, HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, eager_graphs, host_stage_calls,
                         host_stage_pipeline, host_stage_signal, host_stage_slots, overridden, own_block_sum, own_block_zero)
 from hocket.transport.registry import get_transport
 from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
@@ -518,6 +518,7 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
     baselines = Baselines(sequential_ms=methods["sequential"]["median_ms"],
                           compute_alone_ms=methods["compute_alone"]["median_ms"], comm_alone_ms=comm)
     extra_common = {"link": args.link, "case_name": site.name, "captured": args.graph,
+                    "eager_graphs": eager_graphs(),  # under auto/on the operators replay (validate_cost skips)
                     "pytorch_async_tp_ms": methods.get("pytorch_async_tp", {}).get("median_ms"),
                     "pytorch_async_tp_native_ms": methods.get("pytorch_async_tp_native", {}).get("median_ms"),
                     "comm_ms": {k: v["median_ms"] for k, v in methods.items() if k.startswith("comm_")}}

@@ -47,6 +47,7 @@ import argparse
 import functools
 import hashlib
 import json
+import shlex
 import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,10 +88,24 @@ def steady_line(record) -> bool:
 
 
 def captured_line(record) -> bool:
-    """A results line of calls replayed from a CUDA graph (``run.captured``, benchmarks/bench_captured.py):
-    priced with ``predict(..., captured=True)``."""
+    """A results line of calls replayed from a CUDA graph (``run.captured``: benchmarks/bench_captured.py,
+    bench_multigpu.py --graph, ``hocket bench --graph``): priced with ``predict(..., captured=True)``.
+
+    ``hocket bench --graph`` recorded ``run.captured`` only from session 21 on; its earlier lines (2xH200 runs
+    44, 49 and 51) say so in their command alone, which is read here."""
     run = record.run if isinstance(record.run, dict) else {}
-    return run.get("captured") is True
+    if "captured" in run:
+        return run["captured"] is True
+    return hocket_bench_graph_command(getattr(record, "command", ""))
+
+
+def hocket_bench_graph_command(command: str) -> bool:
+    """``command`` runs ``hocket bench ... --graph`` (every plan timed replayed from a CUDA graph)."""
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        return False
+    return len(words) >= 2 and Path(words[0]).name == "hocket" and words[1] == "bench" and "--graph" in words[2:]
 
 
 EAGER_GRAPHS_BENCH = "bench_eager_graphs"

@@ -40,10 +40,23 @@ class RunResult:
     threads_per_rank: int
     launcher: str
     """"spawn" or "torchrun"."""
+    captured: bool = False
+    """Each plan was timed replayed from a CUDA graph (``hocket bench --graph``), not issued by the host."""
+    eager_graphs: str = "off"
+    """``HOCKET_EAGER_GRAPHS`` of the run: under ``auto``/``on`` the operators replay their own graphs."""
 
     def run_info(self) -> dict:
+        """What every results line of the run records under ``run`` (validate_cost.py prices a line by it:
+        ``captured`` lines as replays, lines under eager graphs not at all)."""
         return {"backend": self.backend, "world_size": self.world_size, "threads_per_rank": self.threads_per_rank,
-                "launcher": self.launcher}
+                "launcher": self.launcher, "captured": self.captured, "eager_graphs": self.eager_graphs}
+
+
+def _eager_graphs(backend: str) -> str:
+    """The run's eager-graph mode as it acted: CPU (gloo) calls are never replayed."""
+    from hocket.env import eager_graphs
+
+    return eager_graphs() if backend == "nccl" else "off"
 
 
 def under_torchrun() -> bool:
@@ -69,7 +82,8 @@ def run_suite(spec: SuiteSpec, settings: RunSettings) -> RunResult:
         outcomes = measure_sites(spec, device=ctx.device)
         dist.barrier()
         return RunResult(outcomes=outcomes, is_reporter=ctx.rank == 0, backend=ctx.backend,
-                         world_size=ctx.world_size, threads_per_rank=torch.get_num_threads(), launcher="torchrun")
+                         world_size=ctx.world_size, threads_per_rank=torch.get_num_threads(), launcher="torchrun",
+                         captured=spec.captured, eager_graphs=_eager_graphs(ctx.backend))
     from hocket.launch.spawn import spawn
 
     threads = settings.threads_per_rank or default_threads_per_rank(settings.world_size)
@@ -77,4 +91,5 @@ def run_suite(spec: SuiteSpec, settings: RunSettings) -> RunResult:
     results = spawn(rank_entry, world_size=settings.world_size, backend=backend, args=(spec,),
                     timeout_s=settings.timeout_s, threads_per_rank=threads)
     return RunResult(outcomes=results[0], is_reporter=True, backend=backend, world_size=settings.world_size,
-                     threads_per_rank=threads, launcher="spawn")
+                     threads_per_rank=threads, launcher="spawn", captured=spec.captured,
+                     eager_graphs=_eager_graphs(backend))

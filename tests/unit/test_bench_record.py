@@ -147,3 +147,35 @@ def test_summary_text_says_hides_nothing_when_the_plan_is_slower_than_the_parts_
     assert slower.startswith("hides nothing") and not re.search(r"-\d", slower)  # no negative share printed
     beyond = hidden_text(random.uniform(1.01, 3.0), "p2p")
     assert beyond.startswith("hides all") and not re.search(r"\d\.\d", beyond)  # no share above 1 printed
+
+
+def test_results_lines_say_whether_the_calls_were_replayed(tmp_path):
+    """validate_cost.py prices a line by ``run.captured`` / ``run.eager_graphs``: a ``hocket bench --graph``
+    run must say it timed replays, or its lines are scored as host-issued calls."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from hocket.bench.report import report
+    from hocket.bench.session import RunResult
+
+    captured = random.choice([True, False])
+    mode = random.choice(["off", "auto", "on"])
+    result = RunResult(outcomes=[_outcome()], is_reporter=True, backend="nccl", world_size=2, threads_per_rank=1,
+                       launcher="spawn", captured=captured, eager_graphs=mode)
+    out = tmp_path / "r.jsonl"
+    assert report(result, title="t", command="hocket bench ag_mm --graph", out=out,
+                  console=Console(file=StringIO())) == 0
+    lines = read_records(out)
+    assert lines and all(r.run["captured"] is captured and r.run["eager_graphs"] == mode for r in lines)
+
+
+def test_a_cpu_run_never_records_eager_graphs(monkeypatch):
+    from hocket.bench.session import _eager_graphs
+
+    monkeypatch.setenv("HOCKET_EAGER_GRAPHS", "on")
+    assert _eager_graphs("gloo") == "off"  # CPU calls are never replayed
+    assert _eager_graphs("nccl") == "on"
+    monkeypatch.setenv("HOCKET_EAGER_GRAPHS", "sometimes")
+    with pytest.raises(ValueError, match="HOCKET_EAGER_GRAPHS"):
+        _eager_graphs("nccl")

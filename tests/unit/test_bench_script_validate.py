@@ -330,3 +330,23 @@ def test_a_plan_measured_twice_counts_once_at_its_median_on_both_sides():
     best = vc.best_of(site.key, slower)  # median 0.85 x seq: the other plan is best, regret 0.85 / 0.8
     assert best["measured_best"] == vc.line_label(lines[2]) and not best["right"]
     assert best["regret"] == pytest.approx(0.85 / 0.8)
+
+
+@pytest.mark.parametrize(("command", "run", "replayed"), [
+    ("hocket bench ag_mm --m 8192 --k 4096 --n 1536 --world 2 --graph --out x.jsonl", {}, True),
+    ("/usr/local/bin/hocket bench mm_rs --graph", {}, True),
+    ("hocket bench ag_mm --m 8192 --world 2", {}, False),
+    ("hocket bench ag_mm --graph", {"captured": False}, False),  # what the line says wins over its command
+    ("hocket demo --graph", {}, False),
+    ("benchmarks/bench_eager_graphs.py --link nvlink --graphs-first", {}, False),
+    ("benchmarks/bench_multigpu.py --link nvlink --graph", {"captured": True}, True),
+    ("hocket bench ag_mm 'unclosed", {}, False),
+])
+def test_a_line_is_a_replay_where_it_says_so_or_where_hocket_bench_ran_with_graph(command, run, replayed):
+    """``hocket bench --graph`` lines written before ``run.captured`` existed (2xH200 runs 44, 49, 51) are replays."""
+    rng = random.Random(7)
+    site = _new_site(rng)
+    line = dataclasses.replace(record(site=site, plan=SEQ, median_ms=1.0, base=baselines(rng), run=run),
+                               command=command)
+    assert vc.captured_line(line) is replayed
+    assert vc.line_label(line).endswith(" [graph]") is replayed

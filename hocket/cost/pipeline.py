@@ -241,6 +241,8 @@ class _Builder:
         the later messages are issued while earlier ones move); a single device's host copy is a
         side-stream copy with its event waits."""
         transport = self.plan.transport
+        if transfer.algorithm == "none" and self.plan.strategy == "sequential":
+            return (), ()  # one rank: the sequential executor issues no collective (ops.lowering.sequential)
         if transport == "copy_engine":
             return (("copy_engine", calls),), ()
         if transport == "host_staged":

@@ -43,6 +43,24 @@ def _world(group_name: str) -> int:
                          "and pass a ProcessGroup, 1-D DeviceMesh or group name") from None
 
 
+# torch 2.13 deprecates reduce_scatter_tensor for reduce_scatter_single (same arguments); 2.11 may lack the new name
+_funcol_reduce_scatter = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
+
+
+def _gathered(t: torch.Tensor, dim: int, group_name: str) -> torch.Tensor:
+    """``t`` all-gathered along ``dim`` (read only by the caller): on one rank ``t`` itself, no collective."""
+    if _world(group_name) == 1:
+        return t
+    return funcol.wait_tensor(funcol.all_gather_tensor(t.contiguous(), dim, group_name))
+
+
+def _reduce_scattered(t: torch.Tensor, dim: int, group_name: str) -> torch.Tensor:
+    """``t`` summed over the group and scattered along ``dim``: on one rank ``t`` itself, no collective."""
+    if _world(group_name) == 1:
+        return t
+    return funcol.wait_tensor(_funcol_reduce_scatter(t.contiguous(), "sum", dim, group_name))
+
+
 # -- all_gather_matmul ---------------------------------------------------------------------
 
 all_gather_matmul_op = torch.library.custom_op("hocket::all_gather_matmul", run_all_gather_matmul,
@@ -86,12 +104,12 @@ def _all_gather_matmul_backward(ctx, grad_A, grad_outs):
         else:
             dA = torch.ops.hocket.matmul_reduce_scatter(dC, Bt, "sum", dim, group_name, "", "backward")
     if need_dA and grad_A is not None:
-        extra = funcol.wait_tensor(funcol.reduce_scatter_tensor(grad_A.contiguous(), "sum", dim, group_name))
+        extra = _reduce_scattered(grad_A, dim, group_name)
         dA = extra if dA is None else dA + extra
     dBs = None
     if need_dB:
         if A_full is None:
-            A_full = funcol.wait_tensor(funcol.all_gather_tensor(saved.contiguous(), dim, group_name))
+            A_full = _gathered(saved, dim, group_name)
         A2 = _flat(A_full)
         dBs = [A2.t() @ _flat(g) if g is not None else None for g in grad_outs]
     return dA, dBs, None, None, None, None, None, None
@@ -138,7 +156,7 @@ def _matmul_reduce_scatter_backward(ctx, grad):
         grad_full, (dA,) = torch.ops.hocket.all_gather_matmul(grad, [B.t()], dim, group_name, need_dB, True, "",
                                                               "backward")
     elif need_dB:
-        grad_full = funcol.wait_tensor(funcol.all_gather_tensor(grad.contiguous(), dim, group_name))
+        grad_full = _gathered(grad, dim, group_name)
     dB = _flat(A).t() @ _flat(grad_full) if need_dB else None
     return dA, dB, None, None, None, None, None
 

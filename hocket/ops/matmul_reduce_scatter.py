@@ -64,6 +64,10 @@ def run_matmul_reduce_scatter_and_gather(A, B, reduce_op, scatter_dim, gather_in
     prep = prepare_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name, plan, direction)
     dim = check_dim("gather_dim", gather_dim, gather_input.dim(), f"gather_input of shape {tuple(gather_input.shape)}")
     rt = prep.runtime
+    if rt.world == 1:  # nothing to gather: a copy, since outputs never alias inputs
+        with record_function(prep.label + "+regather"):
+            return prep.run(A, B, reduce_op, prep.dim, rt, prep.plan), \
+                gather_input.clone(memory_format=torch.contiguous_format)
     stacked = gather_input.new_empty((rt.world, *gather_input.shape))
     pending = rt.transport.all_gather(stacked, gather_input.contiguous())
     with record_function(prep.label + "+regather"):

@@ -202,3 +202,22 @@ def test_the_planner_never_picks_tile_fused_for_a_small_eager_site_on_a_slow_hos
         priced = {s.plan: s.predicted_ms for s in result.ranked}
         fused = [ms for plan, ms in priced.items() if plan.strategy == "tile_fused"]
         assert fused and min(fused) > priced[Plan()]
+
+
+@pytest.mark.parametrize("kind", ["ag_mm", "mm_rs", "mm_ar"])
+def test_one_rank_sequential_issues_no_collective(kind):
+    """On one rank the sequential executor skips the collective (ops.lowering.sequential): its price is the
+    operator's entry and the GEMM, the same for every kind, and a slower collective call changes nothing."""
+    rng = random.Random(kind)
+    site = Site(kind=kind, m=rng.randint(64, 4096), k=rng.randint(64, 4096), n=rng.randint(64, 4096),
+                dtype="bfloat16", world=1)
+    cluster = load_preset("h200x1")
+    base = predict(site, Plan(), cluster)
+    slow_collective = CalibrationProfile(fingerprint="issue-test",
+                                         issue_us={**DEFAULT_ISSUE_US, "collective": 50 * DEFAULT_ISSUE_US["collective"]})
+    assert predict(site, Plan(), cluster, slow_collective).total_ms == pytest.approx(base.total_ms)
+    mm = predict(Site(kind="mm_ar", m=site.m, k=site.k, n=site.n, dtype="bfloat16", world=1), Plan(), cluster)
+    assert base.total_ms == pytest.approx(mm.total_ms) and base.comm_ms == 0.0
+    two = Site(kind=kind, m=2 * site.m, k=site.k, n=site.n, dtype="bfloat16", world=2)
+    assert predict(two, Plan(), load_preset("h200x2"), slow_collective).total_ms > \
+        predict(two, Plan(), load_preset("h200x2")).total_ms  # where a collective runs, its call is paid

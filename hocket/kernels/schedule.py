@@ -303,7 +303,7 @@ def consumer_schedule(*, m: int, n: int, block_m: int, block_n: int, chunk_offse
                 return c
         raise AssertionError(f"row {row} outside chunk_offsets {offsets}")
 
-    num_m, num_n = cdiv(m, block_m), cdiv(n, block_n)
+    num_m = cdiv(m, block_m)
     by_step: dict[int, list[int]] = {}
     span = {}
     for pid_m in range(num_m):

@@ -6,6 +6,11 @@ from dataclasses import dataclass, replace
 
 _WARPS = (1, 2, 4, 8, 16)
 
+FP_FUSION = {"enable_fp_fusion": True}
+"""A launch option every hocket kernel passes. Triton up to 3.9 fuses ``a * b + c`` into FMA unless told
+otherwise (3.9 warns that 3.10 will stop); the kernels were tuned and checked with fusion, so they ask for it
+rather than inherit a default that moves between Triton versions (or ``TRITON_DEFAULT_FP_FUSION``)."""
+
 
 def _power_of_two(name: str, value: object, lowest: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < lowest or value & (value - 1):

@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hocket.kernels.config import FP_FUSION
 from hocket.kernels.errors import COPY_WAIT_SLOT
 
 
@@ -87,11 +88,12 @@ def set_flag_on_stream(flags: torch.Tensor, index: int, *, method: str = "auto")
     if method == "stream_write":
         torch.ops.symm_mem.stream_write_value32_(flags.view(torch.uint32), int(index), 1)
     elif method == "kernel":
-        set_flag_kernel[(1,)](flags, int(index), num_warps=1)
+        set_flag_kernel[(1,)](flags, int(index), num_warps=1, **FP_FUSION)
     else:
         raise ValueError(f"method={method!r} must be 'auto', 'stream_write' or 'kernel'")
 
 
 def wait_flag_on_stream(flags: torch.Tensor, index: int, errors: torch.Tensor, *, max_spins: int) -> None:
     """Hold the current stream until ``flags[index]`` rises (one program spins; bounded)."""
-    wait_flag_kernel[(1,)](flags, int(index), errors, int(max_spins), ERR_SLOT=COPY_WAIT_SLOT, num_warps=1)
+    wait_flag_kernel[(1,)](flags, int(index), errors, int(max_spins), ERR_SLOT=COPY_WAIT_SLOT, num_warps=1,
+                           **FP_FUSION)

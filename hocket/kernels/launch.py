@@ -7,6 +7,7 @@ from triton.runtime.interpreter import InterpretedFunction
 
 from hocket.kernels.consumer import consumer_gemm_kernel
 from hocket.kernels.descriptors import operand_descriptors
+from hocket.kernels.config import FP_FUSION
 from hocket.kernels.errors import COPY_WAIT_SLOT
 from hocket.kernels.flags import set_flag_on_stream, wait_flag_kernel
 from hocket.kernels.producer import producer_gemm_kernel
@@ -124,7 +125,7 @@ def warmup_producer(ws: ProducerWorkspace, a: torch.Tensor, b: torch.Tensor, out
     ws.check_operands(a, b, out)
     reset_producer(ws)
     _launch_producer(ws, a, b, out, signal=True)
-    wait_flag_kernel[(1,)](ws.flags, 0, ws.errors, ws.max_spins, ERR_SLOT=COPY_WAIT_SLOT, num_warps=1)
+    wait_flag_kernel[(1,)](ws.flags, 0, ws.errors, ws.max_spins, ERR_SLOT=COPY_WAIT_SLOT, num_warps=1, **FP_FUSION)
     _sync(ws.device)
     if int(ws.flags.min()) != 1 or int(ws.errors.max()) != 0:
         raise RuntimeError(f"producer warm-up did not raise every group flag: flags={ws.flags.tolist()}, "

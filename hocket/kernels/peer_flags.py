@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from hocket.kernels.config import FP_FUSION
 from hocket.kernels.flags import wait_flag
 
 
@@ -36,4 +37,4 @@ def wait_flag_range_on_stream(flags: torch.Tensor, start: int, count: int, error
         return
     if not 0 <= start and start + count <= flags.numel():
         raise ValueError(f"flag range {start}..{start + count - 1} is outside the {flags.numel()} flags")
-    wait_flag_range_kernel[(1,)](flags, int(start), int(count), errors, int(max_spins), num_warps=1)
+    wait_flag_range_kernel[(1,)](flags, int(start), int(count), errors, int(max_spins), num_warps=1, **FP_FUSION)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from hocket import env
-from hocket.kernels.config import TileConfig, default_config, persistent_programs
+from hocket.kernels.config import FP_FUSION, TileConfig, default_config, persistent_programs
 from hocket.kernels.errors import FlagTimeoutError, spins_for_timeout
 from hocket.kernels.peer_schedule import receive_order
 from hocket.kernels.schedule import cdiv, consumer_schedule
@@ -154,7 +154,7 @@ class PeerReadWorkspace:
                     INPUT_PRECISION="tf32" if self.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
                     else "ieee",
                     UPCAST=interpreted and self.dtype == torch.bfloat16,
-                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages, **FP_FUSION)
 
 
 def raise_peer_read_timeout(errors: torch.Tensor, *, max_spins: int, rank: int, row_blocks: int,

@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hocket.kernels.config import FP_FUSION
+
 COPY_BLOCK = 4096
 
 
@@ -31,4 +33,4 @@ def sm_copy(src: torch.Tensor, dst: torch.Tensor, *, programs: int) -> None:
         raise ValueError("src and dst must be contiguous")
     if not isinstance(programs, int) or programs < 1:
         raise ValueError(f"programs={programs!r} must be an int >= 1")
-    sm_copy_kernel[(programs,)](src, dst, src.numel(), BLOCK=COPY_BLOCK, num_warps=8)
+    sm_copy_kernel[(programs,)](src, dst, src.numel(), BLOCK=COPY_BLOCK, num_warps=8, **FP_FUSION)

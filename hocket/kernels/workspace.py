@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from hocket import env
-from hocket.kernels.config import TileConfig, default_config, persistent_programs
+from hocket.kernels.config import FP_FUSION, TileConfig, default_config, persistent_programs
 from hocket.kernels.errors import error_buffer, spins_for_timeout
 from hocket.kernels.schedule import ConsumerSchedule, ProducerSchedule, consumer_schedule, producer_schedule
 from hocket.kernels.tickets import TICKET_WORDS
@@ -144,7 +144,7 @@ class _Workspace:
                     else "ieee",
                     UPCAST=interpreted and self.dtype == torch.bfloat16, DYNAMIC=self.dynamic,
                     SPLIT=self.split_table is not None, PART_STRIDE=cfg.block_m * cfg.block_n,
-                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages, **FP_FUSION)
 
 
 class ConsumerWorkspace(_Workspace):

@@ -18,7 +18,7 @@ triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from hocket.kernels.config import BF16_CONFIGS, FP32_CONFIGS  # noqa: E402
+from hocket.kernels.config import BF16_CONFIGS, FP32_CONFIGS, FP_FUSION  # noqa: E402
 from hocket.kernels.consumer import consumer_gemm_kernel  # noqa: E402
 from hocket.kernels.flags import set_flag_kernel, wait_flag_kernel  # noqa: E402
 from hocket.kernels.producer import producer_gemm_kernel  # noqa: E402
@@ -40,7 +40,7 @@ def _compile(kernel, pointers: dict, constants: dict, **options):
     attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in params if p in pointers or p in ALIGNED}
     src = ASTSource(fn=kernel, signature=signature, constexprs={(params.index(k),): v for k, v in constants.items()},
                     attrs=attrs)
-    return triton.compile(src, target=SM90, options=options)
+    return triton.compile(src, target=SM90, options={**FP_FUSION, **options})
 
 
 def _gemm_constants(cfg, narrow_n=0, dynamic=False, split=False, **extra):

@@ -117,3 +117,13 @@ def test_fused_config_loads_16_bit_operands_through_descriptors():
     assert not fused_config(4096, 7168, 1024, torch.float32).tma
     with pytest.raises(ValueError, match="has no tile config"):
         fused_config(128, 64, 64, torch.int8)
+
+
+@pytest.mark.parametrize("interpreted", [True, False])
+def test_launches_ask_for_fp_fusion_whatever_tritons_default(interpreted):
+    """Triton 3.10 turns FMA fusion off by default; the kernels keep the fusion they were tuned with."""
+    cfg = TileConfig(block_m=64, block_n=64, block_k=32)
+    ws = ProducerWorkspace(m=128, n=96, k=64, dtype=torch.bfloat16, device="cpu", config=cfg, groups=2,
+                           narrow_rows=64)
+    flags = ws.launch_flags(interpreted=interpreted)
+    assert flags["enable_fp_fusion"] is True and flags["num_warps"] == cfg.num_warps

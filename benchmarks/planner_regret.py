@@ -31,7 +31,7 @@ from pathlib import Path
 
 from hocket.env import overridden
 from hocket.hardware import fingerprint, list_presets, load_cluster, load_preset, probe
-from hocket.plan.regret import planner_regret
+from hocket.plan.regret import machine_key, planner_regret
 from hocket.plan.report import plan_label
 from hocket.plan.search import predict_cost_fn
 from hocket.plan.uncertainty import uncertainty_from_profile
@@ -87,9 +87,8 @@ def through_host(cluster, cost):
 
 
 def site_machine(record) -> tuple[str, str]:
-    """(site key, hardware hash): the group a line is scored in (``hocket.plan.regret.group_records``'s key)."""
-    hardware = record.hardware if isinstance(record.hardware, dict) else {}
-    return record.site.key, str(hardware.get("hash", "unknown"))
+    """(site key, machine key): the group a line is scored in (``hocket.plan.regret.group_records``'s key)."""
+    return record.site.key, machine_key(record)
 
 
 def one_mode_per_site(records, mode_of, what: str) -> tuple[list, dict[tuple[str, str], str], list[str]]:

@@ -1,6 +1,6 @@
 """Planner regret: how much slower the planner's choice ran than the best measured plan.
 
-Input: results lines (``hocket.bench.record.BenchRecord``) grouped by site and machine, and
+Input: results lines (``hocket.bench.record.BenchRecord``) grouped by site and machine (:func:`machine_key`), and
 with ``run_of`` by run as well (the lines of one run share their sequential baseline, so a
 group never mixes a plan timed on one lease or day with its rivals timed on another).
 For each group, among the plans that were measured (sequential always is):
@@ -24,6 +24,8 @@ the planner lost to doing nothing). Noise is the sequential plan's p90/p10 sprea
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -40,6 +42,7 @@ class RegretRow:
 
     site: Site
     hardware_hash: str
+    """the machine's key (:func:`machine_key`)."""
     measured: int
     """plans measured (and priced)."""
     best_plan: Plan
@@ -67,9 +70,28 @@ class RegretRow:
                 "tuned_vs_sequential": self.tuned_vs_sequential, "unpriced": list(self.unpriced)}
 
 
-def _hardware_hash(record) -> str:
+PROCESS_ENV = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+"""Environment a fingerprint records that places a process on the machine without changing the machine
+or its links (left out of :func:`machine_key`; ``NCCL_P2P_DISABLE`` and the like stay in: they change the link)."""
+
+
+def machine_key(record) -> str:
+    """The machine a results line ran on: its hardware fingerprint (devices, nodes, topology and links, driver,
+    CUDA, NCCL and torch versions, the link-changing environment) without the parts that name hocket's
+    version or the process rather than the machine: the transports each island offers (the list grows
+    with hocket: ``peer_read`` joined it at 2xH200 run6, which gave the same 2xH200 and 1xH200 machines a new
+    fingerprint ``hash``) and ``PROCESS_ENV``. Lines without a fingerprint dict fall back to its ``hash``."""
     hardware = record.hardware if isinstance(record.hardware, dict) else {}
-    return str(hardware.get("hash", "unknown"))
+    if "topology" not in hardware:
+        return str(hardware.get("hash", "unknown"))
+    machine = {k: v for k, v in hardware.items() if k not in ("hash", "env")}
+    machine["env"] = {k: v for k, v in (hardware.get("env") or {}).items() if k not in PROCESS_ENV}
+    machine["topology"] = [
+        {**node, "islands": [{k: v for k, v in island.items() if k != "transports"}
+                             for island in node.get("islands", [])]} if isinstance(node, dict) else node
+        for node in hardware["topology"]]
+    text = json.dumps(machine, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 RunOf = Callable[[object], str]
@@ -82,7 +104,7 @@ def group_records(records: Iterable, run_of: RunOf | None = None) -> dict[tuple[
     groups: dict[tuple[str, str, str], dict[Plan, object]] = {}
     for record in records:
         run = run_of(record) if run_of is not None else ""
-        groups.setdefault((record.site.key, _hardware_hash(record), run), {})[record.plan] = record
+        groups.setdefault((record.site.key, machine_key(record), run), {})[record.plan] = record
     return {key: list(by_plan.values()) for key, by_plan in groups.items()}
 
 
@@ -122,7 +144,7 @@ def site_regret(records: list, cost_fn: CostFn, *, top_k: int = 4, margin: float
     seq_ms = measured[baseline]
     timing = sequential.timing
     return RegretRow(
-        site=site, hardware_hash=_hardware_hash(sequential), measured=len(priced), best_plan=best_plan,
+        site=site, hardware_hash=machine_key(sequential), measured=len(priced), best_plan=best_plan,
         best_ms=best_ms, sequential_ms=seq_ms,
         noise=(timing.p90_ms - timing.p10_ms) / timing.median_ms if timing.median_ms > 0 else 0.0,
         predicted_plan=pred_plan, predicted_regret=measured[pred_plan] / best_ms,

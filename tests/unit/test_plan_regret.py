@@ -115,3 +115,40 @@ def test_runs_of_one_machine_are_scored_apart_with_run_of():
     assert by_run["b"].predicted_regret == 1.0 and by_run["b"].measured == 2
     assert by_run["a"].to_dict()["run"] == "a"
     assert len(group_records(first + second, run_of=lambda r: run[id(r)])) == 2
+
+
+def _fingerprint(*, transports=("collective", "p2p"), env=None, devices=2, driver="580.1") -> dict:
+    """A fingerprint dict as ``hocket.hardware.fingerprint`` writes it (its ``hash`` differs on any change)."""
+    env = dict(env or {})
+    body = {"devices": {"H200 SXM": devices}, "env": env, "nodes": 1, "world_size": devices,
+            "versions": {"driver": driver, "torch": "2.11.0"},
+            "topology": [{"nodes": 1, "islands": [{"count": devices, "link": "nvlink", "model": "H200 SXM",
+                                                   "transports": list(transports)}]}]}
+    return {**body, "hash": str(abs(hash(repr(sorted(body.items(), key=str)))))}
+
+
+def _line(site: Site, plan: Plan, ms: float, hardware: dict):
+    return record_mod.BenchRecord(
+        site=site, plan=plan, timing=stats.Summary(median_ms=ms, p10_ms=ms * 0.95, p90_ms=ms * 1.05, n=9),
+        baselines=record_mod.Baselines(sequential_ms=10.0, compute_alone_ms=6.0, comm_alone_ms=5.0),
+        hardware=hardware, environment={}, versions={}, git_hash=None, command="test")
+
+
+def test_a_machine_is_its_hardware_not_hockets_transport_list_or_the_process_env():
+    from hocket.plan.regret import machine_key
+
+    site = _site()
+    old = _fingerprint(env={"CUDA_VISIBLE_DEVICES": "0", "OMP_NUM_THREADS": "1", "NCCL_NVLS_ENABLE": "0"})
+    new = _fingerprint(transports=("collective", "p2p", "peer_read"), env={"NCCL_NVLS_ENABLE": "0"})
+    assert old["hash"] != new["hash"]
+    assert machine_key(_line(site, SEQ, 1.0, old)) == machine_key(_line(site, SEQ, 1.0, new))
+    # what changes the machine or its links does change the key
+    for other in (_fingerprint(env={"NCCL_NVLS_ENABLE": "0", "NCCL_P2P_DISABLE": "1"}), _fingerprint(devices=4),
+                  _fingerprint(driver="590.2", env={"NCCL_NVLS_ENABLE": "0"})):
+        assert machine_key(_line(site, SEQ, 1.0, other)) != machine_key(_line(site, SEQ, 1.0, new))
+    assert machine_key(_line(site, SEQ, 1.0, {"hash": "h"})) == "h"  # no fingerprint body: its hash
+    # lines of one machine under two fingerprint hashes form one group, the newest line per plan winning
+    groups = group_records([_line(site, SEQ, 10.0, old), _line(site, CH2, 9.0, old),
+                            _line(site, CH2, 7.0, new)])
+    (lines,) = groups.values()
+    assert sorted(r.timing.median_ms for r in lines) == [7.0, 10.0]

@@ -17,9 +17,9 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def load_script(name: str):
-    """``benchmarks/<name>.py`` as a module. ``validate_cost`` is loaded first and registered
-    under its own name: the other scripts import it as their sibling (``from validate_cost import``)."""
-    for needed in dict.fromkeys(("validate_cost", name)):
+    """``benchmarks/<name>.py`` as a module. ``line_modes`` and ``validate_cost`` are loaded first and registered
+    under their own names: the other scripts import them as siblings (``from validate_cost import``)."""
+    for needed in dict.fromkeys(("line_modes", "validate_cost", name)):
         path = BENCHMARKS / f"{needed}.py"
         loaded = sys.modules.get(needed)
         if loaded is not None and Path(getattr(loaded, "__file__", "")) == path:

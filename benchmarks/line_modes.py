@@ -1,0 +1,187 @@
+"""What a results line says about how it ran: the executor it measured (the relay's signalling and calls,
+the copy-engine peer protocol, the own-block zeroing and summing of a reduce-scatter) and the timing mode
+(steady state, replayed from a CUDA graph, under ``HOCKET_EAGER_GRAPHS``), read from the line's ``run`` fields,
+and for lines written before a field existed, from where they were measured. ``benchmarks/validate_cost.py``
+and ``benchmarks/planner_regret.py`` price each line as it ran with these (split out of validate_cost.py,
+which re-exports them)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hocket.env import PEER_PROTOCOLS, overridden
+
+CURRENT_RELAY = "@8MB,thread=0"
+"""The host-staged relay the executors run now (``HOCKET_HOST_STAGE_PIECE_MB=8``, issued on the
+calling thread; with ``order="local_first"`` the hiding GEMM is launched before the relay, commit
+789842c). Benchmarks tag relay variants in ``run.method`` ("... @<MB>MB,thread=<0|1>"); untagged
+lines measured the default relay of the commit they ran."""
+FIRST_CURRENT_RELAY_RUN = 5
+CURRENT_RELAY_RUNS = tuple(f"h200x2/run{i}/" for i in range(FIRST_CURRENT_RELAY_RUN, 100))
+"""Results folders whose multi-rank host_staged lines measured the current executor: run5 and
+later (run1-run4 measured relays and a local_first order that no executor runs any more, and the
+lines' git hash cannot tell them apart: the device copies carried a stale ``.git``; lines made
+since carry ``HOCKET_GIT_HASH``). A change of the relay or of its local_first order must move
+``FIRST_CURRENT_RELAY_RUN`` to the first run made with it."""
+
+
+def steady_line(record) -> bool:
+    """A results line timed in the steady state (``hocket.bench.timer`` with ``reps > 1``)."""
+    run = record.run if isinstance(record.run, dict) else {}
+    reps = run.get("reps", 1)
+    return isinstance(reps, int) and reps > 1
+
+
+def captured_line(record) -> bool:
+    """A results line of calls replayed from a CUDA graph (``run.captured``: benchmarks/bench_captured.py,
+    bench_multigpu.py --graph, ``hocket bench --graph``): priced with ``predict(..., captured=True)``.
+
+    ``hocket bench --graph`` recorded ``run.captured`` only from session 21 on; its earlier lines (2xH200 runs
+    44, 49 and 51) say so in their command alone, which is read here."""
+    run = record.run if isinstance(record.run, dict) else {}
+    if "captured" in run:
+        return run["captured"] is True
+    return hocket_bench_graph_command(getattr(record, "command", ""))
+
+
+def hocket_bench_graph_command(command: str) -> bool:
+    """``command`` runs ``hocket bench ... --graph`` (every plan timed replayed from a CUDA graph)."""
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        return False
+    return len(words) >= 2 and Path(words[0]).name == "hocket" and words[1] == "bench" and "--graph" in words[2:]
+
+
+EAGER_GRAPHS_BENCH = "bench_eager_graphs"
+"""Results files of benchmarks/bench_eager_graphs.py: their lines count only where they say they recorded the
+executor fields (``run.executor_fields``, written since session 20's runs). The lines of 2xH200 runs 84-88
+(sequential, the eager planner's choice) do not record the executor fields this script prices
+relay and copy-engine lines by (``run.host_stage_calls``, ``run.own_block_zero``, ``run.own_block_sum``: see
+``line_calls`` and its neighbours), which would make
+them read as the executors of older runs."""
+
+
+def eager_graph_line(record) -> bool:
+    """A results line of eager calls under ``HOCKET_EAGER_GRAPHS`` (``run.eager_graphs``,
+    benchmarks/bench_eager_graphs.py): left out of this validation."""
+    run = record.run if isinstance(record.run, dict) else {}
+    return run.get("eager_graphs") not in (None, "off")
+
+
+PEER_PROTOCOL_KINDS = ("ag_mm", "mm_rs", "mm_ar")
+PROTOCOL_BEFORE_RUN14 = "push"
+"""What every ``chunked``/``copy_engine`` line without ``run.peer_protocol`` ran: the flag-raising push
+pipe was the only peer protocol until commit 5945583 (h200x2 runs 1-13, bench_h200x2.jsonl, bench_peer_read)."""
+
+
+def line_protocol(record) -> str | None:
+    """The copy-engine peer protocol a results line ran (``hocket.transport.peer_protocol``):
+    ``run.peer_protocol`` where the benchmark wrote one, ``"push"`` for a ``chunked`` plan over
+    ``copy_engine`` without it (``PROTOCOL_BEFORE_RUN14``), None for every other line."""
+    run = record.run if isinstance(record.run, dict) else {}
+    named = run.get("peer_protocol")
+    if named is not None:
+        if named not in PEER_PROTOCOLS or named == "auto":
+            raise ValueError(f"run.peer_protocol={named!r} of a {record.site.kind} {record.plan.describe()} line "
+                             f"is not a protocol; a line names what ran: one of {PEER_PROTOCOLS[1:]}")
+        return named
+    plan = record.plan
+    if plan.strategy == "chunked" and plan.transport == "copy_engine" and record.site.kind in PEER_PROTOCOL_KINDS:
+        return PROTOCOL_BEFORE_RUN14
+    return None
+
+
+@contextmanager
+def priced_with_protocol(protocol: str | None) -> Iterator[None]:
+    """Price under ``HOCKET_PEER_PROTOCOL=protocol`` (the cost model reads it through
+    ``peer_protocol_for`` at pricing time) and restore the variable afterwards, also on an
+    exception; ``None`` leaves the environment as it is (a line with no peer protocol)."""
+    if protocol is None:
+        yield
+        return
+    if protocol not in PEER_PROTOCOLS:
+        raise ValueError(f"protocol={protocol!r} must be one of {PEER_PROTOCOLS} (or None for no peer protocol)")
+    with overridden({"HOCKET_PEER_PROTOCOL": protocol}):
+        yield
+
+
+FIRST_DEVICE_SIGNAL_RUN = 21
+DEVICE_SIGNAL_RUNS = tuple(f"h200x2/run{i}/" for i in range(FIRST_DEVICE_SIGNAL_RUN, 100))
+"""Results folders whose multi-rank host_staged lines ran the relay with device signals
+(``HOCKET_HOST_STAGE_SIGNAL=device``, the default since commit a05015f); earlier lines ran the host
+handshake. Lines written since record ``run.host_stage_signal``; ``read_current`` fills it in for
+older lines from their folder (and from a ``,signal=`` tag in ``run.method``)."""
+
+
+def is_relay_line(record) -> bool:
+    return record.plan.transport == "host_staged" and record.site.world > 1
+
+
+def line_signal(record) -> str | None:
+    """The relay signalling a multi-rank host_staged line ran (``run.host_stage_signal``; ``"host"`` for a
+    line no reader filled in), None for every other line."""
+    if not is_relay_line(record):
+        return None
+    run = record.run if isinstance(record.run, dict) else {}
+    return run.get("host_stage_signal") or "host"
+
+
+def line_calls(record) -> str | None:
+    """How a multi-rank host_staged line's own-data-first pipeline called the relay
+    (``run.host_stage_calls``; ``"piece"``, one call per piece, for lines written before the field
+    existed: runs 1-33), None for every other line (the flag changes only those pipelines)."""
+    if not is_relay_line(record) or record.plan.strategy != "chunked" or record.plan.order != "local_first":
+        return None
+    run = record.run if isinstance(record.run, dict) else {}
+    return run.get("host_stage_calls") or "piece"
+
+
+def line_own_zero(record) -> str | None:
+    """How an own-block-last mm_rs line over a collective transport kept its staging's own block at
+    zero (``run.own_block_zero``; ``"each"``, a fill kernel per piece, for lines written before the field:
+    runs up to 59), None for every other line (``hocket.env.own_block_zero``)."""
+    plan = record.plan
+    if record.site.kind != "mm_rs" or plan.strategy != "chunked" or plan.order != "local_first" \
+            or plan.transport == "copy_engine" or record.site.world < 2:
+        return None
+    run = record.run if isinstance(record.run, dict) else {}
+    return run.get("own_block_zero") or "each"
+
+
+def line_own_sum(record) -> str | None:
+    """How a one-piece copy-engine mm_rs line of the ``pull`` protocol added its peers' partials to its own
+    block (``run.own_block_sum``; ``"pass"``, one pass after the whole own block's GEMM, for lines written
+    before the field: up to session 17), None for every other line (``hocket.env.own_block_sum``)."""
+    if record.site.kind != "mm_rs" or record.site.world < 2 or line_protocol(record) != "pull":
+        return None
+    run = record.run if isinstance(record.run, dict) else {}
+    return run.get("own_block_sum") or "pass"
+
+
+@contextmanager
+def priced_as_ran(record) -> Iterator[None]:
+    """Price ``record``'s plan with the copy-engine protocol, the relay signalling and calls, and the
+    own-block zeroing and summing it ran."""
+    signal, calls, zero, total = line_signal(record), line_calls(record), line_own_zero(record), line_own_sum(record)
+    relay = {"HOCKET_HOST_STAGE_SIGNAL": signal} if signal else {}
+    if calls:
+        relay["HOCKET_HOST_STAGE_CALLS"] = calls
+    if zero:
+        relay["HOCKET_OWN_BLOCK_ZERO"] = zero
+    if total:
+        relay["HOCKET_OWN_BLOCK_SUM"] = total
+    with priced_with_protocol(line_protocol(record)), overridden(relay):
+        yield
+
+
+def line_label(record) -> str:
+    """The plan of a line as the tables print it: ``Plan.describe()``, plus `` ~pull``/`` ~put`` for a
+    copy-engine line of another protocol than push (unmarked copy-engine lines ran push), and `` [graph]``
+    for a CUDA graph replay (``captured_line``)."""
+    protocol = line_protocol(record)
+    suffix = f" ~{protocol}" if protocol not in (None, PROTOCOL_BEFORE_RUN14) else ""
+    return record.plan.describe() + suffix + (" [graph]" if captured_line(record) else "")

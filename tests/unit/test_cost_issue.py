@@ -213,8 +213,8 @@ def test_one_rank_sequential_issues_no_collective(kind):
                 dtype="bfloat16", world=1)
     cluster = load_preset("h200x1")
     base = predict(site, Plan(), cluster)
-    slow_collective = CalibrationProfile(fingerprint="issue-test",
-                                         issue_us={**DEFAULT_ISSUE_US, "collective": 50 * DEFAULT_ISSUE_US["collective"]})
+    slow = {**DEFAULT_ISSUE_US, "collective": 50 * DEFAULT_ISSUE_US["collective"]}
+    slow_collective = CalibrationProfile(fingerprint="issue-test", issue_us=slow)
     assert predict(site, Plan(), cluster, slow_collective).total_ms == pytest.approx(base.total_ms)
     mm = predict(Site(kind="mm_ar", m=site.m, k=site.k, n=site.n, dtype="bfloat16", world=1), Plan(), cluster)
     assert base.total_ms == pytest.approx(mm.total_ms) and base.comm_ms == 0.0

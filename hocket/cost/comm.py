@@ -484,6 +484,8 @@ def ring_step(nbytes: float, topo: GroupTopology, *, transport: str = "p2p", pee
     (1 for a ring, 2 for a bidirectional ring) and receives the same."""
     if not (nbytes >= 0 and math.isfinite(nbytes)):
         raise ValueError(f"ring_step nbytes={nbytes!r} must be finite and >= 0")
+    if transport == "collective":  # a ring's steps are P2P send/recv whichever SM-driven transport names them
+        transport = "p2p"  # (both are torch.distributed: hocket.transport.registry)
     kind = transfer_kind(topo, transport)
     if topo.world == 1:
         return Transfer(ms=0.0, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm="none", egress_bytes=0.0)
@@ -497,7 +499,7 @@ def ring_step(nbytes: float, topo: GroupTopology, *, transport: str = "p2p", pee
     calls = 2 * peers if topo.backend == "gloo" and transport == "p2p" else 1
     ms = _time_ms(kind, calls=calls, steps=1, latency_us=latency, nbytes=nbytes * peers, gbps=egress_gbps)
     if calibration is not None and nbytes > 0:
-        curve = "p2p" if transport == "p2p" else "copy_engine"
+        curve = "copy_engine" if transport == "copy_engine" else "p2p"
         ms *= calibration.transfer_ratio(curve, nbytes, lambda b: ring_step(b, topo, transport=transport,
                                                                            peers=peers).ms,
                                          context=(topo, transport, peers))

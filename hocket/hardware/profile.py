@@ -47,12 +47,13 @@ file and the reason, and ignored: never trusted, never unpickled.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -367,9 +368,57 @@ def load_profile(path: str | Path | None = None, *, expected: str | None = AUTO,
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, ProfileFormatError) as exc:
         warnings.warn(f"calibration profile {target} is corrupt and is ignored: {exc}", ProfileWarning, stacklevel=2)
         return None
+    profile = without_superseded(profile, target)
     if want is not None and profile.fingerprint != want:
         warnings.warn(f"calibration profile {target} is foreign and is ignored: it was measured on hardware with "
                       f"fingerprint {profile.fingerprint}, this one is {want} (run `hocket calibrate` here)",
                       ProfileWarning, stacklevel=2)
         return None
     return profile
+
+
+SUPERSEDED_BEFORE: Mapping[str, tuple[str, str]] = {
+    "copy_engine": ("2026-11-30T03:30:00+00:00",
+                    "its copy_engine curve and contention point timed a cross-device copy_ between two processes' "
+                    "GPUs (each call synchronising streams of both devices: 0.12 ms floor, x3.1 beside a GEMM), not "
+                    "the DMA copy into a peer's symmetric memory that the copy-engine transport runs (0.04 ms floor, "
+                    "x0.96-0.99 beside a GEMM; hocket 0e81fe1, 2xH200 run18)"),
+    "issue_us.copy_engine": ("2026-11-30T03:45:00+00:00",
+                             "its issue_us['copy_engine'] timed a plain cross-device copy, not the symmetric-memory "
+                             "copy with its event that the transport issues (hocket f1fa3b5)"),
+}
+"""Parts of a profile measured, before the given ``created`` time, by a method that timed another mechanism than
+the one the cost model prices with them, and why. :func:`load_profile` drops them (the model's defaults apply)."""
+
+
+def without_superseded(profile: CalibrationProfile, source: str | Path = "profile") -> CalibrationProfile:
+    """``profile`` without the parts :data:`SUPERSEDED_BEFORE` names for its ``created`` time, with a
+    ``ProfileWarning`` naming the file, the parts and why; unchanged when it has none or no ``created`` time."""
+    created = _created(profile.created)
+    if created is None:
+        return profile
+    dropped, changes = [], {}
+    for part, (before, why) in SUPERSEDED_BEFORE.items():
+        if created >= _created(before):
+            continue
+        if part == "copy_engine" and (profile.copy_engine or "copy_engine" in profile.contention):
+            changes["copy_engine"] = ()
+            changes["contention"] = {k: v for k, v in profile.contention.items() if k != "copy_engine"}
+            dropped.append(f"copy_engine curve and contention ({why})")
+        elif part == "issue_us.copy_engine" and "copy_engine" in profile.issue_us:
+            changes["issue_us"] = {k: v for k, v in profile.issue_us.items() if k != "copy_engine"}
+            dropped.append(f"issue_us['copy_engine'] ({why})")
+    if not dropped:
+        return profile
+    warnings.warn(f"calibration profile {source} (created {profile.created}) has measurements of superseded methods; "
+                  f"ignoring its {'; its '.join(dropped)}. Run `hocket calibrate` again to measure them as the model "
+                  f"prices them", ProfileWarning, stacklevel=3)
+    return replace(profile, **changes)
+
+
+def _created(text: str) -> datetime.datetime | None:
+    try:
+        stamp = datetime.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=datetime.timezone.utc)

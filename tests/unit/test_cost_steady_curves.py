@@ -46,7 +46,7 @@ def test_old_profiles_have_none_and_round_trip_without_it(tmp_path, rng):
     assert old.collectives_steady == {} and "collectives_steady" not in old.to_dict()
     view = CalibrationView(old)
     assert view.for_steady_state() is view
-    new = _with_steady(old, rng.uniform(1.2, 1.6))
+    new = replace(_with_steady(old, rng.uniform(1.2, 1.6)), created="2026-12-01T00:00:00+00:00")  # written now
     loaded = load_profile(save_profile(new, path=tmp_path / "p.json"), expected=None)
     assert loaded is not None and loaded.collectives_steady == new.collectives_steady
 

@@ -1,6 +1,7 @@
 """The host-staged relay priced for CUDA graph replays and for many small messages: a replayed call
-queued behind another keeps no extra fill overlap (its replayed curve ran back to back), and a message
-moves no faster than RELAY_MESSAGE_FLOOR_US however few its bytes."""
+queued behind another in a pipeline overlaps its first message with the previous call's drain, as an eager
+one does (the relay's curves time each call after the previous one drained), and a message moves no faster
+than RELAY_MESSAGE_FLOOR_US however few its bytes."""
 
 from __future__ import annotations
 
@@ -26,17 +27,27 @@ def _profile(captured: bool) -> CalibrationProfile:
 
 
 @pytest.mark.parametrize("nbytes", [1 << 20, 4 << 20, 48 << 20])
-def test_a_replayed_relay_call_saves_no_fill_when_queued(nbytes):
+def test_a_replayed_relay_call_saves_its_fill_when_queued_like_an_eager_one(nbytes):
     topo = C.group_topology(load_preset("h200-host-staged"), (0, 1))
     steady = calibration_view(_profile(True)).for_steady_state()
-    replayed = steady.for_captured()
     eager = C.collective("all_gather", nbytes, topo, transport="host_staged", calibration=steady)
-    replay = C.collective("all_gather", nbytes, topo, transport="host_staged", calibration=replayed)
-    assert eager.queued_saving_ms > 0 and replay.queued_saving_ms == 0
-    # a profile without the replayed curve prices replays with the steady view: the saving stays
-    fallback = calibration_view(_profile(False)).for_steady_state().for_captured()
-    assert C.collective("all_gather", nbytes, topo, transport="host_staged",
-                        calibration=fallback).queued_saving_ms == pytest.approx(eager.queued_saving_ms)
+    replay = C.collective("all_gather", nbytes, topo, transport="host_staged", calibration=steady.for_captured())
+    assert eager.queued_saving_ms > 0 and replay.queued_saving_ms > 0
+    assert replay.queued_saving_ms < replay.ms
+    # the same curve for both views: the same call, the same fill saved
+    assert replay.queued_saving_ms == pytest.approx(eager.queued_saving_ms)
+
+
+def test_a_replayed_natural_relay_pipeline_overlaps_its_calls():
+    """chunked(4) over the relay in natural order issues the next piece's call before it waits on the last
+    (hocket.ops._pipeline, depth 2): each later call's device-to-host fill runs beside the previous drain."""
+    cluster, profile = load_preset("h200-host-staged"), _profile(True)
+    site = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
+    plan = Plan(strategy="chunked", chunks=4, transport="host_staged")
+    stages = pipeline_stages(site, plan, cluster, profile, steady_state=True, captured=True)
+    moves = [s for s in stages if s.op == "all_gather"]
+    assert len(moves) == 4
+    assert all(later.duration_ms < 0.9 * moves[0].duration_ms for later in moves[1:])
 
 
 def test_many_small_messages_are_held_to_the_floor():

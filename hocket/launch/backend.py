@@ -13,8 +13,9 @@ BACKENDS = ("auto", "gloo", "nccl")
 def choose_backend(backend: str, *, local_world_size: int) -> str:
     """Resolve ``backend`` ("auto", "gloo", "nccl") for ranks sharing one host.
 
-    "auto" means NCCL when there are at least two CUDA devices and each of the
-    ``local_world_size`` ranks on this host gets one of its own, otherwise gloo.
+    "auto" means NCCL when each of the ``local_world_size`` ranks on this host gets a CUDA device of
+    its own (one rank on a one-GPU machine included: ``hocket calibrate --world 1`` there measures the
+    GPU, not the CPU), otherwise gloo.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
@@ -28,7 +29,7 @@ def choose_backend(backend: str, *, local_world_size: int) -> str:
             )
         return backend
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return "nccl" if count >= 2 and count >= local_world_size else "gloo"
+    return "nccl" if count >= 1 and count >= local_world_size else "gloo"
 
 
 def device_for_rank(local_rank: int | None = None, *, backend: str | None = None) -> torch.device:

@@ -75,8 +75,8 @@ def test_bad_values_are_named(name: str, value: str, match: str) -> None:
 
 
 def test_backend_choice_without_gpus_is_gloo() -> None:
-    if torch.cuda.device_count() >= 2:
-        pytest.skip("this machine has GPUs: auto would pick NCCL")
+    if torch.cuda.device_count() >= 1:
+        pytest.skip("this machine has a GPU: auto would pick NCCL for ranks that each get one")
     assert choose_backend("auto", local_world_size=2) == "gloo"
     assert choose_backend("gloo", local_world_size=4) == "gloo"
     with pytest.raises(ValueError, match="one CUDA device per local rank"):
@@ -84,6 +84,16 @@ def test_backend_choice_without_gpus_is_gloo() -> None:
     with pytest.raises(ValueError, match="backend='mpi' is not one of"):
         choose_backend("mpi", local_world_size=2)
     assert device_for_rank(0, backend="gloo") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("devices, ranks, expected", [(0, 1, "gloo"), (0, 2, "gloo"), (1, 1, "nccl"), (1, 2, "gloo"),
+                                                      (2, 2, "nccl"), (8, 4, "nccl"), (4, 8, "gloo")])
+def test_auto_takes_nccl_when_every_local_rank_has_a_gpu(monkeypatch, devices, ranks, expected) -> None:
+    """One rank on a one-GPU machine measures the GPU (2xH200-era rule asked for two devices: run45 of session
+    22 calibrated the CPU with ``hocket calibrate --world 1`` on an H200); ranks that would share a GPU get gloo."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: devices > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: devices)
+    assert choose_backend("auto", local_world_size=ranks) == expected
 
 
 def test_device_for_rank_needs_a_backend_or_a_group() -> None:

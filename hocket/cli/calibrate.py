@@ -105,6 +105,17 @@ def _print_tables(profile) -> None:
     for kind, c in profile.contention.items():
         contention.add_row(kind, f"{c.gemm_slowdown:.2f}x", f"{c.transfer_slowdown:.2f}x")
     console.print(contention)
+    if profile.issue_us:
+        sittings = list(profile.issue_sittings)
+        issue = Table(title="host issue cost per item (us)" + (f": the median of {len(sittings)} sittings spread over "
+                                                               f"the run" if sittings else ""))
+        issue.add_column("item")
+        for i in range(len(sittings)):
+            issue.add_column(f"sitting {i + 1}", justify="right")
+        issue.add_column("kept", justify="right")
+        for item, us in sorted(profile.issue_us.items()):
+            issue.add_row(item, *(f"{s[item]:.1f}" if item in s else "-" for s in sittings), f"{us:.1f}")
+        console.print(issue)
 
 
 def _size(nbytes: int) -> str:

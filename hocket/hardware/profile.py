@@ -35,7 +35,9 @@ Byte conventions of the curves (match ``Site.comm_bytes``):
 ``copy_engine``, ``host_link``, ``cpu_collective``; extra kinds may be present).
 ``issue_us``: host microseconds to issue one item of GPU work, keyed by
 ``hocket.cost.issue.ISSUE_OPS`` (``launch``, ``collective``, ``p2p``, ``copy_engine``, ...);
-empty on CPU ranks and in profiles written before it existed (the model's defaults apply).
+empty on CPU ranks and in profiles written before it existed (the model's defaults apply). Each item is
+its median over ``issue_sittings``, the readings of the sittings spread over the calibration (kept for
+the record; absent with one sitting and in profiles written before session 22).
 ``gemm_sustained``: the grid's fastest whole GEMM timed in a short burst (as the grid is timed) and
 run back to back for about two seconds (a training loop's state: the GPU at its power cap, clocks
 down); its back-to-back rate ``tflops`` is the sustained ceiling that steady-state predictions hold
@@ -150,6 +152,7 @@ class CalibrationProfile:
     host_relay_captured: tuple[CurvePoint, ...] = ()
     contention: Mapping[str, ContentionPoint] = field(default_factory=dict)
     issue_us: Mapping[str, float] = field(default_factory=dict)
+    issue_sittings: tuple[Mapping[str, float], ...] = ()
     gemm_sustained: SustainedGemm | None = None
     version: int = PROFILE_VERSION
 
@@ -175,6 +178,8 @@ class CalibrationProfile:
             out["host_relay_steady"] = curve(self.host_relay_steady)
         if self.host_relay_captured:
             out["host_relay_captured"] = curve(self.host_relay_captured)
+        if self.issue_sittings:  # absent with one sitting and in profiles written before it existed
+            out["issue_sittings"] = [{op: float(us) for op, us in sorted(s.items())} for s in self.issue_sittings]
         if self.gemm_sustained is not None:  # absent, not null, where not measured (old files read the same)
             out["gemm_sustained"] = self.gemm_sustained.to_dict()
         return out
@@ -216,6 +221,11 @@ class CalibrationProfile:
         if not isinstance(issue_raw, dict):
             raise ProfileFormatError("issue_us must be an object {op: microseconds}")
         issue_us = {str(op): _non_negative(us, f"issue_us.{op}") for op, us in issue_raw.items()}
+        sittings_raw = data.get("issue_sittings", [])
+        if not isinstance(sittings_raw, list) or not all(isinstance(x, dict) for x in sittings_raw):
+            raise ProfileFormatError("issue_sittings must be a list of objects {op: microseconds}")
+        sittings = tuple({str(op): _non_negative(us, f"issue_sittings[{i}].{op}") for op, us in x.items()}
+                         for i, x in enumerate(sittings_raw))
         sustained_raw = data.get("gemm_sustained")
         sustained = None if sustained_raw is None else _sustained(sustained_raw)
         world = data.get("world_size", 1)
@@ -234,7 +244,7 @@ class CalibrationProfile:
                    host_relay_steady=_curve(data.get("host_relay_steady", []), "host_relay_steady"),
                    host_relay_captured=_curve(data.get("host_relay_captured", []), "host_relay_captured"),
                    contention=contention,
-                   issue_us=issue_us, gemm_sustained=sustained, version=version)
+                   issue_us=issue_us, issue_sittings=sittings, gemm_sustained=sustained, version=version)
 
 
 def _list(data: dict, key: str) -> list:

@@ -10,6 +10,12 @@ COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 KiB, MiB = 1024, 1024 * 1024
 
 
+ISSUE_CHECKPOINTS = ("start", "after_gemm", "after_curves", "end")
+"""Where in a calibration the host issue items can be timed, in run order."""
+SITTING_CHECKPOINTS = {1: ("end",), 2: ("start", "end"), 3: ("start", "after_curves", "end"), 4: ISSUE_CHECKPOINTS}
+"""The checkpoints of ``CalibrateConfig.issue_sittings`` sittings: spread over the run."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class CalibrateConfig:
     """One calibration run. Shapes are (m, k, n) of a single GEMM; each is also timed
@@ -32,6 +38,12 @@ class CalibrateConfig:
     sustained_s: float = 0.0
     """seconds of the grid's fastest whole GEMM run back to back against its burst timing (GPU ranks:
     the profile's ``gemm_sustained``; ``hocket.hardware.calibrate.sustained``); 0 skips it."""
+    issue_sittings: int = 3
+    """GPU ranks: how many times the host issue items are timed, spread over the run (its start, after the
+    transfer curves, its end; 2: start and end; 4: also after the GEMM grid); the profile keeps each item's
+    median over the sittings (``hocket.hardware.calibrate.issue.combine_sittings``). A host's per-item speed
+    swings 1.6x within a minute on a lent H200 (h200 run46: three calibrations 30 s apart read host_copy at
+    32 / 52 / 36 us), so a single sitting can catch it in a slow spell that the work it prices never sees."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
@@ -56,6 +68,10 @@ class CalibrateConfig:
                 or not 0 <= self.sustained_s <= 60:
             raise ValueError(f"sustained_s={self.sustained_s!r} must be seconds in [0, 60] (0 skips the "
                              f"sustained GEMM phase; 1-2 s lets a GPU reach its power cap)")
+        if isinstance(self.issue_sittings, bool) or not isinstance(self.issue_sittings, int) \
+                or not 1 <= self.issue_sittings <= len(ISSUE_CHECKPOINTS):
+            raise ValueError(f"issue_sittings={self.issue_sittings!r} must be an int in [1, {len(ISSUE_CHECKPOINTS)}] "
+                             f"(times the host issue items are timed over the run)")
         if self.warmup < 0 or self.iters < 1:
             raise ValueError(f"warmup={self.warmup} must be >= 0 and iters={self.iters} >= 1")
 
@@ -69,7 +85,7 @@ def default_config(*, quick: bool, device_type: str, dtype: str | None = None) -
             return CalibrateConfig(quick=True, dtype=dtype or "float32", gemm_shapes=((256, 256, 256),),
                                    gemm_chunks=(1, 4), sizes_bytes=(16 * KiB, 256 * KiB, 2 * MiB),
                                    contention_shape=(256, 256, 256), contention_bytes=1 * MiB,
-                                   warmup=1, iters=3)
+                                   warmup=1, iters=3, issue_sittings=1)
         return CalibrateConfig(quick=False, dtype=dtype or "float32",
                                gemm_shapes=((512, 512, 512), (1024, 1024, 1024), (2048, 1024, 1024),
                                             (1024, 2048, 512)),
@@ -81,7 +97,7 @@ def default_config(*, quick: bool, device_type: str, dtype: str | None = None) -
         return CalibrateConfig(quick=True, dtype=dtype or "bfloat16", gemm_shapes=((4096, 4096, 4096),),
                                gemm_chunks=(1, 4, 16), sizes_bytes=(1 * MiB, 16 * MiB, 64 * MiB),
                                contention_shape=(8192, 8192, 8192), contention_bytes=64 * MiB, warmup=2, iters=5,
-                               steady_sizes_bytes=(16 * MiB,), sustained_s=0.5)
+                               steady_sizes_bytes=(16 * MiB,), sustained_s=0.5, issue_sittings=1)
     return CalibrateConfig(quick=False, dtype=dtype or "bfloat16",
                            # (8192, 2048, 8192): a shallow k (TP shards of a 4096-wide model); without it the
                            # grid's nearest points have k >= 4096 and a k=2048 GEMM is priced from them

@@ -22,7 +22,10 @@ the device is never synchronised inside the loop, so only the host side is measu
 (and the operator call) take turns in ``ISSUE_ROUNDS`` rounds and each keeps its median round, so a
 host that slows for a second (2xH200 run70) slows one round of every item instead of all of one item:
 run69 measured ``entry`` at 199 us, one slow reading of the operator call, against 47-124 us on
-other leases. The result is the maximum over ranks (the slowest host gates the pipeline).
+other leases. The result is the maximum over ranks (the slowest host gates the pipeline). A host can
+also stay slow for longer than a sitting (h200 run46: three calibrations 30 s apart read host_copy at 32 /
+52 / 36 us), so the runner times the items in ``CalibrateConfig.issue_sittings`` sittings spread over the
+calibration and keeps each item's median over them (:func:`combine_sittings`).
 
 GPU ranks only: on CPU ranks the work runs on the issuing thread and the cost model has no
 separate issue chain.
@@ -75,6 +78,13 @@ def interleaved_host_us(items: dict[str, Callable[[], object]], iters: int, roun
                 fn()
             samples[name].append((time.perf_counter() - start) * 1e6 / per_round)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def combine_sittings(sittings: list[dict[str, float]]) -> dict[str, float]:
+    """Per item, the median of its readings over ``sittings`` (each a :func:`measure_issue_us` result, taken
+    at a different moment of the run); an item some sittings lack keeps the median of those that have it."""
+    names = sorted({name for sitting in sittings for name in sitting})
+    return {name: statistics.median([s[name] for s in sittings if name in s]) for name in names}
 
 
 def issue_items(*, group, device: torch.device, dtype: torch.dtype) -> dict[str, Callable[[], object]]:

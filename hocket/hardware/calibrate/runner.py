@@ -10,10 +10,10 @@ import torch.distributed as dist
 
 from hocket.bench.progress import RankProgress
 from hocket.bench.timer import TimingConfig, time_callable
-from hocket.hardware.calibrate.config import CalibrateConfig, default_config
+from hocket.hardware.calibrate.config import SITTING_CHECKPOINTS, CalibrateConfig, default_config
 from hocket.hardware.calibrate.contention import kinds_for, measure_pair
 from hocket.hardware.calibrate.gemm import gemm_call, gemm_point, torch_dtype
-from hocket.hardware.calibrate.issue import measure_issue_us
+from hocket.hardware.calibrate.issue import combine_sittings, measure_issue_us
 from hocket.hardware.calibrate.sustained import measure_sustained
 from hocket.hardware.calibrate.transfers import make_transfer
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint, SustainedGemm
@@ -42,6 +42,7 @@ class Measurements:
     captured_curves: dict[str, list[CurvePoint]] = field(default_factory=dict)
     contention: dict[str, ContentionPoint] = field(default_factory=dict)
     issue_us: dict[str, float] = field(default_factory=dict)
+    issue_sittings: list[dict[str, float]] = field(default_factory=list)
     gemm_sustained: SustainedGemm | None = None
     world_size: int = 1
     backend: str = "gloo"
@@ -50,7 +51,7 @@ class Measurements:
 
 def _steps(config: CalibrateConfig, device: torch.device) -> int:
     gemm = sum(1 for m, _, _ in config.gemm_shapes for c in config.gemm_chunks if c <= m)
-    issue = 1 if device.type == "cuda" else 0
+    issue = config.issue_sittings if device.type == "cuda" else 0
     sustained = 1 if device.type == "cuda" and config.sustained_s > 0 else 0
     steady = (len(config.collectives) + len(STEADY_P2P) + len(STEADY_TRANSFERS)) * len(config.steady_sizes_bytes)
     captured = len(CAPTURED_TRANSFERS) * len(captured_sizes(config)) if device.type == "cuda" else 0
@@ -87,6 +88,16 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
     out = Measurements(world_size=dist.get_world_size(group) if distributed else 1,
                        backend=str(dist.get_backend(group)) if distributed else "none", device_type=device.type)
     with RankProgress(total=_steps(config, device), enabled=show_progress and rank == 0) as progress:
+        checkpoints = SITTING_CHECKPOINTS[config.issue_sittings] if device.type == "cuda" else ()
+
+        def sitting(checkpoint: str) -> None:
+            """Time the host issue items here if this is one of the run's sittings (every rank calls it)."""
+            if checkpoint in checkpoints:
+                progress.step(f"host issue overhead per launch, collective, P2P exchange, peer copy ({checkpoint})")
+                out.issue_sittings.append(measure_issue_us(group=group, device=device,
+                                                           dtype=torch_dtype(config.dtype)))
+
+        sitting("start")
         for m, k, n in config.gemm_shapes:
             for chunks in config.gemm_chunks:
                 if chunks > m:
@@ -95,6 +106,7 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
                 call = gemm_call(m, k, n, dtype=config.dtype, device=device, chunks=chunks)
                 ms = time_callable(call, config=timing, group=group, device=device).median_ms
                 out.gemm.append(gemm_point(m, k, n, dtype=config.dtype, chunks=chunks, total_ms=ms))
+        sitting("after_gemm")
         if device.type == "cuda" and config.sustained_s > 0:  # right after the grid, in the grid's state
             m, k, n = fastest_whole_gemm(config, out.gemm)
             progress.step(f"GEMM {m}x{k}x{n} back to back for {config.sustained_s:g} s against a burst "
@@ -127,6 +139,7 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
 
             curve(CAPTURED_TRANSFERS, captured_sizes(config), replace(timing, reps=config.steady_reps),
                   f", {config.steady_reps} CUDA graph replays back to back", out.captured_curves, captured=True)
+        sitting("after_curves")
         m, k, n = config.contention_shape
         gemm = gemm_call(m, k, n, dtype=config.dtype, device=device)
         for kind, transfer_name in kinds_for(device).items():
@@ -135,9 +148,8 @@ def measure(config: CalibrateConfig, *, group=None, device: torch.device | str =
                                  device=device)
             if made is not None:
                 out.contention[kind] = measure_pair(gemm, made[0], timing=timing, group=group, device=device)
-        if device.type == "cuda":
-            progress.step("host issue overhead per launch, collective, P2P exchange, peer copy")
-            out.issue_us = measure_issue_us(group=group, device=device, dtype=torch_dtype(config.dtype))
+        sitting("end")
+        out.issue_us = combine_sittings(out.issue_sittings) if out.issue_sittings else {}
     return out
 
 
@@ -155,6 +167,7 @@ def build_profile(measured: Measurements, *, config: CalibrateConfig, fingerprin
         host_relay_captured=tuple(measured.captured_curves.get("host_relay", ())),
         p2p=curves.get("p2p", ()), copy_engine=curves.get("copy_engine", ()), host_link=curves.get("host_link", ()),
         host_relay=curves.get("host_relay", ()), contention=dict(measured.contention), issue_us=dict(measured.issue_us),
+        issue_sittings=tuple(dict(s) for s in measured.issue_sittings) if len(measured.issue_sittings) > 1 else (),
         gemm_sustained=measured.gemm_sustained)
 
 

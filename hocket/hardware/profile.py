@@ -389,13 +389,13 @@ def load_profile(path: str | Path | None = None, *, expected: str | None = AUTO,
 
 SUPERSEDED_BEFORE: Mapping[str, tuple[str, str]] = {
     "copy_engine": ("2026-11-30T03:30:00+00:00",
-                    "its copy_engine curve and contention point timed a cross-device copy_ between two processes' "
-                    "GPUs (each call synchronising streams of both devices: 0.12 ms floor, x3.1 beside a GEMM), not "
-                    "the DMA copy into a peer's symmetric memory that the copy-engine transport runs (0.04 ms floor, "
-                    "x0.96-0.99 beside a GEMM; hocket 0e81fe1, 2xH200 run18)"),
+                    "timed a cross-device copy_ between two processes' GPUs (each call synchronising streams of both "
+                    "devices: 0.12 ms floor, x3.1 beside a GEMM), not the DMA copy into a peer's symmetric memory "
+                    "that the copy-engine transport runs (0.04 ms floor, x0.96-0.99 beside a GEMM; hocket 0e81fe1, "
+                    "2xH200 run18)"),
     "issue_us.copy_engine": ("2026-11-30T03:45:00+00:00",
-                             "its issue_us['copy_engine'] timed a plain cross-device copy, not the symmetric-memory "
-                             "copy with its event that the transport issues (hocket f1fa3b5)"),
+                             "timed a plain cross-device copy, not the symmetric-memory copy with its event that the "
+                             "transport issues (hocket f1fa3b5)"),
 }
 """Parts of a profile measured, before the given ``created`` time, by a method that timed another mechanism than
 the one the cost model prices with them, and why. :func:`load_profile` drops them (the model's defaults apply)."""

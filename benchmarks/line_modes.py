@@ -28,6 +28,26 @@ since carry ``HOCKET_GIT_HASH``). A change of the relay or of its local_first or
 ``FIRST_CURRENT_RELAY_RUN`` to the first run made with it."""
 
 
+PREVIOUS_VARIANT = "previous"
+FIRST_PREVIOUS_NOT_OPERATOR_RUN = 17
+PREVIOUS_NOT_OPERATOR_RUNS = tuple(f"/h200/run{i}_" for i in range(FIRST_PREVIOUS_NOT_OPERATOR_RUN, 100))
+"""1xH200 results folders whose offload ``tile_fused`` lines of ``run.variant == "previous"`` timed a schedule
+the operators no longer run. ``bench_single_gpu.py``'s ``previous`` variant was the operators' default until
+run16; since then ``operator`` is (to-host copies held by a driver stream wait where the driver has one),
+and ``previous`` ran 0.74-0.79 efficient where ``operator`` ran 0.88-0.93 (to_host 8192x8192x7168, runs 28
+and 30). runs 46 and 48 (session 22) timed ``previous`` alone."""
+
+
+def superseded_offload_variant(record, path: Path | str) -> bool:
+    """A one-rank ``tile_fused`` line of the ``previous`` variant from a run where that was no longer the
+    operators' schedule (``PREVIOUS_NOT_OPERATOR_RUNS``); ``path`` is the results file it came from."""
+    run = record.run if isinstance(record.run, dict) else {}
+    if record.plan.strategy != "tile_fused" or record.site.world != 1 or run.get("variant") != PREVIOUS_VARIANT:
+        return False
+    where = Path(path).resolve().as_posix()
+    return any(folder in where for folder in PREVIOUS_NOT_OPERATOR_RUNS)
+
+
 def steady_line(record) -> bool:
     """A results line timed in the steady state (``hocket.bench.timer`` with ``reps > 1``)."""
     run = record.run if isinstance(record.run, dict) else {}

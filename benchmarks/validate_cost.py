@@ -64,7 +64,7 @@ from line_modes import (  # noqa: F401  (sibling module; re-exported: the other 
     FIRST_DEVICE_SIGNAL_RUN, PEER_PROTOCOL_KINDS, PROTOCOL_BEFORE_RUN14, captured_line,
     eager_graph_line, hocket_bench_graph_command, is_relay_line, line_calls, line_label,
     line_own_sum, line_own_zero, line_protocol, line_signal, priced_as_ran, priced_with_protocol,
-    steady_line,
+    steady_line, superseded_offload_variant,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -196,7 +196,11 @@ def find_cluster(record, forced, cache: dict):
 
 def measures_current_executor(record, path: Path | str) -> bool:
     """False for multi-rank host_staged lines of another relay or executor than today's
-    (see ``CURRENT_RELAY`` and ``CURRENT_RELAY_RUNS``); ``path`` is the results file it came from."""
+    (see ``CURRENT_RELAY`` and ``CURRENT_RELAY_RUNS``) and for one-rank tile_fused lines of a schedule the
+    offload operators no longer run (``line_modes.superseded_offload_variant``); ``path`` is the results file
+    it came from."""
+    if superseded_offload_variant(record, path):
+        return False
     if not (record.plan.transport == "host_staged" and record.site.world > 1):
         return True
     method = str(record.run.get("method", "")) if isinstance(record.run, dict) else ""
@@ -252,7 +256,8 @@ def read_current(paths, *, all_relays: bool = False, strict: bool = False,
         superseded += len(lines) - len(kept)
         records.extend(kept)
     if superseded:
-        notes.append(f"{superseded} host_staged lines of earlier relays/executors skipped (keep them with --all-relays)")
+        notes.append(f"{superseded} host_staged lines of earlier relays/executors skipped (multi-rank relays, and 1xH200 "
+                     f"tile_fused lines of the 'previous' schedule; keep them with --all-relays)")
     return records, notes
 
 

@@ -29,11 +29,11 @@ from bench_multigpu import Case, checked, runnable  # same folder
 from hocket.bench.efficiency import overlap_score
 from hocket.bench.provenance import Provenance, command_line, git_hash, transport_environment, versions
 from hocket.bench.record import Baselines, make_record, write_records
-from hocket.bench.stats import Summary
+from hocket.timing.stats import Summary
 from hocket.hardware.fingerprint import fingerprint
-from hocket.site import Site
-from hocket.bench.stats import summarize
-from hocket.bench.timer import sample_ms
+from hocket.core.site import Site
+from hocket.timing.stats import summarize
+from hocket.timing.timer import sample_ms
 from hocket.bench.tp_cases import case_sites
 from hocket.launch import init_torchrun
 import hocket.ops as H
@@ -41,7 +41,7 @@ from hocket.ops import CapturedCall
 from hocket.env import overridden
 from hocket.hardware import load_cluster
 from hocket.hardware.profile import load_profile
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.search import SearchConfig, search
 from hocket.transport.host_relay import close_relays
 from hocket.transport.registry import get_transport

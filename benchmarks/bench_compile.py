@@ -67,7 +67,7 @@ def _hocket_compile(module: torch.nn.Module, mode: str, options: BenchOptions) -
     """hocket.compile in one mode, with a planner of its own (no decisions shared between modes)."""
     import hocket
     from hocket.graph import PassConfig
-    from hocket.plan.live import set_process_planner
+    from hocket.ops.live import set_process_planner
 
     set_process_planner(None)  # the next compile builds a fresh process planner
     return hocket.compile(module, backend=options.backend, cluster=options.cluster, dynamic=False,
@@ -77,7 +77,7 @@ def _hocket_compile(module: torch.nn.Module, mode: str, options: BenchOptions) -
 def time_paired(fns: dict, *, warmup: int, iters: int, device: torch.device) -> dict[str, list[float]]:
     """Per-iteration ms of each callable: every iteration runs each once, in a rotating order, each
     behind a barrier and timed as the slowest rank's; samples of one iteration are paired."""
-    from hocket.bench.timer import sample_ms
+    from hocket.timing.timer import sample_ms
 
     names = list(fns)
     for name in names:
@@ -103,7 +103,7 @@ def bench_rank(rank: int, world: int, options: BenchOptions) -> list[dict]:
     from torch.distributed.device_mesh import init_device_mesh
 
     import hocket
-    from hocket.bench.stats import summarize
+    from hocket.timing.stats import summarize
     from hocket.models.llama_block import LlamaBlock, LlamaBlockConfig, parallelize_llama_block, shard_sequence
     from hocket.ops.tolerance import assert_close
 

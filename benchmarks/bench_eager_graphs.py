@@ -38,7 +38,7 @@ from bench_multigpu import EXECUTOR_FIELDS, NVLINK_PROFILE, Case, checked, execu
 from hocket.bench.efficiency import overlap_score
 from hocket.bench.provenance import collect, command_line
 from hocket.bench.record import Baselines, make_record, write_records
-from hocket.bench.stats import Summary
+from hocket.timing.stats import Summary
 from hocket.bench.tp_cases import CASE_SETS, case_sites
 from hocket.env import overridden
 from hocket.hardware import load_cluster
@@ -49,10 +49,10 @@ from hocket.ops import dispatch
 from hocket.plan.autotune import AutotuneConfig
 from hocket.plan.bucket import fit_plan
 from hocket.plan.eager_graphs import eager_graph_cost_fn
-from hocket.plan.live import LiveConfig, LivePlanner, eager_graphs_planner, operator_runners, set_process_planner
-from hocket.plan.plan import Plan
+from hocket.ops.live import LiveConfig, LivePlanner, eager_graphs_planner, operator_runners, set_process_planner
+from hocket.core.plan import Plan
 from hocket.plan.search import predict_cost_fn
-from hocket.site import Site
+from hocket.core.site import Site
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 

@@ -27,7 +27,7 @@ transfer of the mode (and each transfer beside the GEMM) and hands the factors t
 one replay per call, no host issue cost but the replay's), as a training step captured whole runs it.
 Plans a graph cannot capture (``hocket.plan.capture``: copy-engine push and tile-fused plans and
 peer reads, whose waits report through buffers the host checks) are left out; a capture that fails is recorded as that method's failure. The
-planner's choice is then the captured planner's (``hocket.plan.live.captured_planner``), its shortlist
+planner's choice is then the captured planner's (``hocket.ops.live.captured_planner``), its shortlist
 timed as replays (``operator_runners(captured=True)``). PyTorch's fused ops are captured too, after the
 planner. The lines carry ``run.captured`` (validate_cost.py and planner_regret.py price them as replays).
 
@@ -54,8 +54,8 @@ from hocket.ops.captured import replayed as replayed_call
 from hocket.bench.efficiency import overlap_score
 from hocket.bench.provenance import collect, command_line
 from hocket.bench.record import Baselines, make_record, write_records
-from hocket.bench.stats import Summary, summarize
-from hocket.bench.timer import sample_ms
+from hocket.timing.stats import Summary, summarize
+from hocket.timing.timer import sample_ms
 from hocket.bench.tp_cases import CASE_SETS, case_sites
 from hocket.cost.predict import predict
 from hocket.hardware import load_cluster
@@ -65,14 +65,14 @@ from hocket.launch import init_torchrun
 from hocket.ops.lowering.peer_pipe import close_peer_pipes
 from hocket.plan.autotune import AutotuneConfig
 from hocket.plan.bucket import fit_plan
-from hocket.plan.live import LiveConfig, LivePlanner, captured_planner, operator_runners, set_process_planner
+from hocket.ops.live import LiveConfig, LivePlanner, captured_planner, operator_runners, set_process_planner
 from hocket.plan.capture import capturable
-from hocket.plan.plan import CAPTURABLE_TRANSPORTS, Plan
-from hocket.site import Site
+from hocket.core.plan import CAPTURABLE_TRANSPORTS, Plan
+from hocket.core.site import Site
 from hocket.transport.group import resolve_group
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
-from hocket.transport.peer_protocol import peer_protocol_for
+from hocket.core.peer_protocol import peer_protocol_for
 from hocket.env import (HOST_STAGE_CALLS, HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, eager_graphs, host_stage_calls,
                         host_stage_pipeline, host_stage_signal, host_stage_slots, overridden, own_block_sum, own_block_zero)
 from hocket.transport.registry import get_transport
@@ -211,8 +211,8 @@ def timed(fn, args, case: Case):
 # -- contention calibration -----------------------------------------------------------
 def calibrate(case: Case, args, profile: CalibrationProfile | None, log) -> tuple[CalibrationProfile | None, dict]:
     """GEMM slowdown beside each transfer of the link mode (whole, and in 8 pieces) and back."""
-    from hocket.bench.timer import TimingConfig
-    from hocket.hardware.calibrate.contention import measure_pair
+    from hocket.timing.timer import TimingConfig
+    from hocket.calibrate.contention import measure_pair
 
     transfers = {"sm_collective": "collective",
                  "copy_engine" if args.link == "nvlink" else "host_link": "copy_engine" if args.link == "nvlink"
@@ -592,7 +592,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--reps", type=int, default=1, help="calls back to back per timed sample (its mean): 1 = every "
                    "call behind its own barrier (pays the ranks' release skew and the first launch); > 1 = the "
-                   "steady state of a training loop, where the host runs ahead (hocket.bench.timer)")
+                   "steady state of a training loop, where the host runs ahead (hocket.timing.timer)")
     p.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(3), "little"))
     p.add_argument("--cluster", default=None, help="cluster preset (default: h200x2/h200x8, or h200-host-staged)")
     p.add_argument("--profile", default=None, help="calibration profile JSON for the planner (nvlink default: "

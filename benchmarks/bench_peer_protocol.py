@@ -25,15 +25,15 @@ import torch.distributed as dist
 
 from bench_multigpu import Case, checked  # sibling script: operands, reference check
 from hocket.bench.provenance import collect, command_line
-from hocket.bench.stats import summarize
-from hocket.bench.timer import sample_ms
+from hocket.timing.stats import summarize
+from hocket.timing.timer import sample_ms
 from hocket.env import overridden
 from hocket.bench.tp_cases import CASE_SETS, case_sites
 from hocket.launch import init_torchrun
 from hocket.ops import close_contexts
 from hocket.ops.lowering.peer_pipe import close_peer_pipes
-from hocket.plan.plan import Plan
-from hocket.transport.peer_protocol import available
+from hocket.core.plan import Plan
+from hocket.core.peer_protocol import available
 
 
 def methods_for(case: Case, chunk_counts: tuple[int, ...]) -> dict[str, tuple[dict[str, str], object]]:
@@ -44,7 +44,7 @@ def methods_for(case: Case, chunk_counts: tuple[int, ...]) -> dict[str, tuple[di
         plan = Plan(strategy="chunked", chunks=chunks, transport="copy_engine")
         for protocol in ("push", "pull", "put"):
             if not available(protocol, kind, chunks):
-                continue  # no form of it there (hocket.transport.peer_protocol)
+                continue  # no form of it there (hocket.core.peer_protocol)
             out[f"{plan.describe()} {protocol}"] = ({"HOCKET_PEER_PROTOCOL": protocol},
                                                     lambda plan=plan: case.run(plan))
     if kind in ("ag_mm", "mm_rs"):

@@ -27,13 +27,13 @@ import hocket.ops as H
 from bench_multigpu import Case, checked, timed  # the script's own folder is on sys.path
 from hocket.bench.provenance import collect, command_line
 from hocket.bench.record import Baselines, make_record, write_records
-from hocket.bench.stats import Summary
+from hocket.timing.stats import Summary
 from hocket.bench.tp_cases import case_sites
 from hocket.hardware import load_cluster
 from hocket.hardware.fingerprint import fingerprint
 from hocket.launch import init_torchrun
 from hocket.ops.lowering.peer_pipe import close_peer_pipes
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.transport.copy_engine import close_mailboxes
 
 PLANS = {

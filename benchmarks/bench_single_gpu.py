@@ -48,7 +48,7 @@ import torch
 from hocket.bench.efficiency import overlap_score
 from hocket.bench.provenance import collect, command_line
 from hocket.bench.record import Baselines, make_record, write_records
-from hocket.bench.stats import summarize
+from hocket.timing.stats import summarize
 from hocket.hardware.fingerprint import fingerprint
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint
 from hocket.bench.paired import alternating_ms
@@ -62,8 +62,8 @@ from hocket.plan.offload import ramp_sizes
 from hocket.ops.offload_pieces import piece_offsets
 from hocket.ops.offload_timeline import offload_timeline
 from hocket.ops.tolerance import max_error, tolerance
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 SMOKE_SHAPES = ((8192, 8192, 7168),)

@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from hocket.bench.stats import summarize
-from hocket.bench.timer import max_across_ranks
+from hocket.timing.stats import summarize
+from hocket.timing.timer import max_across_ranks
 from hocket.launch import spawn
 from hocket.transport.group import resolve_group
 from hocket.transport.torch_dist import TorchDistTransport

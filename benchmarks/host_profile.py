@@ -26,7 +26,7 @@ from bench_multigpu import Case, runnable  # same folder
 from hocket.bench.tp_cases import case_sites
 from hocket.launch import init_torchrun
 from hocket.ops.lowering.peer_pipe import close_peer_pipes
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from trace_multigpu import DEFAULT_PLANS, host_issue_us
 
 

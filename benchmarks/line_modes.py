@@ -49,7 +49,7 @@ def superseded_offload_variant(record, path: Path | str) -> bool:
 
 
 def steady_line(record) -> bool:
-    """A results line timed in the steady state (``hocket.bench.timer`` with ``reps > 1``)."""
+    """A results line timed in the steady state (``hocket.timing.timer`` with ``reps > 1``)."""
     run = record.run if isinstance(record.run, dict) else {}
     reps = run.get("reps", 1)
     return isinstance(reps, int) and reps > 1
@@ -99,7 +99,7 @@ pipe was the only peer protocol until commit 5945583 (h200x2 runs 1-13, bench_h2
 
 
 def line_protocol(record) -> str | None:
-    """The copy-engine peer protocol a results line ran (``hocket.transport.peer_protocol``):
+    """The copy-engine peer protocol a results line ran (``hocket.core.peer_protocol``):
     ``run.peer_protocol`` where the benchmark wrote one, ``"push"`` for a ``chunked`` plan over
     ``copy_engine`` without it (``PROTOCOL_BEFORE_RUN14``), None for every other line."""
     run = record.run if isinstance(record.run, dict) else {}

@@ -14,7 +14,7 @@ The cluster each line was measured on is found by matching its hardware fingerpr
 ``--cluster`` names it instead.
 
 A ``chunked`` plan over ``copy_engine`` runs one of several peer protocols
-(``hocket.transport.peer_protocol``); a site is scored under the protocol its copy-engine lines ran
+(``hocket.core.peer_protocol``); a site is scored under the protocol its copy-engine lines ran
 (validate_cost.line_protocol: push for lines older than ``run.peer_protocol``): the candidates are
 priced with it and only its lines are looked up. A site with lines of several protocols is scored
 with the protocol of the line read last (the newest, by the order of the files given), with a note.
@@ -32,7 +32,7 @@ from pathlib import Path
 from hocket.env import overridden
 from hocket.hardware import fingerprint, list_presets, load_cluster, load_preset, probe
 from hocket.plan.regret import machine_key, planner_regret
-from hocket.plan.report import plan_label
+from hocket.plan.labels import plan_label
 from hocket.plan.search import predict_cost_fn
 from hocket.plan.uncertainty import uncertainty_from_profile
 

@@ -5,7 +5,7 @@ chunked(2) at 0.592) while the bench's own loop read the same plans at 0.264 (0.
 one site's plans four ways, each a median of ``--iters`` samples of ``--reps`` calls back to back:
 
 * ``bench``: the bench's inputs (``Case``: per-rank random operands), one plan after another;
-* ``runners``: the autotuner's callables (``hocket.plan.live.operator_runners``), one plan after another;
+* ``runners``: the autotuner's callables (``hocket.ops.live.operator_runners``), one plan after another;
 * ``interleaved``: the autotuner's callables through its timer (``interleaved_samples_ms``, rounds);
 * ``autotune``: ``hocket.plan.autotune.autotune`` itself (its recorded medians); ``--repeat`` runs it
   again, with the interleaved timer between, to tell a lasting change of state from the autotuner's own.
@@ -23,13 +23,13 @@ import torch
 import torch.distributed as dist
 
 from bench_multigpu import Case, runnable, shrunk  # same folder
-from hocket.bench.timer import TimingConfig, interleaved_samples_ms, sample_ms
+from hocket.timing.timer import TimingConfig, interleaved_samples_ms, sample_ms
 from hocket.bench.tp_cases import case_sites
 from hocket.launch import init_torchrun
 from hocket.plan.autotune import AutotuneConfig, autotune
-from hocket.plan.live import operator_runners
-from hocket.plan.plan import Plan
-from hocket.plan.report import plan_label
+from hocket.ops.live import operator_runners
+from hocket.core.plan import Plan
+from hocket.plan.labels import plan_label
 
 PLANS = (Plan(), Plan(strategy="chunked", chunks=1, transport="copy_engine"), Plan(strategy="bulk"),
          Plan(strategy="ring", transport="p2p"), Plan(strategy="chunked", chunks=2))

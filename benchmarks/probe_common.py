@@ -22,8 +22,8 @@ TOLERANCE = 2e-2
 
 
 def timed_ms(fn, *, iters: int, warmup: int = 3) -> dict:
-    """Median, p10, p90 of ``iters`` CUDA-event-timed calls (``hocket.bench.timer``)."""
-    from hocket.bench.timer import TimingConfig, time_callable
+    """Median, p10, p90 of ``iters`` CUDA-event-timed calls (``hocket.timing.timer``)."""
+    from hocket.timing.timer import TimingConfig, time_callable
 
     summary = time_callable(fn, config=TimingConfig(warmup=warmup, iters=iters), device=torch.device("cuda"))
     return {"median_ms": summary.median_ms, "p10_ms": summary.p10_ms, "p90_ms": summary.p90_ms,

@@ -33,7 +33,7 @@ def _even(total: int, parts: int, align: int = 64) -> list[tuple[int, int]]:
 
 
 def _row_pieces(start: int, stop: int, ramp: int, *, reverse: bool) -> list[tuple[int, int]]:
-    from hocket.plan.pieces import ramp_row_offsets
+    from hocket.core.pieces import ramp_row_offsets
 
     offs = ramp_row_offsets(stop - start, ramp, align=128, reverse=reverse)
     return [(start + a, start + b) for a, b in zip(offs, offs[1:])]

@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from bench_single_gpu import DTYPE, VARIANTS, _run_fn, _timeline, fused_plan, median_ms, samples_ms
     from hocket.bench.efficiency import overlap_score
-    from hocket.bench.stats import summarize
+    from hocket.timing.stats import summarize
     from hocket.ops.offload import OffloadContext
-    from hocket.plan.plan import Plan
+    from hocket.core.plan import Plan
 
     operator = next(v for v in VARIANTS if v.name == "operator")
     if args.alone:

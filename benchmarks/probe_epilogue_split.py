@@ -8,7 +8,7 @@ share of that (the peer's partial ``recv`` is already in memory; the copy engine
 * ``pass``: the GEMM, then ``out.add_(recv)`` (the executor before session 18);
 * ``epilogue(p)``: ``p`` plain rows by ``mm``, the other rows by ``addmm_`` into an output that already
   holds their partial, then ``add_`` of the plain rows' partial (``HOCKET_OWN_BLOCK_SUM=epilogue``),
-  for ``p`` in multiples of 128 and for the split :func:`hocket.plan.epilogue.epilogue_split` picks
+  for ``p`` in multiples of 128 and for the split :func:`hocket.cost.epilogue.epilogue_split` picks
   (marked ``*``; at the nominal H200 rates and this GPU's SM count).
 
 Each variant's output is checked against ``A_own @ B + recv`` (fp32) first; medians of ``--iters``
@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("probe_epilogue_split: no CUDA device", file=sys.stderr)
         return 2
-    from hocket.bench.timer import TimingConfig, time_interleaved
+    from hocket.timing.timer import TimingConfig, time_interleaved
     from hocket.ops.tolerance import max_error
-    from hocket.plan.epilogue import epilogue_split
+    from hocket.cost.epilogue import epilogue_split
 
     dev = torch.device("cuda", torch.cuda.current_device())
     dt = torch.bfloat16

@@ -23,8 +23,8 @@ import torch
 
 
 def _median_ms(fn, iters: int) -> float:
-    """Median of ``iters`` CUDA-event-timed calls after 3 warm-ups (``hocket.bench.timer``)."""
-    from hocket.bench.timer import TimingConfig, time_callable
+    """Median of ``iters`` CUDA-event-timed calls after 3 warm-ups (``hocket.timing.timer``)."""
+    from hocket.timing.timer import TimingConfig, time_callable
 
     return time_callable(fn, config=TimingConfig(warmup=3, iters=iters), device=torch.device("cuda")).median_ms
 
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     from hocket.ops.offload import OffloadContext, matmul_to_host
     from hocket.ops.offload_timeline import offload_timeline
     from hocket.plan.offload import ramp_sizes
-    from hocket.plan.plan import Plan
-    from hocket.site import Site
+    from hocket.core.plan import Plan
+    from hocket.core.site import Site
 
     m, k, n = (int(x) for x in args.shape.split("x"))
     dev = torch.device("cuda", torch.cuda.current_device())

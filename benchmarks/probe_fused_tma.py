@@ -60,11 +60,11 @@ def measure(direction: str, m: int, k: int, n: int, *, iters: int, pieces, log, 
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_single_gpu import VARIANTS, _run_fn, fused_alone_ms, fused_plan, median_ms, samples_ms
     from hocket.bench.efficiency import overlap_score
-    from hocket.bench.stats import summarize
+    from hocket.timing.stats import summarize
     from hocket.ops.offload import OffloadContext
     from hocket.plan.offload import ramp_sizes
-    from hocket.plan.plan import Plan
-    from hocket.site import Site
+    from hocket.core.plan import Plan
+    from hocket.core.site import Site
 
     dev = torch.device("cuda", torch.cuda.current_device())
     a_dev = torch.randn(m, k, device=dev).to(torch.bfloat16)

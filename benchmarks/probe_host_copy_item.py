@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from hocket.hardware.calibrate.issue import issue_items
+from hocket.calibrate.issue import issue_items
 
 
 def items(device: torch.device) -> dict:

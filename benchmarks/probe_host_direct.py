@@ -31,7 +31,7 @@ def probe_shape(m: int, k: int, n: int, *, iters: int, programs_list: tuple[int,
     from hocket.kernels.launch import _launch_consumer, _launch_producer
     from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
     from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host, offload_tile_config
-    from hocket.plan.plan import Plan
+    from hocket.core.plan import Plan
 
     ops = operands(m, k, n, seed=m + k + n)
     dev, dt, A, B, ref = ops.dev, torch.bfloat16, ops.A, ops.B, ops.ref

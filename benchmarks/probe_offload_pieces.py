@@ -35,7 +35,7 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
     from hocket.kernels.schedule import even_row_offsets, ramp_row_offsets
     from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host
     from hocket.ops.split_k import split_k_mm, split_k_parts
-    from hocket.plan.plan import Plan
+    from hocket.core.plan import Plan
 
     ops = operands(m, k, n)
     dev, A, B, ref = ops.dev, ops.A, ops.B, ops.ref

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_single_gpu import VARIANTS, _run_fn, _timeline, fused_plan, samples_ms
-    from hocket.bench.stats import summarize
+    from hocket.timing.stats import summarize
     from hocket.ops.offload import OffloadContext
 
     dev = torch.device("cuda", torch.cuda.current_device())

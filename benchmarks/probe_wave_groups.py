@@ -24,9 +24,9 @@ def probe_shape(m: int, k: int, n: int, *, iters: int) -> list[dict]:
 
     from hocket.ops.offload import OffloadContext, matmul_to_host
     from hocket.plan.offload import ramp_sizes
-    from hocket.plan.plan import Plan
+    from hocket.core.plan import Plan
     from hocket.plan.wave_groups import wave_row_offsets
-    from hocket.site import Site
+    from hocket.core.site import Site
 
     ops = operands(m, k, n)
     dev, dt, A, B, ref = ops.dev, torch.bfloat16, ops.A, ops.B, ops.ref

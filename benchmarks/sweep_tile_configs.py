@@ -128,7 +128,7 @@ def workspace(direction: str, shape, cfg: TileConfig, device, *, num_programs: i
     from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
     from hocket.ops.offload import fused_narrow_rows
     from hocket.ops.offload_pieces import EDGE_PIECES, piece_offsets
-    from hocket.plan.plan import Plan
+    from hocket.core.plan import Plan
 
     m, k, n = shape
     plan = Plan(strategy="tile_fused", chunks=PIECES, transport="host_staged")

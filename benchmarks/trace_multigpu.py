@@ -35,13 +35,13 @@ import torch
 import torch.distributed as dist
 
 from bench_multigpu import Case, runnable  # the benchmark's operands and callables (same folder)
-from hocket.bench.stats import summarize
-from hocket.bench.timer import sample_ms
+from hocket.timing.stats import summarize
+from hocket.timing.timer import sample_ms
 from hocket.bench.tp_cases import case_sites
 from hocket.launch import init_torchrun
 from hocket.ops.captured import replayed
 from hocket.ops.lowering.peer_pipe import close_peer_pipes
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 
 DEFAULT_PLANS = ('{"strategy": "chunked", "chunks": 1, "order": "local_first"}',
                  '{"strategy": "chunked", "chunks": 1, "transport": "copy_engine"}',

@@ -58,7 +58,7 @@ from hocket.cost.calibration import CalibrationView, calibration_view
 from hocket.hardware import list_presets, load_cluster, load_preset, probe
 from hocket.cost.compute import gemm_ms
 from hocket.hardware.profile import CalibrationProfile, CurvePoint, GemmPoint, SustainedGemm, load_profile
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from line_modes import (  # noqa: F401  (sibling module; re-exported: the other scripts and tests read them here)
     CURRENT_RELAY, CURRENT_RELAY_RUNS, DEVICE_SIGNAL_RUNS, EAGER_GRAPHS_BENCH, FIRST_CURRENT_RELAY_RUN,
     FIRST_DEVICE_SIGNAL_RUN, PEER_PROTOCOL_KINDS, PROTOCOL_BEFORE_RUN14, captured_line,

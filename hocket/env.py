@@ -186,7 +186,7 @@ def own_block_sum() -> str:
     """``HOCKET_OWN_BLOCK_SUM``: how the one-piece copy-engine matmul + reduce-scatter (the ``pull``
     protocol) adds the partials its peers computed for this rank's block. ``epilogue`` (default): most
     of them land straight in the output before this rank's GEMM of those rows, which adds them in its
-    epilogue (``addmm_``); a small pass adds the rest, the cut chosen by :mod:`hocket.plan.epilogue`;
+    epilogue (``addmm_``); a small pass adds the rest, the cut chosen by :mod:`hocket.cost.epilogue`;
     ``epilogue@N``: the same with ``N`` plain rows (a multiple of 128, for measurements). ``pass``: the
     whole own block is multiplied first and every partial added in a separate pass after it (before
     session 18)."""
@@ -259,7 +259,7 @@ def peer_protocol() -> str:
     group: ``pull`` (each rank copies the peers' data out of their symmetric memory after one
     device-side barrier, events order the GEMMs), ``put`` (each rank copies into the peers' memory,
     then the barrier), ``push`` (each rank copies into the peers' memory and raises a flag per
-    piece), or ``auto`` (default; see :mod:`hocket.transport.peer_protocol`). A protocol the call
+    piece), or ``auto`` (default; see :mod:`hocket.core.peer_protocol`). A protocol the call
     has no form of falls back to ``auto``'s choice."""
     raw = os.environ.get("HOCKET_PEER_PROTOCOL", "auto").strip().lower() or "auto"
     if raw not in PEER_PROTOCOLS:

@@ -1,7 +1,6 @@
 """Measuring operators honestly (DESIGN.md section 4).
 
-* ``timer``: per-iteration times behind barriers, max across ranks, warm-up, CUDA events on GPU;
-* ``stats``: median / p10 / p90 / n;
+* timing (:mod:`hocket.timing`): samples behind barriers, max across ranks, median / p10 / p90 / n;
 * ``efficiency``: overlap efficiency, and the speedup rule when overlap could save < 15%;
 * ``baselines``: compute-alone (``torch.mm``) and comm-alone (the collective) callables;
 * ``workload``: random per-rank operands in the shape convention;
@@ -12,8 +11,7 @@
 
 from hocket.bench.efficiency import MIN_SAVING_FRACTION, OverlapScore, overlap_score
 from hocket.bench.record import BenchRecord, read_records, write_records
-from hocket.bench.stats import Summary, summarize
-from hocket.bench.timer import TimingConfig, time_callable
+from hocket.timing import Summary, TimingConfig, summarize, time_callable
 
 __all__ = ["MIN_SAVING_FRACTION", "BenchRecord", "OverlapScore", "Summary", "TimingConfig", "overlap_score",
            "read_records", "summarize", "time_callable", "write_records"]

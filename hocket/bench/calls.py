@@ -13,8 +13,8 @@ from collections.abc import Callable
 import torch
 
 from hocket.bench.workload import Operands
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 
 def operator_call(site: Site, plan: Plan, operands: Operands, group) -> Callable[[], torch.Tensor]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hocket.bench.efficiency import OverlapScore, overlap_score
-from hocket.bench.stats import Summary
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.timing.stats import Summary
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 
 @dataclass(frozen=True, kw_only=True)

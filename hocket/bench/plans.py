@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hocket.plan.plan import STRATEGIES, Plan
+from hocket.core.plan import STRATEGIES, Plan
 
 BENCH_STRATEGIES = {
     "ag_mm": ("sequential", "bulk", "chunked", "ring", "bidir_ring"),

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-import hocket
+import hocket.core
+from hocket.core.version import __version__
 from hocket.env import git_hash_env, transport_environment
 
 
@@ -43,7 +44,7 @@ def versions() -> dict[str, str | None]:
         "triton": package_version("triton"),
         "nccl": runtime["nccl"],
         "driver": runtime["driver"],
-        "hocket": hocket.__version__,
+        "hocket": __version__,
     }
 
 
@@ -54,7 +55,7 @@ def git_hash(path: Path | None = None) -> str | None:
     given = git_hash_env()
     if given is not None:
         return given
-    where = Path(path) if path is not None else Path(hocket.__file__).resolve().parent
+    where = Path(path) if path is not None else Path(hocket.core.__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
                               timeout=10, check=False)

@@ -24,9 +24,9 @@ from pathlib import Path
 from hocket.bench.efficiency import overlap_score
 from hocket.bench.outcome import SiteOutcome
 from hocket.bench.provenance import Provenance
-from hocket.bench.stats import Summary
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.timing.stats import Summary
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 SCHEMA = "hocket.bench/1"
 SITE_KEYS = ("kind", "m", "k", "n", "dtype", "world", "direction")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hocket.site import Site
+from hocket.core.site import Site
 
 ISSUE6 = (
     ("ag_mm", 8192, 8192, 7168), ("ag_mm", 4096, 12288, 24576), ("ag_mm", 8192, 4096, 1536),

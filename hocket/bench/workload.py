@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from hocket.launch.same_case import rank_generator
-from hocket.site import Site
+from hocket.core.site import Site
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,8 +33,8 @@ def register(subparsers) -> None:
 
 
 def _config(args, device_type: str):
-    from hocket.hardware.calibrate import default_config
-    from hocket.site import canonical_dtype
+    from hocket.calibrate import default_config
+    from hocket.core.site import canonical_dtype
 
     dtype = None if args.dtype == "auto" else canonical_dtype(args.dtype)
     return default_config(quick=args.quick, device_type=device_type, dtype=dtype)
@@ -43,7 +43,7 @@ def _config(args, device_type: str):
 def run(args) -> int:
     from hocket.cli._ranks import resolved_backend
     from hocket.env import profile_path
-    from hocket.hardware.calibrate import calibrate
+    from hocket.calibrate import calibrate
     from hocket.hardware.profile import save_profile
 
     try:

@@ -25,7 +25,7 @@ def llama_sites(*, world: int, tokens: int, scale: int, dtype: str) -> list:
     * mm_rs MLP down: ``[tokens, ffn/w] @ [ffn/w, hidden]``;
     * mm_ar attention output (plain TP): ``[tokens, hidden/w] @ [hidden/w, hidden]``.
     """
-    from hocket.site import Site
+    from hocket.core.site import Site
 
     hidden, ffn, qkv = LLAMA_HIDDEN // scale, LLAMA_FFN // scale, LLAMA_QKV // scale
     m = tokens - tokens % world
@@ -55,7 +55,7 @@ def register(subparsers) -> None:
 def build_spec(args):
     from hocket.bench.plans import bench_plans
     from hocket.bench.suite import SuiteSpec
-    from hocket.bench.timer import TimingConfig
+    from hocket.timing.timer import TimingConfig
     from hocket.cli._ranks import default_world, resolved_backend
 
     world = default_world(args.world)

@@ -17,7 +17,7 @@ import hocket.cli as _cli_pkg
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from hocket import __version__
+    from hocket.core.version import __version__
 
     parser = argparse.ArgumentParser(
         prog="hocket",

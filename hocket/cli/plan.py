@@ -69,7 +69,7 @@ def register(subparsers) -> None:
 
 def build(args) -> dict:
     from hocket.hardware import load_cluster
-    from hocket.plan.report import plan_model
+    from hocket.sim.model_plan import plan_model
     from hocket.plan.search import SearchConfig
 
     cluster = load_cluster(args.cluster)
@@ -95,7 +95,7 @@ def render(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from hocket.plan.report import summary_rows
+    from hocket.sim.model_plan import summary_rows
 
     console = Console()
     if not console.is_terminal or console.width < 120:

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from hocket.cli._ranks import positive_int
-from hocket.plan.report import plan_label
+from hocket.plan.labels import plan_label
 
 COLLECTIVE_KINDS = ("ag_mm", "mm_rs", "mm_ar")
 OFFLOAD_KINDS = ("h2d_mm", "mm_d2h")
@@ -67,7 +67,7 @@ def register(subparsers) -> None:
 
 def requested_plan(args):
     """The plan named by --plan or the plan flags, or None when neither was given."""
-    from hocket.plan.plan import Plan
+    from hocket.core.plan import Plan
 
     fields = {"strategy": args.strategy, "chunks": args.chunks, "transport": args.transport, "order": args.order,
               "comm_sms": args.comm_sms, "hierarchy": args.hierarchy}
@@ -91,7 +91,7 @@ def build(args) -> dict:
     from hocket.cost.calibration import calibration_view
     from hocket.hardware import load_cluster
     from hocket.plan.search import search
-    from hocket.site import Site
+    from hocket.core.site import Site
 
     cluster = load_cluster(args.cluster)
     offload = args.kind in OFFLOAD_KINDS

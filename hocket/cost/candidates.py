@@ -6,7 +6,7 @@ function so ``hocket predict`` and the validation tool have something to rank me
 
 from __future__ import annotations
 
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 
 CHUNK_CHOICES = (2, 4, 8, 16)
 RING_CHUNKS = (1, 2, 4)

@@ -34,7 +34,7 @@ waits on the device for its signal (comm alone exceeds a pipelined host-link cop
 message, runs 22-27), which the relay's pipeline price (``hocket.cost.comm``) does not hold yet, and
 the larger host figures stand in for it (with 90 + 10 the host-staged held-out decisions got worse:
 saving sign right 67.5% against 80%, regret of the predicted best 1.145 against 1.020). ``hocket calibrate`` measures them on the machine (``issue_us`` in the profile,
-``hocket.hardware.calibrate.issue``), and a profile's values replace the defaults. CPU
+``hocket.calibrate.issue``), and a profile's values replace the defaults. CPU
 ranks (gloo) run compute on the issuing thread itself and block in every collective, so
 their issue cost is part of the launch and call overheads, not a separate chain.
 """

@@ -1,7 +1,7 @@
 """Stage pipelines of ``chunked`` over ``transport="copy_engine"`` on several ranks: the peer protocols
 of :mod:`hocket.ops.lowering.peer_chunked` (``push``: :mod:`~hocket.ops.lowering.peer_pipe`; ``pull`` and
 ``put``: :mod:`~hocket.ops.lowering.peer_pull`), each priced as its executor runs it; which one a call
-runs is :func:`hocket.transport.peer_protocol.peer_protocol_for`'s answer. ``b`` is the pipeline
+runs is :func:`hocket.core.peer_protocol.peer_protocol_for`'s answer. ``b`` is the pipeline
 builder of :mod:`hocket.cost.pipeline`."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 from hocket.cost.compute import launch_ms, memory_ms
 from hocket.cost.stages import Stage
 from hocket.env import own_block_sum
-from hocket.plan.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, own_block_cut
-from hocket.plan.pieces import split_even
-from hocket.transport.peer_protocol import peer_protocol_for
+from hocket.cost.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, own_block_cut
+from hocket.core.pieces import split_even
+from hocket.core.peer_protocol import peer_protocol_for
 
 if TYPE_CHECKING:
     from hocket.cost.pipeline import _Builder as Builder
@@ -160,7 +160,7 @@ def _ag_peer_put(b: Builder, shard_rows: int) -> None:
 
 def own_block_split(b: Builder, block_rows: int) -> tuple[int, int]:
     """``(plain, fused)`` rows of the pull executor's own block, cut as the executor cuts them
-    (:func:`hocket.plan.epilogue.own_block_cut` from the device's peak, the group's link rate and SM
+    (:func:`hocket.cost.epilogue.own_block_cut` from the device's peak, the group's link rate and SM
     count); ``(rows, 0)`` under ``HOCKET_OWN_BLOCK_SUM=pass``."""
     mode = own_block_sum()
     if mode == "pass":

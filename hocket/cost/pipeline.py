@@ -6,7 +6,7 @@ Per strategy (``S`` = the site's collective buffer, ``p`` = world, ``C`` = plan.
 The pipelines mirror the executors in ``hocket.ops.lowering`` (same pieces, same kernels):
 
 * ``chunked``: ``C`` pieces of every shard's (ag_mm) or destination block's (mm_rs) rows,
-  even or ``plan.split_sizes`` (``hocket.plan.pieces.piece_sizes``, as the executors cut them);
+  even or ``plan.split_sizes`` (``hocket.core.pieces.piece_sizes``, as the executors cut them);
   piece i's collective overlaps another piece's GEMMs, which run one per source or
   destination block (``p`` kernels of the piece's rows: each pays a launch and the
   small-GEMM efficiency of the wave model); mm_ar pieces are plain row ranges.
@@ -24,7 +24,7 @@ The pipelines mirror the executors in ``hocket.ops.lowering`` (same pieces, same
   all-gather queued behind the next piece's reduce-scatter (``rs_ag``); ag_mm with
   ``ring_p2p`` is the ring.
 * ``tile_fused``: one persistent kernel over ``C`` flag groups (even; offload kernels cut
-  ``hocket.plan.pieces.fused_offload_sizes``): one launch, the whole GEMM's
+  ``hocket.core.pieces.fused_offload_sizes``): one launch, the whole GEMM's
   wave efficiency at our Triton kernel's share of the vendor rate
   (``compute.FUSED_GEMM_EFFICIENCY``), a flag wait per group; with an SM-driven transport the kernel's grid is
   capped below the SM count (the SMs the transfer needs).
@@ -47,7 +47,7 @@ from hocket.cost.local_first import ag_local_first, rs_own_block_last, runs_loca
 from hocket.cost.peer_pipelines import ag_peer, ar_peer, rs_peer, runs_peer_pipe
 from hocket.cost.stages import Stage
 from hocket.env import host_stage_piece_bytes, host_stage_signal
-from hocket.plan.pieces import fused_offload_sizes, piece_sizes
+from hocket.core.pieces import fused_offload_sizes, piece_sizes
 
 ENTRY_STAGE = "issue:entry"
 FLAG_WAIT_US = 2.0
@@ -613,7 +613,7 @@ def _offload(b: _Builder) -> None:
     """One device and its host link: ``h2d_mm`` copies A in, ``mm_d2h`` copies C out,
     whole (sequential), in row pieces on two streams (chunked), or into/out of one
     persistent kernel's flag groups (tile_fused), as ``hocket.ops.offload`` runs them: the
-    fused kernel's groups are ``hocket.plan.pieces.fused_offload_sizes`` (a ramp from one row
+    fused kernel's groups are ``hocket.core.pieces.fused_offload_sizes`` (a ramp from one row
     block at the exposed edge unless ``split_sizes`` says otherwise); to host, every chunked
     GEMM is issued before the first copy, as the executor does (stages are added in issue order)."""
     site, plan = b.site, b.plan

@@ -15,8 +15,8 @@ from typing import Mapping
 from hocket.cost.pipeline import pipeline_stages
 from hocket.cost.stages import Schedule, Stage, schedule
 from hocket.cost.steady import steady_state_total
-from hocket.plan.plan import Plan, as_plan
-from hocket.site import Site
+from hocket.core.plan import Plan, as_plan
+from hocket.core.site import Site
 
 
 @dataclass(frozen=True, kw_only=True)

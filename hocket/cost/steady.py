@@ -15,7 +15,7 @@ then costs whichever is longer:
   included: ``Stage.steady_ms``), since the host cannot run further ahead than one call per that time.
 
 Benchmarks time this state by running several calls back to back per sample
-(``hocket.bench.timer``, ``reps > 1``).
+(``hocket.timing.timer``, ``reps > 1``).
 """
 
 from __future__ import annotations

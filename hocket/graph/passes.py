@@ -23,7 +23,7 @@ from hocket.graph.planning import GraphPlanner, group_ranks
 from hocket.graph.reorder import fill_gaps
 from hocket.graph.report import GapRecord, GraphReport, LeftAlone, SiteRecord
 from hocket.ops.sites import site_for_call
-from hocket.site import Site, canonical_dtype
+from hocket.core.site import Site, canonical_dtype
 
 DIRECTIONS = ("forward", "backward")
 

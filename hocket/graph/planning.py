@@ -1,7 +1,7 @@
 """Plans and time estimates for the graph pass: one :class:`GraphPlanner` per ``hocket.compile`` call.
 
 Sites found in a graph are planned like ``plan=None`` operator calls (the planner of
-:mod:`hocket.plan.live`: bucketed, cached, never predicted slower than sequential), on
+:mod:`hocket.ops.live`: bucketed, cached, never predicted slower than sequential), on
 the cluster given to ``hocket.compile`` or else this machine's probe. The pass also
 asks it for rough times (a collective alone, a matmul) to decide how much independent
 compute to move into a collective's gap.
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from hocket.graph.outside import global_rank, run_outside_compiler
 from hocket.ops.planning import check_supported
 from hocket.plan.bucket import fit_plan
-from hocket.plan.live import LivePlanner, process_planner, tune
-from hocket.plan.plan import SEQUENTIAL, Plan, as_plan
-from hocket.site import Site
+from hocket.ops.live import LivePlanner, process_planner, tune
+from hocket.core.plan import SEQUENTIAL, Plan, as_plan
+from hocket.core.site import Site
 
 PlanFor = Callable[[Site], object]
 """A user's own choice: Site -> Plan (or dict/JSON/strategy name); None defers to the planner."""
@@ -158,7 +158,7 @@ class GraphPlanner:
 
     def matmul_ms(self, *, m: int, k: int, n: int, dtype: str, rank: int = 0) -> float | None:
         from hocket.cost.compute import gemm_ms
-        from hocket.site import DTYPE_BYTES
+        from hocket.core.site import DTYPE_BYTES
 
         try:
             device = self.cluster.device(rank)

@@ -10,7 +10,7 @@ Byte conventions of the curves (match ``Site.comm_bytes``):
 * ``collectives["all_reduce"]``: bytes of the reduced tensor;
 * ``collectives["all_to_all"]``: bytes one rank sends in total (to all peers);
 * ``collectives_steady``: the same collectives (same byte convention) at a few sizes, each sample
-  ``reps`` calls back to back (``hocket.bench.timer``): what a call costs in a loop with the host
+  ``reps`` calls back to back (``hocket.timing.timer``): what a call costs in a loop with the host
   ahead, without the launch and release skew that a call from idle behind a barrier pays (2xH200:
   64 MiB all-gather 0.21-0.26 ms from idle, 0.16-0.17 ms back to back). Steady-state predictions
   read these where present; absent in profiles written before it existed. ``collectives_steady["p2p"]``:

@@ -11,7 +11,7 @@ A ClusterSpec stores its topology structurally, never as an N x N matrix:
 * identical nodes are stored once with a count (``NodeGroup``), so a 16,384-GPU
   cluster costs O(node types) memory and rank lookups cost O(log groups).
 
-Which transports a pair of ranks offers (a subset of ``hocket.plan.plan.TRANSPORTS``)
+Which transports a pair of ranks offers (a subset of ``hocket.core.plan.TRANSPORTS``)
 is part of the data: the island, bridge or network says it, and devices of different
 vendors share no peer path, so between them only ``host_staged`` survives.
 """
@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
-from hocket.plan.plan import TRANSPORTS
+from hocket.core.plan import TRANSPORTS
 
 LINK_KINDS = ("nvlink", "xgmi", "hccs", "pcie", "infiniband", "roce", "ethernet", "host", "shm")
 """``host``: device <-> host memory path; ``shm``: host memory shared between processes."""

@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 
 from hocket.hardware.spec import FABRICS, LINK_KINDS, DeviceSpec, IslandSpec, LinkSpec, NodeSpec, PairOverride
-from hocket.plan.plan import TRANSPORTS
-from hocket.site import DTYPE_BYTES
+from hocket.core.plan import TRANSPORTS
+from hocket.core.site import DTYPE_BYTES
 
 DEVICE_FIELDS = {"vendor": "text", "model": "text", "probe_names": "list of regular expressions",
                  "peak_tflops": "TFLOP/s per dtype, dense, fp32 accumulate", "memory_gib": "GiB",

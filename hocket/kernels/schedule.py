@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 # the row-piece helpers are shared with the cost model (plain Python, no torch): one definition
-from hocket.plan.pieces import ramp_row_offsets, row_units as _row_units  # noqa: F401  (re-exported)
+from hocket.core.pieces import ramp_row_offsets, row_units as _row_units  # noqa: F401  (re-exported)
 
 TABLE_COLUMNS = 5
 """ints per tile in a schedule table: (pid_m, pid_n, narrow, x, y)."""

@@ -6,7 +6,7 @@ flag is >= the value, then its next copy starts at once. Compared with a one-pro
 kernel plus an event (``hocket.kernels.flags.wait_flag_on_stream``) this needs no SM, no
 kernel launch and no cross-stream event between the flag's rise and the copy.
 
-The driver call itself is :mod:`hocket.transport.stream_memops` (``ctypes`` on ``libcuda``; torch
+The driver call itself is :mod:`hocket.kernels.stream_memops` (``ctypes`` on ``libcuda``; torch
 exposes the write but not the wait); this module is its tensor-flag form.
 
 No bound: the driver's wait has no timeout. Use it only for flags that the work enqueued
@@ -22,7 +22,7 @@ import functools
 
 import torch
 
-from hocket.transport import stream_memops
+from hocket.kernels import stream_memops
 
 
 def _check_flags(flags: torch.Tensor, index: int) -> None:

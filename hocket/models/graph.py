@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hocket.site import Site
+from hocket.core.site import Site
 
 COMPUTE_KINDS = ("gemm", "attention", "elementwise")
 COMM_OPS = ("all_gather", "reduce_scatter", "all_reduce", "send_recv")

@@ -29,7 +29,7 @@ from hocket.models.catalog import load_model
 from hocket.models.graph import CommOp, ComputeOp, PipelineStage, StepGraph, StepNode
 from hocket.models.partition import balance_layers, check_stage_layers
 from hocket.models.spec import ModelSpec
-from hocket.site import DTYPE_BYTES, Site, canonical_dtype
+from hocket.core.site import DTYPE_BYTES, Site, canonical_dtype
 
 ATTENTION_BACKWARD_FACTOR = 2.5
 DP_SYNC = ("reduce_scatter", "all_reduce")

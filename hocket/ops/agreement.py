@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hocket.env import agreement_check, agreement_every_call
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.transport.group import GroupHandle
 from hocket.transport.torch_dist import TorchDistTransport
 

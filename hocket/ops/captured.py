@@ -20,7 +20,7 @@ Operator calls in ``fn`` with ``plan=None`` are planned for replays
 (:func:`hocket.ops.planning.captured_planning`: priced with no host issue cost but the replay's, cached
 apart from the same site's eager calls), so a pipeline of many pieces that the host could not keep fed
 eagerly can be chosen here. The choice is by prediction; with ``HOCKET_AUTOTUNE=1`` (or
-``hocket.plan.live.tune(site, captured=True)`` beforehand) the candidates are timed as replays, during
+``hocket.ops.live.tune(site, captured=True)`` beforehand) the candidates are timed as replays, during
 the warm-up.
 
 A CapturedCall keeps the operator context buffers its graph uses alive as long as itself

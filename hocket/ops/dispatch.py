@@ -30,8 +30,8 @@ from hocket.ops.lowering import executor_for
 from hocket.ops.lowering.runtime import Runtime
 from hocket.ops.planning import OP_NAMES, check_supported, choose_plan, explicit_plan, planning_captured
 from hocket.plan.capture import capture_refusal
-from hocket.plan.plan import CAPTURABLE_TRANSPORTS, Plan
-from hocket.site import Site
+from hocket.core.plan import CAPTURABLE_TRANSPORTS, Plan
+from hocket.core.site import Site
 from hocket.transport.group import GroupHandle, process_group_of, resolve_group
 from hocket.transport.registry import get_transport
 
@@ -160,7 +160,7 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
 
 def replays(site: Site, plan: Plan, mode: str) -> bool:
     """Whether this rank would replay ``plan``'s calls on ``site`` under ``mode`` (the eager-graph planner's
-    pricing, :meth:`hocket.plan.live.LivePlanner.replays`); rank 0's answer is the one all ranks use."""
-    from hocket.plan.live import eager_graphs_planner
+    pricing, :meth:`hocket.ops.live.LivePlanner.replays`); rank 0's answer is the one all ranks use."""
+    from hocket.ops.live import eager_graphs_planner
 
     return eager_graphs_planner(mode).replays(site, plan)

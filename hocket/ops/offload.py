@@ -50,7 +50,7 @@ from hocket.ops.offload_fused import fused_from_host, fused_to_host
 from hocket.ops.offload_pieces import EDGE_PIECES, edge_rows, piece_offsets
 from hocket.ops.offload_plans import CHUNK_ALIGN_ROWS, _resolve_plan
 from hocket.ops.split_k import split_k_mm, split_k_parts
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.transport.host_staged import HostStagedContext, cuda_device, require_cuda
 
 COPY_WAITS = ("auto", "stream", "side_kernel", "copy_kernel")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hocket.kernels.workspace import signature
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.transport.stream_switch import on_stream
 
 if TYPE_CHECKING:

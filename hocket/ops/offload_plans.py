@@ -12,7 +12,7 @@ import warnings
 import torch
 
 from hocket.kernels.schedule import cdiv
-from hocket.plan.plan import Plan, as_plan
+from hocket.core.plan import Plan, as_plan
 
 OFFLOAD_STRATEGIES = ("sequential", "chunked", "tile_fused")
 DEFAULT_CHUNKS = 8
@@ -35,7 +35,7 @@ def fallback_plan(m: int) -> Plan:
 
 def planned(kind: str, m: int, k: int, n: int, dtype: torch.dtype) -> Plan:
     """The plan of a ``plan=None`` call: ``hocket.plan.offload.choose_offload_plan`` on this process's
-    cluster and profile (``hocket.plan.live.process_planner``) for the call's shape with ``m`` rounded up
+    cluster and profile (``hocket.ops.live.process_planner``) for the call's shape with ``m`` rounded up
     to its bucket (``hocket.plan.bucket.bucket_m``: a new sequence length in the same bucket reuses the
     decision), cut for ``m`` (``fit_offload_plan``); then a dict lookup. Sequential under
     ``HOCKET_DISABLE=1``; :func:`fallback_plan` with a warning if pricing fails."""
@@ -48,12 +48,12 @@ def planned(kind: str, m: int, k: int, n: int, dtype: torch.dtype) -> Plan:
         return _FITTED[key]
     from hocket.plan.bucket import bucket_m
     from hocket.plan.offload import fit_offload_plan
-    from hocket.site import Site
+    from hocket.core.site import Site
 
     name = str(dtype).replace("torch.", "")
     bucket = (kind, bucket_m(m), k, n, dtype)
     if bucket not in _PLANNED:
-        from hocket.plan.live import process_planner
+        from hocket.ops.live import process_planner
         from hocket.plan.offload import choose_offload_plan
 
         site = Site(kind=kind, m=bucket[1], k=k, n=n, dtype=name, world=1)

@@ -1,6 +1,6 @@
 """Which Plan an operator call runs.
 
-:func:`choose_plan` asks the planner (:func:`hocket.plan.live.plan_for_call`: bucketed
+:func:`choose_plan` asks the planner (:func:`hocket.ops.live.plan_for_call`: bucketed
 shapes, predicted and optionally autotuned, never a plan not predicted or measured to beat
 ``sequential``) once per ``site.key`` and caches the answer, so the hot path is one dict
 lookup. A plan crosses the custom-op schema as JSON text; both directions of that
@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 from hocket.env import disabled
-from hocket.plan.plan import SEQUENTIAL, Plan, as_plan
-from hocket.site import Site
+from hocket.core.plan import SEQUENTIAL, Plan, as_plan
+from hocket.core.site import Site
 
 SUPPORTED: dict[str, tuple[str, ...]] = {
     "ag_mm": ("sequential", "bulk", "chunked", "ring", "bidir_ring"),
@@ -75,14 +75,14 @@ def choose_plan(site: Site, *, eager_graphs: str = "off") -> Plan:
     if not captured and eager_graphs != "off":
         plan = _CHOSEN_GRAPHED.get((eager_graphs, site.key))
         if plan is None:
-            from hocket.plan.live import plan_for_call
+            from hocket.ops.live import plan_for_call
 
             plan = _CHOSEN_GRAPHED[(eager_graphs, site.key)] = plan_for_call(site, eager_graphs=eager_graphs)
         return plan
     chosen = _CHOSEN_CAPTURED if captured else _CHOSEN
     plan = chosen.get(site.key)
     if plan is None:
-        from hocket.plan.live import plan_for_call  # the planner (issue 4): bucketed, cached, never slower
+        from hocket.ops.live import plan_for_call  # the planner (issue 4): bucketed, cached, never slower
 
         plan = plan_for_call(site, captured=True) if captured else plan_for_call(site)
         chosen[site.key] = plan

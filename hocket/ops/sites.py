@@ -1,4 +1,4 @@
-"""Build the :class:`~hocket.site.Site` of one operator call (used by the ops and the graph pass).
+"""Build the :class:`~hocket.core.site.Site` of one operator call (used by the ops and the graph pass).
 
 Shapes follow DESIGN.md's convention (per-rank operands, leading dims folded into m):
 
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from hocket.site import Site
+from hocket.core.site import Site
 
 _KINDS = ("ag_mm", "mm_rs", "mm_ar")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hocket.site import canonical_dtype
+from hocket.core.site import canonical_dtype
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,7 +3,7 @@
 Every rank of the group calls :func:`autotune` with the same site. Group rank 0 reads
 the on-disk cache and sends every rank the decision (a hit) or the list of candidates
 to time (a miss), so all ranks time the same plans in the same order. Each timing is
-the maximum across ranks (``hocket.bench.timer``); rank 0 then picks the winner with
+the maximum across ranks (``hocket.timing.timer``); rank 0 then picks the winner with
 the same rule as prediction (:func:`hocket.plan.search.select`: it must beat measured
 sequential by more than the margin), broadcasts it, and writes the cache. Messages are
 JSON in a uint8 tensor: nothing is pickled.
@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hocket.plan.cache import PlanCache
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.search import DEFAULT_MARGIN, SearchResult, select
-from hocket.site import Site
+from hocket.core.site import Site
 
 RunnerFactory = Callable[[Plan], Callable[[], object]]
 """Given a plan, a no-argument callable that runs the operator once with it (on every rank)."""
@@ -49,7 +49,7 @@ class AutotuneConfig:
     margin: float = DEFAULT_MARGIN
     """measured saving over sequential a plan needs to be chosen."""
     reps: int | None = None
-    """calls back to back per timed sample (``hocket.bench.timer``): > 1 times the steady state. None: one
+    """calls back to back per timed sample (``hocket.timing.timer``): > 1 times the steady state. None: one
     call here; the live planner makes it ``STEADY_REPS`` when it prices candidates in the steady state (one
     call of a loop with the host ahead), so that it measures what it priced (``LivePlanner.tuning_config``)."""
     extra_rounds: int = 2
@@ -201,8 +201,8 @@ def autotune(site: Site, candidates: Sequence[Plan], make_runner: RunnerFactory,
     (default ``site.key``; pass the bucketed site's key when shapes are bucketed) names
     the decision in ``cache``.
     """
-    from hocket.bench.stats import summarize
-    from hocket.bench.timer import TimingConfig, interleaved_samples_ms
+    from hocket.timing.stats import summarize
+    from hocket.timing.timer import TimingConfig, interleaved_samples_ms
 
     config = config or AutotuneConfig()
     key = cache_key or site.key

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 BUCKET_MODES = ("multiple", "pow2", "exact")
 
@@ -79,7 +79,7 @@ def fit_plan(plan: Plan, site: Site) -> Plan:
 
     ``chunks`` is capped so every piece keeps at least one row of the dimension the
     strategy splits (see :func:`hocket.plan.space.split_rows`). ``split_sizes`` (uneven
-    pieces of those rows, :mod:`hocket.plan.pieces`) are rescaled to the real rows keeping
+    pieces of those rows, :mod:`hocket.core.pieces`) are rescaled to the real rows keeping
     their proportions, never leaving a piece empty (pieces are merged when rows are too few).
     """
     from hocket.plan.space import split_rows

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 
 CACHE_FORMAT = "hocket-plan-cache"
 CACHE_SCHEMA_VERSION = 1
@@ -72,7 +72,7 @@ def current_environment(fingerprint: str) -> CacheEnvironment:
     """This process's environment for a given hardware fingerprint hash."""
     import torch
 
-    from hocket import __version__
+    from hocket.core.version import __version__
 
     return CacheEnvironment(fingerprint=fingerprint, hocket_version=__version__,
                             torch_version=str(torch.__version__))

@@ -7,7 +7,7 @@ every replay:
 
 * transports of ``CAPTURABLE_TRANSPORTS``: NCCL's collectives and point-to-point (PyTorch captures
   them) and the host-staged relay with device signals (constant per-slot flags);
-* ``chunked`` over ``copy_engine`` where :mod:`hocket.transport.peer_protocol` runs a barrier protocol
+* ``chunked`` over ``copy_engine`` where :mod:`hocket.core.peer_protocol` runs a barrier protocol
   (``pull`` or ``put``: the all-gather by rows, and the one-piece reduce-scatter): the order between
   ranks is one device-side barrier of the group, and inside ``CapturedCall`` the call uses slots of its
   own with a second barrier at its end (``hocket.ops.lowering.peer_pull``), so a replay never writes a
@@ -18,9 +18,9 @@ every replay:
 
 from __future__ import annotations
 
-from hocket.plan.plan import CAPTURABLE_TRANSPORTS, Plan
-from hocket.site import Site
-from hocket.transport.peer_protocol import peer_protocol_for
+from hocket.core.plan import CAPTURABLE_TRANSPORTS, Plan
+from hocket.core.site import Site
+from hocket.core.peer_protocol import peer_protocol_for
 
 BARRIER_PROTOCOLS = ("pull", "put")
 """copy-engine protocols whose calls a graph captures (inside ``hocket.ops.CapturedCall`` only)."""

@@ -18,8 +18,8 @@ pieces, which the host could not keep fed, replayed.
 from __future__ import annotations
 
 from hocket.plan.capture import capture_refusal
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 MODES = ("off", "auto", "on")
 

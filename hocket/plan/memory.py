@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hocket.plan.plan import Plan
-from hocket.site import Site
-from hocket.transport.relay_layout import SCRATCH_RING
-from hocket.transport.peer_protocol import peer_protocol_for
+from hocket.core.plan import Plan
+from hocket.core.site import Site
+from hocket.core.relay_layout import SCRATCH_RING
+from hocket.core.peer_protocol import peer_protocol_for
 
 GIB = 1 << 30
 DEFAULT_BUDGET_FRACTION = 0.25

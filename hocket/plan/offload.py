@@ -24,11 +24,11 @@ planner does (``hocket.plan.search.select`` with the per-class and per-piece mod
 
 from __future__ import annotations
 
-from hocket.plan.pieces import ramp_row_offsets
-from hocket.plan.plan import Plan
+from hocket.core.pieces import ramp_row_offsets
+from hocket.core.plan import Plan
 from hocket.plan.search import DEFAULT_MARGIN, select
 from hocket.plan.uncertainty import Uncertainty, uncertainty_from_profile
-from hocket.site import Site
+from hocket.core.site import Site
 
 OFFLOAD_KINDS = ("h2d_mm", "mm_d2h")
 ALIGN = 128

@@ -29,11 +29,11 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from hocket.plan.plan import Plan
-from hocket.plan.report import plan_label
+from hocket.core.plan import Plan
+from hocket.plan.labels import plan_label
 from hocket.plan.search import DEFAULT_MARGIN, CostFn, drop_unmodelled_splits, select, tuning_shortlist
 from hocket.plan.uncertainty import Uncertainty
-from hocket.site import Site
+from hocket.core.site import Site
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,11 +24,11 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from hocket.plan.pieces import split_pattern
-from hocket.plan.plan import Plan
+from hocket.core.pieces import split_pattern
+from hocket.core.plan import Plan
 from hocket.plan.space import PlanSpace, Pruned, SpaceConfig, enumerate_plans, group_facts, simplicity
 from hocket.plan.uncertainty import NO_UNCERTAINTY, Uncertainty, uncertainty_from_profile
-from hocket.site import Site
+from hocket.core.site import Site
 
 DEFAULT_MARGIN = 0.03
 

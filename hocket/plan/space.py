@@ -8,7 +8,7 @@ ClusterSpec by :func:`group_facts`, so tests can hand it a toy group.
 Dimensions: strategy x transport x chunks (powers of two and divisors of the split
 rows, up to ``max_chunks``) x order x hierarchy x comm SM budget, plus uneven pieces
 (``split_sizes``: a small first piece to fill the pipeline, a small last one to drain
-it, or both; :mod:`hocket.plan.pieces`) where the executor honours them: today the
+it, or both; :mod:`hocket.core.pieces`) where the executor honours them: today the
 ``chunked`` executors of ag_mm, mm_rs and mm_ar (``hocket.ops.lowering.chunked``; the
 offload operators honour them too but are not planned here). Rings, tile_fused,
 substituted and bulk cut evenly and are pruned with that reason. A field that does
@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hocket.plan.memory import GIB, budget_from_memory, estimate_extra_memory, over_budget_reason
-from hocket.plan.pieces import SPLIT_PATTERNS, ramp_sizes
-from hocket.plan.plan import ORDERS, STRATEGIES, TRANSPORTS, Plan
-from hocket.site import Site
+from hocket.core.pieces import SPLIT_PATTERNS, ramp_sizes
+from hocket.core.plan import ORDERS, STRATEGIES, TRANSPORTS, Plan
+from hocket.core.site import Site
 
 SM_TRANSPORTS = ("collective", "p2p")
 """Transports driven by SMs (NCCL kernels); only these take a ``comm_sms`` budget."""

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 
 PLAN_CLASSES = ("sequential", "pipelined", "copy_engine", "ring", "tile_fused", "host_staged")
 

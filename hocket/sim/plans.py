@@ -1,6 +1,6 @@
 """Which plan each site runs in a simulated step: a fixed plan, or a planner's JSON.
 
-The planner writes (``hocket plan --json``, ``hocket.plan.report.plan_model``)::
+The planner writes (``hocket plan --json``, ``hocket.sim.model_plan.plan_model``)::
 
     {"model": "llama3-405b", "cluster": "h100-16k",
      "parallel": {"tp": 8, "pp": 16, "dp": 128, "seq": 8192, "batch": 1, "micro_batches": 16},
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from hocket.plan.plan import Plan
-from hocket.site import canonical_dtype
+from hocket.core.plan import Plan
+from hocket.core.site import canonical_dtype
 
 SITE_ENTRY_FIELDS = ("kind", "m", "k", "n", "plan")
 

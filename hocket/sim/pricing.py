@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 
 ATTENTION_EFFICIENCY = 0.6
 """Fraction of dense peak a fused attention kernel sustains (forward and backward alike)."""
@@ -89,7 +89,7 @@ class Pricer:
     # -- compute ops ----------------------------------------------------------------
     def compute(self, op, device) -> Priced:
         from hocket.cost.compute import achievable_tflops, gemm_ms, launch_ms, memory_ms
-        from hocket.site import DTYPE_BYTES
+        from hocket.core.site import DTYPE_BYTES
 
         key = ("compute", op, device)
         hit = self._ops.get(key)

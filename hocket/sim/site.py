@@ -153,9 +153,9 @@ def simulate_site(site, plan, cluster, profile=None, *, explicit_ranks: bool = F
     transfers span all of them (same answer for identical ranks; slower, for checking).
     """
     from hocket.cost import pipeline_stages
-    from hocket.plan.plan import Plan, as_plan
+    from hocket.core.plan import Plan, as_plan
 
-    from hocket.site import Site
+    from hocket.core.site import Site
 
     if not isinstance(site, Site):
         raise TypeError(f"site={site!r} must be a hocket.Site")

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from hocket.models.graph import CommOp, ComputeOp
-from hocket.plan.plan import Plan, as_plan
+from hocket.core.plan import Plan, as_plan
 from hocket.sim.engine import TaskGraph, Timeline, simulate
 from hocket.sim.layout import ParallelLayout, ReplicaClass, rank_classes
 from hocket.sim.pricing import Pricer
 from hocket.sim.schedule_1f1b import global_order
 from hocket.sim.site import CompiledStages
-from hocket.site import Site
+from hocket.core.site import Site
 
 EXPLICIT_RANK_LIMIT = 4096
 """Refuse explicit per-rank simulation above this many ranks (use the class reduction)."""

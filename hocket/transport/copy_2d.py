@@ -9,7 +9,7 @@ reads only its slice of B); from host, the last rows arrive a k block at a time 
 partial product reads only its rows of B).
 
 The driver entry point (``cuMemcpy2DAsync``) is called through :mod:`ctypes` on ``libcuda``
-like :mod:`hocket.transport.stream_memops`; both pointers are passed as unified addresses
+like :mod:`hocket.kernels.stream_memops`; both pointers are passed as unified addresses
 (pinned host memory allocated by torch is mapped into the GPU's address space).
 """
 

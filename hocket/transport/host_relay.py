@@ -52,9 +52,9 @@ import torch.distributed as dist
 from hocket import env
 from hocket.transport.group import GroupHandle
 from hocket.transport.issue_thread import IssueThread, ThreadPending
-from hocket.transport import stream_memops
+from hocket.kernels import stream_memops
 from hocket.transport.per_group import PerGroup, ramped_rounds, require_cuda, require_nccl, rounds
-from hocket.transport.relay_layout import SCRATCH_RING, SCRATCH_SHAPES
+from hocket.core.relay_layout import SCRATCH_RING, SCRATCH_SHAPES
 from hocket.transport.relay_watchdog import RelayWatchdog
 from hocket.transport.shared_host_buffer import SharedHostBuffer
 from hocket.transport.stream_pending import StreamPending

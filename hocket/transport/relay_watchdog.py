@@ -1,7 +1,7 @@
 """A watchdog that bounds the stream waits of the host-staged relay's device signals.
 
 With ``HOCKET_HOST_STAGE_SIGNAL=device`` the relay's copy streams wait for the peers' slot
-flags with ``cuStreamWaitValue32`` (``hocket.transport.stream_memops``), which has no timeout: a
+flags with ``cuStreamWaitValue32`` (``hocket.kernels.stream_memops``), which has no timeout: a
 peer that stops would leave this rank's streams, and any host sync behind them, waiting forever.
 
 The :class:`RelayWatchdog` thread (one per relay, a daemon polling every ``poll_s``) watches the

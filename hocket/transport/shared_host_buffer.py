@@ -69,7 +69,7 @@ class SharedHostBuffer:
         self.data = self._raw[start:start + self.nbytes]
         self._registered = False
         if torch.cuda.is_available():
-            from hocket.transport.stream_memops import HOST_REGISTER_FLAGS
+            from hocket.kernels.stream_memops import HOST_REGISTER_FLAGS
 
             err = torch.cuda.cudart().cudaHostRegister(self._raw.data_ptr(), total, HOST_REGISTER_FLAGS)
             if int(err) != 0:
@@ -129,7 +129,7 @@ class SharedHostBuffer:
 
     def ready_word_ptr(self, chunk: int) -> int:
         """Host address of the low 32 bits of ``chunk``'s ready slot (little-endian): where a stream
-        memory operation writes or waits for the sequence number (``hocket.transport.stream_memops``)."""
+        memory operation writes or waits for the sequence number (``hocket.kernels.stream_memops``)."""
         if not 0 <= chunk < self.num_chunks:
             raise ValueError(f"chunk={chunk!r} must be in [0, {self.num_chunks}) for {self.path}")
         return self.header.data_ptr() + (HEADER_SLOTS + chunk) * self.header.element_size()

@@ -115,7 +115,7 @@ def planners_disagree() -> list[str]:
     """Each rank's planner would pick another plan for the same Site; every rank must run rank 0's."""
     from hocket.ops import dispatch, planning
     from hocket.ops.sites import site_for_call
-    from hocket.plan.plan import Plan
+    from hocket.core.plan import Plan
 
     g, rank, w = dist.group.WORLD, dist.get_rank(), dist.get_world_size()
     A, B = torch.randn(2 * w + 1, 6), torch.randn(6, 5)

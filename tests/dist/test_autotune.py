@@ -10,8 +10,8 @@ import torch.distributed as dist
 
 from hocket.plan.autotune import AutotuneConfig, autotune
 from hocket.plan.cache import CacheEnvironment, PlanCache
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 ENV = CacheEnvironment(fingerprint="dist-test", hocket_version="0", torch_version="0")
 SEQ = Plan()
@@ -103,7 +103,7 @@ def test_every_rank_follows_rank0s_cache(pool, tmp_path):
 # -- with the real operators ----------------------------------------------------------------
 
 def _use_planner(cache_path: str, *, autotune: bool | None = None) -> None:
-    from hocket.plan.live import LiveConfig, LivePlanner, set_process_planner
+    from hocket.ops.live import LiveConfig, LivePlanner, set_process_planner
 
     set_process_planner(LivePlanner(config=LiveConfig(autotune=autotune, tuning=QUICK),
                                     cache=PlanCache(ENV, cache_path)))
@@ -116,7 +116,7 @@ def plan_none_matches_reference(cache_path: str, seed: int, m_per_rank: int, k: 
     from hocket.launch.same_case import rank_generator, shared_generator
     from hocket.ops.reference import reference_all_gather_matmul as ref_ag
     from hocket.ops.reference import reference_matmul_reduce_scatter as ref_rs
-    from hocket.plan.live import process_planner
+    from hocket.ops.live import process_planner
 
     _use_planner(cache_path)
     world = dist.get_world_size()
@@ -146,7 +146,7 @@ def test_plan_none_runs_the_planner_and_every_rank_agrees(pool, tmp_path):
 
 def tune_real_ops(cache_path: str, m: int, k: int, n: int) -> tuple[str, str, str]:
     from hocket.ops.planning import choose_plan
-    from hocket.plan.live import tune
+    from hocket.ops.live import tune
 
     _use_planner(cache_path)
     site = Site(kind="mm_ar", m=m, k=k, n=n, world=dist.get_world_size(), dtype="float32")

@@ -10,11 +10,11 @@ import torch.distributed as dist
 
 from hocket.bench.plans import bench_plans
 from hocket.bench.suite import SuiteSpec, check_plan, measure_sites
-from hocket.bench.timer import TimingConfig, max_across_ranks
+from hocket.timing.timer import TimingConfig, max_across_ranks
 from hocket.bench.workload import make_operands
 from hocket.bench.calls import reference_output
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import hocket
 from hocket.launch.same_case import shared_generator
 from hocket.models.llama_block import LlamaBlock, LlamaBlockConfig, parallelize_llama_block, shard_sequence
 from hocket.ops.tolerance import assert_close
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 
 COMPILE_TIMEOUT_S = 220.0
 CONFIG = LlamaBlockConfig(dim=64, n_heads=8, n_kv_heads=4, hidden_dim=128, max_seq_len=32)

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from hocket.hardware import fingerprint
-from hocket.hardware.calibrate import CalibrateConfig, build_profile, measure
-from hocket.hardware.calibrate.config import COLLECTIVES
+from hocket.calibrate import CalibrateConfig, build_profile, measure
+from hocket.calibrate.config import COLLECTIVES
 from hocket.hardware.profile import CalibrationProfile, load_profile
 
 TINY = CalibrateConfig(quick=True, dtype="float32", gemm_shapes=((64, 48, 32),), gemm_chunks=(1, 4),

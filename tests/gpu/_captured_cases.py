@@ -98,7 +98,7 @@ def run_captured_autotuned(case: dict) -> tuple[str, int]:
     """``plan=None`` in a CapturedCall with ``HOCKET_AUTOTUNE=1``: the warm-up's first call times the captured
     planner's shortlist as graph replays; returns (the decision's source, results checked)."""
     from hocket.ops.planning import clear_plan_cache
-    from hocket.plan.live import captured_planner, set_process_planner
+    from hocket.ops.live import captured_planner, set_process_planner
 
     set_process_planner(None)
     clear_plan_cache()

@@ -12,7 +12,7 @@ import torch
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from hocket.hardware.calibrate import calibrate, default_config  # noqa: E402
+from hocket.calibrate import calibrate, default_config  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -23,8 +23,8 @@ from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host 
 from hocket.ops.offload_timeline import offload_timeline  # noqa: E402
 from hocket.ops.tolerance import tolerance  # noqa: E402
 from hocket.plan.offload import ramp_sizes  # noqa: E402
-from hocket.plan.plan import Plan  # noqa: E402
-from hocket.site import Site  # noqa: E402
+from hocket.core.plan import Plan  # noqa: E402
+from hocket.core.site import Site  # noqa: E402
 from hocket.transport.shared_host_buffer import SharedHostBuffer  # noqa: E402
 
 DEV = torch.device("cuda", torch.cuda.current_device())

@@ -89,7 +89,7 @@ def test_pull_scatter_sums_in_the_gemm_epilogue(pool2, kind, shape, dim, ns, ext
     """The one-piece pull mm_rs with its own block cut into plain and fused rows (HOCKET_OWN_BLOCK_SUM=epilogue,
     the default: the fused rows' partials pulled into the output, added by addmm_) or summed in one pass,
     against the reference, on blocks big enough to be cut."""
-    from hocket.plan.epilogue import epilogue_split
+    from hocket.cost.epilogue import epilogue_split
 
     rows = shape[0] // 2 if dim == 0 else shape[0]
     cols = ns[0] if dim == 0 else ns[0] // 2

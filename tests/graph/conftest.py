@@ -8,7 +8,7 @@ import pytest
 import torch.distributed as dist
 
 from hocket.graph import GraphPlanner
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 
 GRAPH_CLUSTER = "cpu-host"
 """A described cluster, so planning never depends on what this machine's probe finds."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hocket.graph.report import Explanation, GraphReport, LeftAlone, SiteRecord
-from hocket.plan.plan import SEQUENTIAL, Plan
-from hocket.site import Site
+from hocket.core.plan import SEQUENTIAL, Plan
+from hocket.core.site import Site
 
 SITE = Site(kind="ag_mm", m=64, k=32, n=48, world=2)
 

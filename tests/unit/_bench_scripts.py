@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from hocket.bench.record import Baselines, BenchRecord, write_records
-from hocket.bench.stats import Summary
+from hocket.timing.stats import Summary
 from hocket.hardware import load_preset
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from hocket.site import Site
+from hocket.core.site import Site
 
 
 def with_island_link(cluster, gbps: float):

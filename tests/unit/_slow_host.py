@@ -6,7 +6,7 @@ from __future__ import annotations
 from hocket.hardware import load_preset
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint
 from hocket.ops import planning
-from hocket.plan.live import LiveConfig, LivePlanner, set_process_planner
+from hocket.ops.live import LiveConfig, LivePlanner, set_process_planner
 
 
 def slow_host_profile() -> CalibrationProfile:

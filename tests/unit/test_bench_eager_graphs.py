@@ -10,8 +10,8 @@ import pytest
 from _bench_scripts import baselines, load_script, record, write
 from hocket.env import overridden
 from hocket.plan import Plan
-from hocket.site import Site
-from hocket.transport.peer_protocol import peer_protocol_for
+from hocket.core.site import Site
+from hocket.core.peer_protocol import peer_protocol_for
 
 bm = load_script("bench_multigpu")
 beg = load_script("bench_eager_graphs")

@@ -7,10 +7,10 @@ from hocket.bench.outcome import PlanOutcome, SiteOutcome
 from hocket.bench.provenance import Provenance, command_line, git_hash, versions
 from hocket.bench.record import (REQUIRED_KEYS, SITE_KEYS, BenchRecord, read_records, records_from_outcome,
                                  write_records)
-from hocket.bench.stats import summarize
+from hocket.timing.stats import summarize
 from hocket.bench.table import outcome_rows, results_table
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 
 def _timing():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hocket.bench.provenance import Provenance
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from _bench_scripts import load_script
 
 load_script("bench_multigpu")  # bench_captured imports it as a sibling

@@ -16,8 +16,8 @@ from hocket.cost import predict
 from hocket.cost.calibration import CalibrationView
 from hocket.hardware import load_preset
 from hocket.hardware.profile import load_profile
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from _bench_scripts import BENCHMARKS, baselines, load_script, record, write
 
 vc = load_script("validate_cost")

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from _bench_scripts import load_script
 
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 modes = load_script("line_modes")
 validate = load_script("validate_cost")

@@ -13,10 +13,10 @@ import pytest
 
 from hocket.cost import predict
 from hocket.hardware import load_preset
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.search import predict_cost_fn
 from hocket.plan.uncertainty import DEFAULT_PER_PIECE_ERROR, plan_pieces
-from hocket.site import Site
+from hocket.core.site import Site
 from _bench_scripts import baselines, load_script, record, write
 
 vc = load_script("validate_cost")

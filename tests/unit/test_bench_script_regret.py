@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from hocket.hardware import fingerprint, load_preset
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.regret import RegretRow
-from hocket.site import Site
+from hocket.core.site import Site
 from _bench_scripts import baselines, load_script, record, write
 
 pr = load_script("planner_regret")

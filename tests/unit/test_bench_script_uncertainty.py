@@ -11,9 +11,9 @@ import pytest
 from hocket.cost import predict
 from hocket.cost.calibration import calibration_view
 from hocket.hardware import load_preset
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.uncertainty import DEFAULT_MAX_ERROR, DEFAULT_PER_PIECE_ERROR, DEFAULT_REL_ERROR, plan_pieces
-from hocket.site import Site
+from hocket.core.site import Site
 from _bench_scripts import baselines, load_script, record, write
 
 du = load_script("derive_uncertainty")

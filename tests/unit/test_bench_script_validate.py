@@ -10,8 +10,8 @@ import statistics
 
 import pytest
 
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from _bench_scripts import baselines, load_script, record, write
 
 vc = load_script("validate_cost")

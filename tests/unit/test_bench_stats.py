@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hocket.bench.efficiency import MIN_SAVING_FRACTION, overlap_score
-from hocket.bench.stats import summarize
+from hocket.timing.stats import summarize
 
 
 def test_summary_matches_numpy_percentiles_on_random_samples():

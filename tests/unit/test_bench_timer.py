@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from hocket.bench.timer import TimingConfig, max_across_ranks, time_callable, time_interleaved
+from hocket.timing.timer import TimingConfig, max_across_ranks, time_callable, time_interleaved
 
 
 def test_time_callable_runs_warmup_then_iters_and_summarises():
@@ -65,7 +65,7 @@ def test_interleaved_timing_validates():
 def test_reps_run_back_to_back_and_each_sample_is_their_mean(monkeypatch):
     calls = []
     clock = iter(float(t) for t in range(10_000))  # every perf_counter() call advances 1 s
-    monkeypatch.setattr("hocket.bench.timer.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("hocket.timing.timer.time.perf_counter", lambda: next(clock))
 
     def work():
         calls.append(1)
@@ -83,5 +83,5 @@ def test_reps_must_be_a_positive_int(reps):
     with pytest.raises(ValueError, match="reps"):
         TimingConfig(reps=reps)
     with pytest.raises(ValueError, match="reps"):
-        from hocket.bench.timer import sample_ms
+        from hocket.timing.timer import sample_ms
         sample_ms(lambda: None, iters=1, reps=reps)

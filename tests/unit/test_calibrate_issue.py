@@ -11,12 +11,12 @@ import torch
 
 from hocket.cost import predict
 from hocket.hardware import load_preset
-from hocket.hardware.calibrate import build_profile, default_config
-from hocket.hardware.calibrate.issue import measure_issue_us
-from hocket.hardware.calibrate.runner import Measurements
+from hocket.calibrate import build_profile, default_config
+from hocket.calibrate.issue import measure_issue_us
+from hocket.calibrate.runner import Measurements
 from hocket.hardware.profile import CalibrationProfile, ProfileFormatError, load_profile, save_profile
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 
 def test_issue_us_round_trips_through_disk(tmp_path):
@@ -66,7 +66,7 @@ def test_interleaved_host_us_keeps_each_items_median_round(monkeypatch):
     """A slow spell of the host lands on one round of every item, not on all of one item."""
     import random
 
-    from hocket.hardware.calibrate import issue
+    from hocket.calibrate import issue
 
     rng = random.Random(41)
     clock = [0.0]

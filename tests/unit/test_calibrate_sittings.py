@@ -8,10 +8,10 @@ import statistics
 
 import pytest
 
-from hocket.hardware.calibrate import build_profile, default_config
-from hocket.hardware.calibrate.config import ISSUE_CHECKPOINTS, SITTING_CHECKPOINTS
-from hocket.hardware.calibrate.issue import combine_sittings
-from hocket.hardware.calibrate.runner import Measurements, _steps
+from hocket.calibrate import build_profile, default_config
+from hocket.calibrate.config import ISSUE_CHECKPOINTS, SITTING_CHECKPOINTS
+from hocket.calibrate.issue import combine_sittings
+from hocket.calibrate.runner import Measurements, _steps
 from hocket.hardware.profile import CalibrationProfile, ProfileWarning, load_profile, save_profile
 
 

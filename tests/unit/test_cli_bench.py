@@ -88,8 +88,8 @@ def test_graph_flag_needs_nccl_ranks_and_reaches_the_spec(monkeypatch):
 
 def test_suite_captured_flag_is_a_bool():
     from hocket.bench.suite import SuiteSpec
-    from hocket.plan.plan import Plan
-    from hocket.site import Site
+    from hocket.core.plan import Plan
+    from hocket.core.site import Site
 
     site = Site(kind="ag_mm", m=8, k=8, n=8, dtype="float32", world=2)
     with pytest.raises(TypeError, match="SuiteSpec.captured='yes'"):

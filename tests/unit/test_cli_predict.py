@@ -80,7 +80,7 @@ def test_steady_state_prices_every_candidate_at_most_as_a_cold_call(capsys):
 @pytest.mark.parametrize("kind", ["mm_d2h", "h2d_mm"])
 def test_offload_kinds_list_the_offload_candidates(capsys, kind):
     from hocket.plan.offload import offload_candidates
-    from hocket.site import Site
+    from hocket.core.site import Site
 
     m = random.choice([4096, 8192])
     code, out, _ = _run(capsys, kind, "--m", str(m), "--k", "8192", "--n", "7168", "--cluster", "h200x1", "--json")
@@ -124,7 +124,7 @@ def test_eager_graphs_prices_each_candidate_replayed(capsys):
     from hocket.hardware import load_cluster
     from hocket.plan import Plan
     from hocket.plan.eager_graphs import graph_copy_ms
-    from hocket.site import Site
+    from hocket.core.site import Site
 
     m = random.choice([4096, 8192])
     base = ["ag_mm", "--m", str(m), "--k", "4096", "--n", "1536", "--world", "2", "--cluster", "h200x2"]

@@ -12,9 +12,9 @@ from hocket.cost.pipeline import CAPTURED_REPLAY_US
 from hocket.cost.stages import Stage
 from hocket.cost.steady import host_issue_ms
 from hocket.hardware import load_preset
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.search import SearchConfig, predict_cost_fn
-from hocket.site import Site
+from hocket.core.site import Site
 
 SITE = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
 CLUSTER = load_preset("h200-host-staged")

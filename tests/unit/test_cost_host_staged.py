@@ -20,8 +20,8 @@ from hocket.cost.comm import (
     relay_messages,
 )
 from hocket.hardware import load_preset
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 STAGED = load_preset("h200-host-staged")
 MIB = 2**20

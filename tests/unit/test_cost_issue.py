@@ -11,8 +11,8 @@ from hocket.cost import pipeline_stages, predict, schedule
 from hocket.cost.issue import DEFAULT_ISSUE_US, ISSUE_OPS, issue_ms, issue_table
 from hocket.hardware import load_preset
 from hocket.hardware.profile import CalibrationProfile
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 H200X2 = load_preset("h200x2")
 CPU = load_preset("cpu-host")

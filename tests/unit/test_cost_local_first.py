@@ -13,8 +13,8 @@ import pytest
 from hocket.cost import pipeline_stages, predict, schedule
 from hocket.env import overridden
 from hocket.hardware import load_preset
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 STAGED = load_preset("h200-host-staged")
 RNG = random.Random()

@@ -10,9 +10,9 @@ import pytest
 from hocket.cost import pipeline_stages, predict, schedule
 from hocket.cost.compute import FUSED_BLOCK_M
 from hocket.hardware import load_preset
-from hocket.plan.pieces import fused_offload_sizes, ramp_row_offsets
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.pieces import fused_offload_sizes, ramp_row_offsets
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 H200 = load_preset("h200x1")
 

@@ -10,8 +10,8 @@ import pytest
 
 from hocket.cost import pipeline_stages, predict, schedule
 from hocket.hardware import load_preset
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 H200X2 = load_preset("h200x2")
 

@@ -9,9 +9,9 @@ import pytest
 
 from hocket.cost import pipeline_stages, schedule
 from hocket.hardware import load_preset
-from hocket.plan.plan import Plan
-from hocket.site import Site
-from hocket.transport.peer_protocol import available, peer_protocol_for
+from hocket.core.plan import Plan
+from hocket.core.site import Site
+from hocket.core.peer_protocol import available, peer_protocol_for
 
 H200X2 = load_preset("h200x2")
 H200X8 = load_preset("h200x8")

@@ -14,8 +14,8 @@ from hocket.cost import candidate_plans, pipeline_stages, predict, schedule
 from hocket.cost.contention import SM_STARVED_SLOWDOWN, sms_left_to_gemm
 from hocket.hardware import load_preset
 from hocket.hardware.profile import CalibrationProfile, CurvePoint
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 H200X2 = load_preset("h200x2")
 H800X8 = load_preset("h800x8")

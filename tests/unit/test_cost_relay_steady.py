@@ -11,11 +11,11 @@ from hocket.cost.calibration import calibration_view
 from hocket.cost.steady import host_issue_ms
 from hocket.env import overridden
 from hocket.hardware import load_preset
-from hocket.hardware.calibrate.config import default_config
-from hocket.hardware.calibrate.runner import Measurements, build_profile
+from hocket.calibrate.config import default_config
+from hocket.calibrate.runner import Measurements, build_profile
 from hocket.hardware.profile import CalibrationProfile, CurvePoint
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 CLUSTER = load_preset("h200-host-staged")
 SITE = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
@@ -94,7 +94,7 @@ def test_calibration_keeps_the_replayed_relay_curve():
 
 
 def test_the_captured_curve_starts_at_a_mebibyte():
-    from hocket.hardware.calibrate.runner import captured_sizes
+    from hocket.calibrate.runner import captured_sizes
 
     config = default_config(quick=False, device_type="cuda")
     assert captured_sizes(config) == (MiB, *sorted(config.steady_sizes_bytes))

@@ -10,8 +10,8 @@ from hocket.cost.calibration import CalibrationView
 from hocket.cost.predict import predict
 from hocket.hardware import load_cluster
 from hocket.hardware.profile import CalibrationProfile, CurvePoint
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 
 def _curve(floor_ms: float, gbps: float) -> tuple[CurvePoint, ...]:

@@ -11,8 +11,8 @@ from hocket.cost.predict import predict
 from hocket.cost.stages import Stage, schedule
 from hocket.cost.steady import steady_state_total
 from hocket.hardware import load_cluster
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 
 def chain(issue_ms: list[float], gemm_ms: list[float]) -> list[Stage]:

@@ -12,18 +12,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from hocket.bench.timer import TimingConfig
+from hocket.timing.timer import TimingConfig
 from hocket.cost.calibration import CalibrationView
 from hocket.cost.compute import gemm_time
 from hocket.cost.pipeline import pipeline_stages
 from hocket.cost.predict import predict
 from hocket.hardware import load_cluster
-from hocket.hardware.calibrate import CalibrateConfig, default_config
-from hocket.hardware.calibrate.sustained import back_to_back_ms, measure_sustained
+from hocket.calibrate import CalibrateConfig, default_config
+from hocket.calibrate.sustained import back_to_back_ms, measure_sustained
 from hocket.hardware.profile import CalibrationProfile, SustainedGemm, load_profile, save_profile
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.search import predict_cost_fn
-from hocket.site import Site
+from hocket.core.site import Site
 
 V3 = Path(__file__).resolve().parents[2] / "benchmarks/results/calibration/h200x2-nccl-full-v3.json"
 
@@ -114,7 +114,7 @@ def test_no_profile_and_cpu_ranks_are_unchanged(rng):
 
 
 def test_the_sustained_phase_runs_the_grids_fastest_whole_gemm(rng):
-    from hocket.hardware.calibrate.runner import fastest_whole_gemm
+    from hocket.calibrate.runner import fastest_whole_gemm
     from hocket.hardware.profile import GemmPoint
 
     config = default_config(quick=False, device_type="cuda")
@@ -151,7 +151,7 @@ def test_config_sustained_seconds(rng):
 
 
 def test_progress_counts_the_sustained_phase_on_gpus_only(rng):
-    from hocket.hardware.calibrate.runner import _steps
+    from hocket.calibrate.runner import _steps
 
     config = default_config(quick=rng.choice([True, False]), device_type="cuda")
     off = replace(config, sustained_s=0.0)

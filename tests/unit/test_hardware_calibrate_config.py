@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from hocket.cli.main import main
-from hocket.hardware.calibrate import CalibrateConfig, default_config
-from hocket.hardware.calibrate.gemm import gemm_call, gemm_point, row_chunked_mm
-from hocket.hardware.calibrate.transfers import make_transfer
+from hocket.calibrate import CalibrateConfig, default_config
+from hocket.calibrate.gemm import gemm_call, gemm_point, row_chunked_mm
+from hocket.calibrate.transfers import make_transfer
 
 
 @pytest.mark.parametrize("device_type", ["cpu", "cuda"])

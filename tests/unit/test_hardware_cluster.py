@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hocket.hardware import load_preset
 from hocket.hardware.spec import ClusterSpec, DeviceSpec, IslandSpec, LinkSpec, NodeGroup, NodeSpec
-from hocket.plan.plan import TRANSPORTS
+from hocket.core.plan import TRANSPORTS
 
 SMALL = ["h100x8", "mi250xx8", "rtx4090x8", "mixed-nvidia-amd", "h100-ib-2node", "mixed-a100-h100", "cpu-host"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from hocket.hardware import load_preset
 from hocket.models import ComputeOp, list_models, load_model, model_step_sites
-from hocket.site import Site
+from hocket.core.site import Site
 from hocket.models.partition import balance_layers
 
 

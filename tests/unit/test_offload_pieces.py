@@ -6,7 +6,7 @@ import random
 import pytest
 
 from hocket.ops.offload_pieces import edge_rows, piece_offsets
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 
 
 def _sizes(offsets):

@@ -7,7 +7,7 @@ import torch
 
 from hocket.ops.offload import matmul_from_host, matmul_to_host
 from hocket.ops.offload_plans import _resolve_plan
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 
 
 def _rand(*shape, dtype=torch.float32):

@@ -9,8 +9,8 @@ from hocket.ops import planning
 from hocket.ops.lowering import executor_for
 from hocket.ops.planning import SUPPORTED, choose_plan, plan_text, resolve_plan
 from hocket.ops.sites import site_for_call
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 
 def _site(kind="ag_mm", **kw):
@@ -57,7 +57,7 @@ def test_choose_plan_is_cached_per_site_key(monkeypatch):
         calls.append((site.key, captured))
         return Plan(strategy="chunked", chunks=8 if captured else 2)
 
-    import hocket.plan.live as live
+    import hocket.ops.live as live
 
     planning.clear_plan_cache()
     monkeypatch.setattr(live, "plan_for_call", counting)

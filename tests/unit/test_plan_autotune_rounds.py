@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-import hocket.bench.timer as timer
+import hocket.timing.timer as timer
 from hocket.plan.autotune import AutotuneConfig, autotune, decide
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 SEQ = Plan()
 BULK = Plan(strategy="bulk")

@@ -7,9 +7,9 @@ import random
 import pytest
 
 from hocket.plan.bucket import BucketPolicy, bucket_m, bucket_site, fit_plan
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.space import split_rows
-from hocket.site import Site
+from hocket.core.site import Site
 
 POLICIES = [BucketPolicy(), BucketPolicy(mode="pow2"), BucketPolicy(mode="multiple", multiple=384),
             BucketPolicy(mode="exact")]

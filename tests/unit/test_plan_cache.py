@@ -16,8 +16,8 @@ from hocket.plan.cache import (
     current_environment,
     parse_cache,
 )
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 ENV = CacheEnvironment(fingerprint="abc123", hocket_version="0.1.0", torch_version="2.13.0")
 

@@ -6,9 +6,9 @@ import pytest
 
 from hocket.hardware import load_preset
 from hocket.plan.capture import capturable, capture_refusal
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.space import SpaceConfig, enumerate_plans, group_facts
-from hocket.site import Site
+from hocket.core.site import Site
 
 AG = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
 RS = Site(kind="mm_rs", m=8192, k=2048, n=4096, dtype="bfloat16", world=2)

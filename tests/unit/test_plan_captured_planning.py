@@ -6,9 +6,9 @@ import pytest
 
 from hocket.hardware import load_preset
 from hocket.ops import planning
-from hocket.plan import live
-from hocket.plan.live import LiveConfig, LivePlanner, captured_planner, set_process_planner
-from hocket.site import Site
+from hocket.ops import live
+from hocket.ops.live import LiveConfig, LivePlanner, captured_planner, set_process_planner
+from hocket.core.site import Site
 from _slow_host import slow_host_planner
 
 SITE = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)

@@ -13,9 +13,9 @@ from hocket.hardware import load_preset
 from hocket.ops import planning
 from hocket.plan import Plan
 from hocket.plan.eager_graphs import eager_graph_cost_fn, graph_copy_bytes, graph_copy_ms, replayable
-from hocket.plan.live import LiveConfig, LivePlanner, eager_graphs_planner, set_process_planner
+from hocket.ops.live import LiveConfig, LivePlanner, eager_graphs_planner, set_process_planner
 from hocket.plan.search import predict_cost_fn
-from hocket.site import Site
+from hocket.core.site import Site
 from _slow_host import slow_host_planner, slow_host_profile
 
 SMALL = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
@@ -118,11 +118,11 @@ def test_plan_none_under_eager_graphs_weighs_replays_and_caches_apart(slow_host)
     assert auto.chunks >= eager.chunks or eager.strategy == "sequential"
     assert planning._CHOSEN[SMALL.key] == eager and planning._CHOSEN_GRAPHED[("auto", SMALL.key)] == auto
     set_process_planner(None)  # replacing the process planner drops the eager-graph planners too
-    assert "eager_graphs:auto" not in __import__("hocket.plan.live", fromlist=["_PLANNERS"])._PLANNERS
+    assert "eager_graphs:auto" not in __import__("hocket.ops.live", fromlist=["_PLANNERS"])._PLANNERS
 
 
 def test_autotune_under_eager_graphs_also_times_the_issued_leaders(monkeypatch):
-    from hocket.plan import live
+    from hocket.ops import live
     from hocket.plan.autotune import AutotuneResult
     from hocket.plan.search import search
 

@@ -1,4 +1,4 @@
-"""hocket.plan.epilogue: where the pull executor cuts its own block into plain rows (multiplied first)
+"""hocket.cost.epilogue: where the pull executor cuts its own block into plain rows (multiplied first)
 and fused rows (their peers' partials added by the GEMM's epilogue). Checked against a brute-force walk
 over every cut, on random blocks and rates."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hocket.hardware import load_preset
-from hocket.plan.epilogue import (DEFAULT_GBPS, DEFAULT_TFLOPS, EPILOGUE_ALIGN, EPILOGUE_MARGIN, MIN_FUSED_BYTES,
+from hocket.cost.epilogue import (DEFAULT_GBPS, DEFAULT_TFLOPS, EPILOGUE_ALIGN, EPILOGUE_MARGIN, MIN_FUSED_BYTES,
                                   MIN_FUSED_ROWS, cluster_rates, epilogue_split, waves)
 
 
@@ -107,7 +107,7 @@ def test_cluster_rates_read_the_device_peak_and_the_slowest_link():
 @pytest.mark.parametrize("mode,expected", [("pass", (4096, 0)), ("epilogue@512", (512, 3584)),
                                            ("epilogue@3968", (4096, 0))])
 def test_own_block_cut_follows_the_mode(mode, expected):
-    from hocket.plan.epilogue import own_block_cut
+    from hocket.cost.epilogue import own_block_cut
 
     args = dict(sources=1, itemsize=2, tflops=989.0, gbps=450.0, sms=132)
     assert own_block_cut(4096, 14336, 8192, mode=mode, **args) == expected

@@ -7,10 +7,10 @@ import random
 import pytest
 
 from hocket.plan.cache import CacheEnvironment, PlanCache
-from hocket.plan.live import LiveConfig, LivePlanner, PlannerWarning
-from hocket.plan.plan import Plan
+from hocket.ops.live import LiveConfig, LivePlanner, PlannerWarning
+from hocket.core.plan import Plan
 from hocket.plan.bucket import bucket_site
-from hocket.site import Site
+from hocket.core.site import Site
 
 hardware = pytest.importorskip("hocket.hardware")
 
@@ -84,8 +84,8 @@ def test_cluster_from_environment(tmp_path, monkeypatch):
 
 
 def test_decision_reports_measured_sequential_and_chosen_times():
-    from hocket.plan.live import Decision
-    from hocket.plan.plan import SEQUENTIAL, Plan
+    from hocket.ops.live import Decision
+    from hocket.core.plan import SEQUENTIAL, Plan
 
     ring = Plan(strategy="ring", chunks=1, transport="p2p")
     seq_p2p = Plan(strategy="sequential", transport="p2p")
@@ -96,7 +96,7 @@ def test_decision_reports_measured_sequential_and_chosen_times():
 
 def test_the_steady_state_is_priced_when_the_profile_measured_host_issue_costs(tmp_path, monkeypatch):
     from hocket.hardware.profile import CalibrationProfile
-    from hocket.plan import live
+    from hocket.ops import live
     from hocket.plan.search import SearchConfig
 
     cluster = hardware.load_preset("h200x2")
@@ -125,7 +125,7 @@ def test_autotune_times_calls_back_to_back_where_the_steady_state_is_priced(monk
     of a loop (the steady state), one call otherwise; an explicit reps is kept. Checked on what the autotuner
     is handed."""
     from hocket.hardware.profile import CalibrationProfile
-    from hocket.plan import live
+    from hocket.ops import live
     from hocket.plan.autotune import STEADY_REPS, AutotuneConfig, AutotuneResult
 
     cluster = hardware.load_preset("h200x2")

@@ -10,8 +10,8 @@ from hocket.plan.memory import (
     estimate_extra_memory,
     over_budget_reason,
 )
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.transport.host_relay import SCRATCH_RING
 
 AG = Site(kind="ag_mm", m=8192, k=4096, n=1024, world=8, dtype="bf16")

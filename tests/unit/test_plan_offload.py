@@ -9,8 +9,8 @@ import hocket.ops.offload_plans as offload
 from hocket.hardware import load_cluster
 from hocket.plan import offload as plan_offload
 from hocket.plan.offload import ALIGN, SEQUENTIAL, choose_offload_plan, offload_candidates, ramp_sizes
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 
 def _site(kind="mm_d2h", m=8192, k=8192, n=7168, world=1):
@@ -134,7 +134,7 @@ def _fake_planner(monkeypatch, plan: Plan) -> list:
         cluster, profile = "cluster", None
 
     monkeypatch.setattr(plan_offload, "choose_offload_plan", fake_choose)
-    monkeypatch.setattr("hocket.plan.live.process_planner", lambda: FakePlanner())
+    monkeypatch.setattr("hocket.ops.live.process_planner", lambda: FakePlanner())
     return calls
 
 

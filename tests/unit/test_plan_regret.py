@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.regret import group_records, planner_regret, site_regret
-from hocket.site import Site
+from hocket.core.site import Site
 
 record_mod = pytest.importorskip("hocket.bench.record")
-stats = pytest.importorskip("hocket.bench.stats")
+stats = pytest.importorskip("hocket.timing.stats")
 
 SEQ = Plan()
 CH2 = Plan(strategy="chunked", chunks=2)

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.search import DEFAULT_MARGIN, SearchConfig, price_space, search, search_sites, select
 from hocket.plan.space import GroupFacts, enumerate_plans
-from hocket.site import Site
+from hocket.core.site import Site
 
 SEQ = Plan()
 CH4 = Plan(strategy="chunked", chunks=4)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from hocket.plan.memory import estimate_extra_memory
-from hocket.plan.plan import ORDERS, STRATEGIES, Plan
+from hocket.core.plan import ORDERS, STRATEGIES, Plan
 from hocket.plan.space import (
     GroupFacts,
     SpaceConfig,
@@ -18,7 +18,7 @@ from hocket.plan.space import (
     runs_single_piece_pipeline,
     split_rows,
 )
-from hocket.site import Site
+from hocket.core.site import Site
 
 ALL = frozenset({"collective", "p2p", "copy_engine", "host_staged"})
 GPU_NODE = GroupFacts(transports=ALL, sm_count=132, memory_bytes=80 << 30, device_models=("H100",))

@@ -5,7 +5,7 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from hocket.plan.plan import (
+from hocket.core.plan import (
     HIERARCHIES, ORDERS, PLAN_VERSION, STRATEGIES, SUBSTITUTES, TRANSPORTS, Plan, as_plan,
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.plan.search import PricedMs, SearchConfig, select
 from hocket.plan.uncertainty import (NO_UNCERTAINTY, PLAN_CLASSES, Uncertainty, calibrated_classes, plan_class,
                                      uncertainty_from_profile)
@@ -95,7 +95,7 @@ def test_predicted_prices_carry_the_host_issue_time():
     from hocket.cost import pipeline_stages
     from hocket.hardware import load_preset
     from hocket.plan.search import predict_cost_fn
-    from hocket.site import Site
+    from hocket.core.site import Site
 
     cluster = load_preset("h200x2")
     site = Site(kind="mm_rs", m=8192, k=2048, n=4096, world=2)

@@ -13,8 +13,8 @@ from hocket.cost.predict import predict
 from hocket.hardware import load_cluster
 from hocket.hardware.profile import (SUPERSEDED_BEFORE, CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint,
                                      ProfileWarning, load_profile, save_profile)
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 

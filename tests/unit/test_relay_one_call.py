@@ -14,8 +14,8 @@ from hocket.cost.issue import DEFAULT_ISSUE_US
 from hocket.cost.pipeline import pipeline_stages
 from hocket.env import overridden
 from hocket.hardware import load_preset
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.transport.host_relay import HostRelay
 
 CLUSTER = load_preset("h200-host-staged")

@@ -13,8 +13,8 @@ from hocket.cost import predict
 from hocket.cost.issue import DEFAULT_ISSUE_US
 from hocket.env import overridden
 from hocket.hardware import load_preset
-from hocket.plan.plan import Plan
-from hocket.site import Site
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from _bench_scripts import baselines, load_script, record
 
 vc = load_script("validate_cost")

@@ -11,7 +11,7 @@ from hocket.cost import candidate_plans, predict
 from hocket.hardware.catalog import load_cluster
 from hocket.sim.site import simulate_site
 from hocket.sim.trace import chrome_trace
-from hocket.site import Site
+from hocket.core.site import Site
 
 CLUSTERS = ("h100x8", "h200x2", "mixed-a100-h100", "h100-ib-2node", "cpu-host")
 

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from hocket.site import SITE_KINDS, Site, canonical_dtype
+from hocket.core.site import SITE_KINDS, Site, canonical_dtype
 
 sites = st.builds(
     Site,

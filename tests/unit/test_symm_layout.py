@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 from hocket.transport.group import GroupHandle
 from hocket.transport.symm_mem import ALIGN_BYTES, plan_layout, symm_memory_available
 

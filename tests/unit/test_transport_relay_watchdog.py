@@ -8,7 +8,7 @@ import time
 import pytest
 
 from hocket import env
-from hocket.transport import stream_memops
+from hocket.kernels import stream_memops
 from hocket.transport.pending import TransportError
 from hocket.transport.relay_watchdog import RelayWatchdog
 

@@ -1,6 +1,6 @@
 """``chunked``: rows cut into ``plan.chunks`` pieces; the collective of one piece runs while
 another computes (see :mod:`hocket.ops._pipeline`). ``plan.split_sizes`` names uneven
-pieces (:mod:`hocket.plan.pieces`: e.g. a small first piece to fill the pipeline);
+pieces (:mod:`hocket.core.pieces`: e.g. a small first piece to fill the pipeline);
 ``bulk`` runs these executors with ``chunks=1`` and ignores them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from hocket.ops._pipeline import piece_bounds, run_pipeline
 from hocket.ops.lowering.problems import AllReduceMatmul, GatherMatmul, ScatterMatmul
 from hocket.ops.lowering.runtime import bind_executors
-from hocket.plan.pieces import piece_ranges
+from hocket.core.pieces import piece_ranges
 
 DEPTH = 2
 

@@ -1,5 +1,5 @@
 """``chunked`` over ``transport="copy_engine"``: vendor GEMMs per piece, data moved by copy engines
-through symmetric memory. Where :mod:`hocket.transport.peer_protocol` says ``pull`` (by default the
+through symmetric memory. Where :mod:`hocket.core.peer_protocol` says ``pull`` (by default the
 all-gather, and the one-piece reduce-scatter) :mod:`hocket.ops.lowering.peer_pull` runs; otherwise the
 data is pushed into the peers' memory, one flag per landed piece (:mod:`hocket.ops.lowering.peer_pipe`):
 
@@ -36,7 +36,7 @@ from hocket.ops.lowering import chunked, peer_pull
 from hocket.ops.lowering.peer_pipe import FLAGS_PER_SOURCE, PIPES, PeerPipe
 from hocket.ops.lowering.problems import AllReduceMatmul, GatherMatmul, ScatterMatmul
 from hocket.ops.lowering.runtime import bind_executors
-from hocket.transport.peer_protocol import peer_protocol_for
+from hocket.core.peer_protocol import peer_protocol_for
 
 
 def takes_ready_event(rt) -> bool:

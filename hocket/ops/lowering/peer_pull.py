@@ -1,5 +1,5 @@
 """``chunked`` over ``transport="copy_engine"`` with the barrier protocols ``pull`` and ``put`` (see
-:mod:`hocket.transport.peer_protocol` for when each runs instead of the flag-driven push pipe).
+:mod:`hocket.core.peer_protocol` for when each runs instead of the flag-driven push pipe).
 The pull protocol is described here; ``put`` (:func:`gather_matmul_put`) swaps steps 1 and 3:
 each rank copies its data straight into the peers' slots, then joins the barrier.
 
@@ -42,8 +42,8 @@ from hocket.ops._pipeline import piece_bounds
 from hocket.ops.lowering.peer_pipe import PipeRegistry
 from hocket.ops.lowering.problems import GatherMatmul, ScatterMatmul
 from hocket.ops.planning import planning_captured
-from hocket.plan.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, cluster_rates, own_block_cut
-from hocket.site import canonical_dtype
+from hocket.cost.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, cluster_rates, own_block_cut
+from hocket.core.site import canonical_dtype
 from hocket.transport.group import GroupHandle
 from hocket.transport.stream_switch import on_stream
 from hocket.transport.symm_mem import SymmBuffer
@@ -121,7 +121,7 @@ PULLS = PipeRegistry(PullPipe)
 
 def own_block_split(s: ScatterMatmul, group: GroupHandle) -> tuple[int, int]:
     """``(plain, fused)`` rows of this rank's own block in a pull mm_rs of ``s`` on ``group``
-    (:func:`hocket.plan.epilogue.own_block_cut` under ``HOCKET_OWN_BLOCK_SUM``, the rates from the process
+    (:func:`hocket.cost.epilogue.own_block_cut` under ``HOCKET_OWN_BLOCK_SUM``, the rates from the process
     planner's cluster description, the SM count of the output's device); ``(rows, 0)`` under ``pass``.
     Cached per block shape, dtype, mode and group; benchmarks record it as the cut a line ran."""
     mode = own_block_sum()
@@ -143,9 +143,9 @@ def _cut(rows: int, k: int, cols: int, dtype: torch.dtype, mode: str, ranks: tup
 def _cluster_rates(me: int, ranks: tuple[int, ...], dtype: str) -> tuple[float, float]:
     """(dense TFLOP/s, link GB/s) of global rank ``me``'s device and its links to ``ranks``, from the
     cluster description the process planner uses (``HOCKET_CLUSTER`` or the probed machine); the
-    defaults of :mod:`hocket.plan.epilogue` where it has none or does not cover the group."""
+    defaults of :mod:`hocket.cost.epilogue` where it has none or does not cover the group."""
     try:
-        from hocket.plan.live import process_planner
+        from hocket.ops.live import process_planner
 
         cluster = process_planner().cluster
     except (RuntimeError, ValueError, OSError):
@@ -205,7 +205,7 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
 def matmul_scatter(A, B, reduce_op, dim, rt, plan):
     """Matmul + reduce-scatter in one piece: the peers' partial blocks are computed straight into
     this rank's slot, then pulled by their owners after the barrier while this rank computes its
-    own block. With ``HOCKET_OWN_BLOCK_SUM=epilogue`` (the default; :mod:`hocket.plan.epilogue`) the
+    own block. With ``HOCKET_OWN_BLOCK_SUM=epilogue`` (the default; :mod:`hocket.cost.epilogue`) the
     own block's *plain* rows are multiplied first, while the first source's partial of the *fused*
     rows is pulled straight into the output, whose GEMM (``addmm_``) then adds it in its epilogue; the
     plain rows' partials (and, on more than two ranks, the other sources' fused rows) are added in

@@ -24,10 +24,10 @@ from hocket.plan.autotune import STEADY_REPS, AutotuneConfig, RunnerFactory, aut
 from hocket.plan.bucket import DEFAULT_BUCKET_POLICY, BucketPolicy, bucket_site, fit_plan
 from hocket.plan.cache import PlanCache, current_environment
 from hocket.plan.memory import live_free_memory_bytes
-from hocket.plan.plan import SEQUENTIAL, Plan
+from hocket.core.plan import SEQUENTIAL, Plan
 from hocket.plan.search import SearchConfig, SearchResult, search
 from hocket.plan.space import SpaceConfig
-from hocket.site import Site
+from hocket.core.site import Site
 
 
 RunnersFor = Callable[[Site], RunnerFactory]
@@ -321,7 +321,7 @@ def eager_graphs_planner(mode: str) -> LivePlanner:
 def set_process_planner(planner: LivePlanner | None) -> None:
     """Replace (or with None, reset) the process planner, e.g. to give it a described cluster."""
     if planner is not None and not isinstance(planner, LivePlanner):
-        raise TypeError(f"planner must be a hocket.plan.live.LivePlanner or None, got {type(planner).__name__}")
+        raise TypeError(f"planner must be a hocket.ops.live.LivePlanner or None, got {type(planner).__name__}")
     _PLANNERS.clear()
     if planner is not None:
         _PLANNERS["default"] = planner

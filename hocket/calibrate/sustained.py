@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from hocket.bench.timer import TimingConfig, max_across_ranks, time_callable
+from hocket.timing.timer import TimingConfig, max_across_ranks, time_callable
 from hocket.hardware.profile import SustainedGemm
 
 SEGMENTS = 10

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.distributed as dist
 
-from hocket.bench.stats import summarize
-from hocket.bench.timer import TimingConfig, max_across_ranks, time_callable
+from hocket.timing.stats import summarize
+from hocket.timing.timer import TimingConfig, max_across_ranks, time_callable
 from hocket.env import wait_timeout_s
 from hocket.hardware.profile import ContentionPoint
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hocket.site import canonical_dtype
+from hocket.core.site import canonical_dtype
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 KiB, MiB = 1024, 1024 * 1024
@@ -37,11 +37,11 @@ class CalibrateConfig:
     steady_reps: int = 8
     sustained_s: float = 0.0
     """seconds of the grid's fastest whole GEMM run back to back against its burst timing (GPU ranks:
-    the profile's ``gemm_sustained``; ``hocket.hardware.calibrate.sustained``); 0 skips it."""
+    the profile's ``gemm_sustained``; ``hocket.calibrate.sustained``); 0 skips it."""
     issue_sittings: int = 3
     """GPU ranks: how many times the host issue items are timed, spread over the run (its start, after the
     transfer curves, its end; 2: start and end; 4: also after the GEMM grid); the profile keeps each item's
-    median over the sittings (``hocket.hardware.calibrate.issue.combine_sittings``). A host's per-item speed
+    median over the sittings (``hocket.calibrate.issue.combine_sittings``). A host's per-item speed
     swings 1.6x within a minute on a lent H200 (h200 run46: three calibrations 30 s apart read host_copy at
     32 / 52 / 36 us), so a single sitting can catch it in a slow spell that the work it prices never sees."""
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from hocket.bench.stats import Summary, summarize
+from hocket.timing.stats import Summary, summarize
 
 
 @dataclass(frozen=True, kw_only=True)

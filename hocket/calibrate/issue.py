@@ -41,8 +41,8 @@ import torch
 import torch.distributed as dist
 
 from hocket import env
-from hocket.bench.timer import max_across_ranks
-from hocket.hardware.calibrate.transfers import symmetric_peer_copy
+from hocket.timing.timer import max_across_ranks
+from hocket.calibrate.transfers import symmetric_peer_copy
 from hocket.transport.stream_switch import on_stream
 
 ISSUE_ITERS = 50
@@ -171,7 +171,7 @@ def operator_call(*, group, device: torch.device, dtype: torch.dtype) -> Callabl
     if not dist.is_initialized() or dist.get_world_size(group) < 2:
         return None
     from hocket.ops import all_gather_matmul
-    from hocket.plan.plan import Plan
+    from hocket.core.plan import Plan
 
     side = 64
     shard = torch.randn(side, side, device=device).to(dtype)
@@ -243,7 +243,7 @@ def relay_piece_us(*, group, device: torch.device, dtype: torch.dtype, iters: in
     (``HOCKET_HOST_STAGE_CALLS=one``), where a piece costs its message, its GEMM launch and its event.
     None where the operator cannot run it."""
     from hocket.ops import all_gather_matmul
-    from hocket.plan.plan import Plan
+    from hocket.core.plan import Plan
 
     side = 64
     shard = torch.randn(side, side, device=device).to(dtype)

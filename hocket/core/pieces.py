@@ -25,7 +25,7 @@ these same functions, so the cost model prices the groups the kernel runs).
 
 from __future__ import annotations
 
-from hocket.plan.plan import Plan
+from hocket.core.plan import Plan
 
 SPLIT_PATTERNS = ("fill", "drain", "fill_drain")
 DEFAULT_ALIGN = 8

@@ -31,25 +31,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from hocket.plan.pieces import split_pattern
+from hocket.plan.labels import plan_label
 from hocket.plan.search import SearchConfig, SearchResult, search_sites
 from hocket.plan.space import SpaceConfig
-from hocket.site import Site
+from hocket.core.site import Site
 
 REPORT_VERSION = 2
 """2: predicted_step_ms is a step time (sites + compute + pipeline fill/drain); sites_only added."""
-
-
-def plan_label(plan) -> str:
-    """``Plan.describe()`` plus the fields it leaves out (hierarchy, SM budget, uneven pieces' shape)."""
-    label = plan.describe()
-    if plan.hierarchy:
-        label += f"/{plan.hierarchy}"
-    if plan.comm_sms is not None:
-        label += f"/sms={plan.comm_sms}"
-    if plan.split_sizes is not None:
-        label += f"~{split_pattern(plan.split_sizes)}"
-    return label
 
 
 def _stage_sites(graph) -> list[tuple[int, Site, list[int | None]]]:
@@ -139,7 +127,7 @@ def plan_model(model: object, cluster: object, *, tp: int, pp: int = 1, dp: int 
 def _add_compute(graph, cluster, profile, per_stage: list[dict]) -> None:
     """Add each stage's non-communicating compute (per micro-batch, per step) and step time."""
     from hocket.models.graph import ComputeOp
-    from hocket.plan.plan import Plan
+    from hocket.core.plan import Plan
     from hocket.sim.pricing import Pricer
 
     pricer = Pricer(cluster, profile=profile, choose_plan=lambda site: Plan())

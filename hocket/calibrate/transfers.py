@@ -15,8 +15,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from hocket.hardware.calibrate.config import COLLECTIVES
-from hocket.hardware.calibrate.gemm import torch_dtype
+from hocket.calibrate.config import COLLECTIVES
+from hocket.calibrate.gemm import torch_dtype
 
 TRANSFERS = COLLECTIVES + ("p2p", "copy_engine", "host_link", "host_relay")
 

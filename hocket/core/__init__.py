@@ -1,0 +1,10 @@
+"""The leaf layer: the vocabularies every other layer speaks (Site, Plan, piece arithmetic).
+
+Nothing here imports torch or any other hocket package but :mod:`hocket.env`.
+"""
+
+from hocket.core.plan import PLAN_VERSION, SEQUENTIAL, STRATEGIES, TRANSPORTS, Plan, as_plan
+from hocket.core.site import SITE_KINDS, Site, canonical_dtype
+
+__all__ = ["PLAN_VERSION", "SEQUENTIAL", "SITE_KINDS", "STRATEGIES", "TRANSPORTS", "Plan", "Site", "as_plan",
+           "canonical_dtype"]

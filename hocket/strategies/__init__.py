@@ -1,0 +1,1 @@
+"""The strategy registry (filled in by the registry change)."""

@@ -1,0 +1,7 @@
+"""Timing collective calls honestly (DESIGN.md section 4): samples behind barriers, the maximum across
+ranks, warm-up, CUDA events on GPUs (``timer``); median / p10 / p90 / n (``stats``)."""
+
+from hocket.timing.stats import Summary, summarize
+from hocket.timing.timer import TimingConfig, time_callable
+
+__all__ = ["Summary", "TimingConfig", "summarize", "time_callable"]

@@ -67,6 +67,9 @@ def load_cluster(name_or_path: "str | Path | ClusterSpec") -> ClusterSpec:
         return name_or_path
     if isinstance(name_or_path, Path) or str(name_or_path).endswith((".yaml", ".yml")) or "/" in str(name_or_path):
         path = Path(name_or_path).expanduser()
+        if path.is_dir():
+            raise ValueError(f"cluster file {str(path)!r} is a directory; give a preset name "
+                             f"({', '.join(list_presets())}) or the path of a cluster YAML file")
         if not path.is_file():
             raise ValueError(f"cluster file {str(path)!r} does not exist; give a preset name "
                              f"({', '.join(list_presets())}) or an existing YAML path")

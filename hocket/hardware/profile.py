@@ -59,6 +59,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from hocket.core.files import ConfigFileError, load_json_file
 from hocket.env import cache_dir, profile_path
 
 PROFILE_VERSION = 1
@@ -373,9 +374,9 @@ def load_profile(path: str | Path | None = None, *, expected: str | None = AUTO,
             warnings.warn(f"calibration profile {target} does not exist; ignoring it", ProfileWarning, stacklevel=2)
             return None
     try:
-        data = json.loads(target.read_text())
+        data = load_json_file(target, what="calibration profile")
         profile = CalibrationProfile.from_dict(data)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ProfileFormatError) as exc:
+    except (ConfigFileError, ProfileFormatError) as exc:
         warnings.warn(f"calibration profile {target} is corrupt and is ignored: {exc}", ProfileWarning, stacklevel=2)
         return None
     profile = without_superseded(profile, target)

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from hocket.hardware.spec import FABRICS, LINK_KINDS, DeviceSpec, IslandSpec, LinkSpec, NodeSpec, PairOverride
+from hocket.core.files import ConfigFileError, load_yaml_file
 from hocket.core.plan import TRANSPORTS
 from hocket.core.site import DTYPE_BYTES
 
@@ -37,15 +37,12 @@ class PresetError(ValueError):
 
 
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file with the safe loader; errors name the file."""
+    """Parse a YAML file with the bounded loader (:mod:`hocket.core.files`: size-limited, no aliases);
+    errors name the file."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise PresetError(str(path), "", f"cannot be read ({exc.strerror})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PresetError(str(path), "", f"is not valid YAML ({exc})") from None
+        return load_yaml_file(path, what="hardware YAML file")
+    except ConfigFileError as exc:
+        raise PresetError(exc.path, "", str(exc)[len(exc.path) + 2:]) from None
 
 
 _KIND_NAMES = {float: "a number", int: "an integer", str: "a string", list: "a list", dict: "a mapping"}

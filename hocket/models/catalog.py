@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
-
+from hocket.core.files import ConfigFileError, load_json_file, load_yaml_file
 from hocket.models.spec import FIELD_UNITS, ModelSpec
 
 _PRESETS = Path(__file__).with_name("presets")
@@ -39,8 +37,9 @@ def load_preset_model(name: str) -> ModelSpec:
     if not path.is_file():
         raise ValueError(f"model {name!r} is unknown; presets: {', '.join(list_models())} "
                          f"(or give the path of a Hugging Face config.json)")
-    with path.open() as fh:
-        data = yaml.safe_load(fh)
+    data = load_yaml_file(path, what="model preset")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the top level must be a mapping of model fields, got {type(data).__name__}")
     unknown = set(data) - set(ModelSpec.__dataclass_fields__)
     if unknown:
         raise ValueError(f"{path}: unknown fields {sorted(unknown)}; known: {sorted(ModelSpec.__dataclass_fields__)}")
@@ -52,13 +51,13 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     path = Path(path).expanduser()
     if path.is_dir():
         path = path / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists():
         raise ValueError(f"model config {str(path)!r} does not exist; give a config.json or a preset "
-                         f"({', '.join(list_models())})") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"model config {str(path)}: not valid JSON ({exc})") from None
+                         f"({', '.join(list_models())})")
+    try:
+        data = load_json_file(path, what="model config.json")
+    except ConfigFileError as exc:
+        raise ValueError(f"model config {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"model config {str(path)}: the top level must be a JSON object")
     act = str(data.get("hidden_act", data.get("hidden_activation", "silu")))

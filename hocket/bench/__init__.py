@@ -9,9 +9,7 @@
 * ``table``: the rich table printed by ``hocket bench`` and ``hocket demo``.
 """
 
-from hocket.bench.efficiency import MIN_SAVING_FRACTION, OverlapScore, overlap_score
+from hocket.bench.efficiency import OverlapScore, overlap_score
 from hocket.bench.record import BenchRecord, read_records, write_records
-from hocket.timing import Summary, TimingConfig, summarize, time_callable
 
-__all__ = ["MIN_SAVING_FRACTION", "BenchRecord", "OverlapScore", "Summary", "TimingConfig", "overlap_score",
-           "read_records", "summarize", "time_callable", "write_records"]
+__all__ = ["BenchRecord", "OverlapScore", "overlap_score", "read_records", "write_records"]

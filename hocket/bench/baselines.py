@@ -20,10 +20,10 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from hocket.bench.workload import check_divisible, torch_dtype
 from hocket.bench.p2p_ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
-from hocket.launch.same_case import shared_generator
+from hocket.bench.workload import check_divisible, torch_dtype
 from hocket.core.site import Site
+from hocket.launch.same_case import shared_generator
 from hocket.transport.group import GroupHandle, resolve_group
 from hocket.transport.registry import available_transports, get_transport
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hocket.bench.efficiency import OverlapScore, overlap_score
-from hocket.timing.stats import Summary
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.timing.stats import Summary
 
 
 @dataclass(frozen=True, kw_only=True)

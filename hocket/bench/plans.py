@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from hocket.core.plan import STRATEGIES, Plan
+from hocket.strategies import OPERATOR_KINDS, spec, specs
 
-BENCH_STRATEGIES = {
-    "ag_mm": ("sequential", "bulk", "chunked", "ring", "bidir_ring"),
-    "mm_rs": ("sequential", "bulk", "chunked", "ring", "bidir_ring"),
-    "mm_ar": ("sequential", "bulk", "chunked", "ring", "bidir_ring", "substituted"),
-}
-"""Strategies with a live lowering, per kind (``tile_fused`` needs GPUs)."""
-PIPELINED = ("chunked", "substituted")
-"""Strategies measured at several chunk counts; the rings and the rest run once."""
+BENCH_STRATEGIES = {kind: tuple(s.name for s in specs() if kind in s.kinds and s.runs_on_cpu) for kind in OPERATOR_KINDS}
+"""Strategies whose spec serves the kind with executors that run on CPU ranks too (``tile_fused`` needs GPUs)."""
+PIPELINED = tuple(s.name for s in specs() if s.pipelined)
+"""Strategies measured at several chunk counts (their spec's ``pipelined``); the rings and the rest run once."""
 DEFAULT_CHUNKS = (2, 4)
 
 
@@ -35,8 +32,8 @@ def bench_plans(kind: str, *, strategies: tuple[str, ...] | None = None,
         raise ValueError(f"chunks={chunks!r} must be one or more ints >= 1, e.g. --chunks 2 4 8")
     plans = [Plan()]
     for strategy in wanted:
-        if strategy == "sequential":
+        if strategy == plans[0].strategy:  # the baseline, already first
             continue
-        counts = sorted(set(chunks)) if strategy in PIPELINED else [1]
+        counts = sorted(set(chunks)) if spec(strategy).pipelined else [1]
         plans.extend(Plan(strategy=strategy, chunks=c) for c in counts)
     return tuple(plans)

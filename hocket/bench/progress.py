@@ -26,7 +26,7 @@ class RankProgress:
                                       TimeElapsedColumn(), console=self._console)
             self._task = self._progress.add_task("starting", total=total)
 
-    def __enter__(self) -> "RankProgress":
+    def __enter__(self) -> RankProgress:
         if self._progress is not None:
             self._progress.start()
         return self

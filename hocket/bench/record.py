@@ -10,6 +10,9 @@ only this. A line holds:
   (and ``comm_alone_transport``, the fastest transport that comm-alone was measured on);
 * ``hardware`` (fingerprint), ``environment`` (transport-affecting variables),
   ``versions`` (torch, triton, nccl, driver, hocket), ``git_hash``, ``command``;
+* ``executor``: the version of the executors that ran the line (:func:`executor_version`), so a reader can tell
+  which executor a line measured without guessing from where it is stored (absent from lines written before the
+  field existed: ``None`` on read);
 * derived and descriptive fields: ``overlap_efficiency``, ``speedup``, ``metric``, ``hidden_fraction``,
   ``max_error`` (relative to the reference's largest magnitude), ``run`` (backend, threads per rank, ...), ``schema``.
 """
@@ -24,9 +27,10 @@ from pathlib import Path
 from hocket.bench.efficiency import overlap_score
 from hocket.bench.outcome import SiteOutcome
 from hocket.bench.provenance import Provenance
-from hocket.timing.stats import Summary
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.core.version import __version__
+from hocket.timing.stats import Summary
 
 SCHEMA = "hocket.bench/1"
 SITE_KEYS = ("kind", "m", "k", "n", "dtype", "world", "direction")
@@ -34,6 +38,28 @@ BASELINE_KEYS = ("sequential_ms", "compute_alone_ms", "comm_alone_ms")
 REQUIRED_KEYS = ("site", "plan", "median_ms", "p10_ms", "p90_ms", "n", "baselines", "hardware", "environment",
                  "versions", "git_hash", "command")
 VERSION_KEYS = ("torch", "triton", "nccl", "driver", "hocket")
+
+EXECUTOR_REVISION = 1
+"""The revision of what the executors run (``hocket.ops.lowering``, the transports they drive). Bump it in the
+commit that changes what a plan executes (a protocol, a relay's signalling or calls, how a piece is summed), and say
+in that commit what changed; the analysis scripts price a line by the revision it names. Revision 1 is the executors
+of the 2xH200 runs from run87 and the 1xH200 runs from run50 on (device-signalled relay, one relay call per
+own-data-first pipeline, the own block zeroed once, the pull reduce-scatter's epilogue sum)."""
+
+
+def executor_version(revision: int = EXECUTOR_REVISION) -> str:
+    """The ``executor`` field of a results line: ``"hocket <version>+exec.<revision>"``."""
+    return f"hocket {__version__}+exec.{revision}"
+
+
+def executor_revision(executor: str | None) -> int | None:
+    """The revision an ``executor`` field names (:func:`executor_version`), or None for a line without one."""
+    if not executor:
+        return None
+    _, sep, revision = str(executor).rpartition("+exec.")
+    if not sep or not revision.isdigit():
+        raise ValueError(f"executor={executor!r} is not an executor version; expected e.g. {executor_version()!r}")
+    return int(revision)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +95,8 @@ class BenchRecord:
     command: str
     max_error: float | None = None
     run: dict = field(default_factory=dict)
+    executor: str | None = None
+    """the executors' version (:func:`executor_version`); None for lines written before the field existed."""
 
     @property
     def median_ms(self) -> float:
@@ -98,13 +126,14 @@ class BenchRecord:
             "git_hash": self.git_hash,
             "command": self.command,
             "run": self.run,
+            "executor": self.executor,
         }
 
     def to_json_line(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, data: dict, *, where: str = "record") -> "BenchRecord":
+    def from_dict(cls, data: dict, *, where: str = "record") -> BenchRecord:
         if not isinstance(data, dict):
             raise ValueError(f"{where}: a JSON object was expected, got {type(data).__name__}")
         missing = [key for key in REQUIRED_KEYS if key not in data]
@@ -122,11 +151,14 @@ class BenchRecord:
                              p90_ms=float(data["p90_ms"]), n=int(data["n"]))
             base = Baselines(**{key: float(baselines[key]) for key in BASELINE_KEYS},
                              comm_alone_transport=str(baselines.get("comm_alone_transport", "collective")))
+            executor = data.get("executor")
+            executor_revision(executor)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {exc}") from None
         return cls(site=site, plan=plan, timing=timing, baselines=base, hardware=data["hardware"],
                    environment=data["environment"], versions=data["versions"], git_hash=data["git_hash"],
-                   command=data["command"], max_error=data.get("max_error"), run=data.get("run", {}))
+                   command=data["command"], max_error=data.get("max_error"), run=data.get("run", {}),
+                   executor=executor)
 
 
 def make_record(*, site: Site, plan: Plan, timing: Summary, baselines: Baselines, provenance: Provenance,
@@ -134,7 +166,7 @@ def make_record(*, site: Site, plan: Plan, timing: Summary, baselines: Baselines
     return BenchRecord(site=site, plan=plan, timing=timing, baselines=baselines, hardware=provenance.hardware,
                        environment=provenance.environment, versions=provenance.versions,
                        git_hash=provenance.git_hash, command=provenance.command, max_error=max_error,
-                       run=provenance.extra)
+                       run=provenance.extra, executor=executor_version())
 
 
 def records_from_outcome(outcome: SiteOutcome, provenance: Provenance) -> list[BenchRecord]:

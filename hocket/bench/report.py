@@ -11,7 +11,6 @@ from hocket.bench.record import records_from_outcome, write_records
 from hocket.bench.session import RunResult
 from hocket.bench.table import results_table
 
-
 TABLE_WIDTH = 200
 """columns used when printing to a pipe or file (rich would otherwise assume 80)."""
 

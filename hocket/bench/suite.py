@@ -18,10 +18,10 @@ from hocket.bench.baselines import comm_alone, comm_transports, compute_alone
 from hocket.bench.calls import compare, operator_call, reference_output
 from hocket.bench.outcome import PlanOutcome, SiteOutcome
 from hocket.bench.progress import RankProgress
-from hocket.timing.timer import TimingConfig, time_interleaved
 from hocket.bench.workload import make_operands
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.timing.timer import TimingConfig, time_interleaved
 from hocket.transport.group import resolve_group
 
 REFUSALS = (ValueError, TypeError, NotImplementedError)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hocket.launch.same_case import rank_generator
 from hocket.core.site import Site
+from hocket.launch.same_case import rank_generator
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.distributed as dist
 
-from hocket.timing.stats import summarize
-from hocket.timing.timer import TimingConfig, max_across_ranks, time_callable
 from hocket.env import wait_timeout_s
 from hocket.hardware.profile import ContentionPoint
+from hocket.timing.stats import summarize
+from hocket.timing.timer import TimingConfig, max_across_ranks, time_callable
 
 CPU_KINDS = {"cpu_collective": "all_gather", "cpu_p2p": "p2p"}
 GPU_KINDS = {"sm_collective": "all_gather", "sm_p2p": "p2p", "copy_engine": "copy_engine", "host_link": "host_link"}

@@ -11,11 +11,10 @@ sequential ``hocket.ops.all_gather_matmul`` call on tiny operands (its dispatch,
 argument handling and output allocation) less the collective and the launch it issues. On a NCCL group of
 GPUs also the host-staged relay (``hocket.transport.host_relay``): an all-gather of one message and one cut
 into about ten tiny messages give its cost per call (``relay_call``) and per message
-(``relay_message``), or ``relay_call_host``/``relay_message_host`` under ``HOCKET_HOST_STAGE_SIGNAL=host``;
-``relay_piece`` is what one more relay call costs an own-data-first pipeline of one call per piece
-(``HOCKET_HOST_STAGE_CALLS=piece``) besides the bare call, its message and its GEMM launch
-(:func:`relay_piece_us`); ``relay_split`` is what one more piece costs a pipeline that moves all its
-pieces in one relay call, besides that piece's message and GEMM launch.
+(``relay_message``); ``relay_split`` is what one more piece costs an own-data-first pipeline that moves
+all its pieces in one relay call, besides that piece's message and GEMM launch (:func:`relay_piece_us`).
+The ``_host`` items of the host-signalled relay and ``relay_piece`` (a pipeline of one relay call per
+piece) went with those variants; a profile that has them keeps them, unused.
 Each item is issued
 ``iters`` times back to back and the host time (``perf_counter``) is divided by the count;
 the device is never synchronised inside the loop, so only the host side is measured. The items
@@ -40,9 +39,9 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from hocket import env
-from hocket.timing.timer import max_across_ranks
 from hocket.calibrate.transfers import symmetric_peer_copy
+from hocket.core.sizes import MIB, sizes_in_force
+from hocket.timing.timer import max_across_ranks
 from hocket.transport.stream_switch import on_stream
 
 ISSUE_ITERS = 50
@@ -170,8 +169,8 @@ def operator_call(*, group, device: torch.device, dtype: torch.dtype) -> Callabl
     its host time less one collective and one launch is the operator's ``entry`` cost."""
     if not dist.is_initialized() or dist.get_world_size(group) < 2:
         return None
-    from hocket.ops import all_gather_matmul
     from hocket.core.plan import Plan
+    from hocket.ops import all_gather_matmul
 
     side = 64
     shard = torch.randn(side, side, device=device).to(dtype)
@@ -191,59 +190,51 @@ def relay_issue_us(*, group, device: torch.device, dtype: torch.dtype, iters: in
     {} where the relay does not exist (fewer than two ranks, not a NCCL group of GPUs)."""
     if not dist.is_initialized() or dist.get_world_size(group) < 2:
         return {}
+    from dataclasses import replace
+
     from hocket.transport import resolve_group
     from hocket.transport.host_relay import HostStagedTransport, relays_for
 
     handle = resolve_group(group if group is not None else dist.group.WORLD)
     if "nccl" not in handle.backend or device.type != "cuda":
         return {}
-    signal, slots = env.host_stage_signal(), env.host_stage_slots()
-    relay = HostStagedTransport(handle)
     shard = torch.randn(RELAY_SHARD_NUMEL, device=device).to(dtype)
     out = torch.empty(handle.world * RELAY_SHARD_NUMEL, device=device, dtype=dtype)
-
-    def call() -> None:
-        relay.all_gather(out, shard).wait()
-
     per_call = {}
-    for piece_mb in (1.0, RELAY_TINY_PIECE_MB):
-        with env.overridden({"HOCKET_HOST_STAGE_PIECE_MB": repr(piece_mb)}):
-            us = _host_us(call, iters)
-            before = relays_for(signal, slots).get(handle, device).seq
-            call()
-            per_call[relays_for(signal, slots).get(handle, device).seq - before] = us
+    for piece_mb in (1.0, RELAY_TINY_PIECE_MB):  # one relay (the same buffers), two message sizes
+        relay = HostStagedTransport(handle, sizes=replace(sizes_in_force(), piece_bytes=int(piece_mb * MIB)))
+
+        def call(relay=relay) -> None:
+            relay.all_gather(out, shard).wait()
+
+        us = _host_us(call, iters)
+        before = relays_for(relay.sizes).get(handle, device).seq
+        call()
+        per_call[relays_for(relay.sizes).get(handle, device).seq - before] = us
     (one, one_us), (many, many_us) = sorted(per_call.items())
     if many <= one:
         return {}
     message = max(0.0, (many_us - one_us) / (many - one))
     call_us = max(0.0, one_us - one * message)
-    piece_us = relay_piece_us(group=group, device=device, dtype=dtype, iters=iters)
-    split_us = relay_piece_us(group=group, device=device, dtype=dtype, iters=iters, calls="one")
+    split_us = relay_piece_us(group=group, device=device, dtype=dtype, iters=iters)
     launch_us = _host_us(lambda: torch.mm(shard.view(64, 64), shard.view(64, 64)), iters)
-    suffix = "" if signal == "device" else "_host"
-    out = {f"relay_call{suffix}": call_us, f"relay_message{suffix}": message}
-    if piece_us is not None:  # what one more relay call costs a per-piece pipeline besides the bare call
-        out[f"relay_piece{suffix}"] = max(0.0, piece_us - message - launch_us - call_us)
+    out = {"relay_call": call_us, "relay_message": message}
     if split_us is not None:  # one more piece of one relay call: besides its message and its GEMM launch
-        out[f"relay_split{suffix}"] = max(0.0, split_us - message - launch_us)
+        out["relay_split"] = max(0.0, split_us - message - launch_us)
     return out
 
 
 RELAY_PIECES = 8
 
 
-def relay_piece_us(*, group, device: torch.device, dtype: torch.dtype, iters: int,
-                   calls: str = "piece") -> float | None:
+def relay_piece_us(*, group, device: torch.device, dtype: torch.dtype, iters: int) -> float | None:
     """Host microseconds one more piece costs a relay pipeline inside the operator: a tiny
     ``hocket.ops.all_gather_matmul`` as ``chunked(RELAY_PIECES)/host_staged[local_first]`` against
-    ``chunked(1)`` with ``HOCKET_HOST_STAGE_CALLS=piece``, the difference per extra piece. Each piece is
-    a relay call of one message, a GEMM launch and the pipeline's own bookkeeping (stage buffers, waits,
-    arguments), which a relay call on its own does not show (2xH200: ~240 us per piece in an operator
-    against ~120 us for the bare call). ``calls="one"``: the same pipeline in one relay call
-    (``HOCKET_HOST_STAGE_CALLS=one``), where a piece costs its message, its GEMM launch and its event.
-    None where the operator cannot run it."""
-    from hocket.ops import all_gather_matmul
+    ``chunked(1)``, the difference per extra piece. The pipeline moves all its pieces in one relay call, so
+    a piece costs its message, its GEMM launch, its event and the pipeline's own bookkeeping (stage buffers,
+    waits, arguments). None where the operator cannot run it."""
     from hocket.core.plan import Plan
+    from hocket.ops import all_gather_matmul
 
     side = 64
     shard = torch.randn(side, side, device=device).to(dtype)
@@ -252,8 +243,7 @@ def relay_piece_us(*, group, device: torch.device, dtype: torch.dtype, iters: in
     times = {}
     for chunks in (1, RELAY_PIECES):
         plan = Plan(strategy="chunked", chunks=chunks, order="local_first", transport="host_staged")
-        with env.overridden({"HOCKET_HOST_STAGE_CALLS": calls}):
-            times[chunks] = _host_us(lambda plan=plan: all_gather_matmul(shard, [B], 0, pg, return_A=False,
-                                                                         plan=plan), iters)
+        times[chunks] = _host_us(lambda plan=plan: all_gather_matmul(shard, [B], 0, pg, return_A=False,
+                                                                     plan=plan), iters)
     torch.cuda.synchronize(device)
     return max(0.0, (times[RELAY_PIECES] - times[1]) / (RELAY_PIECES - 1))

@@ -9,7 +9,6 @@ import torch
 import torch.distributed as dist
 
 from hocket.bench.progress import RankProgress
-from hocket.timing.timer import TimingConfig, time_callable
 from hocket.calibrate.config import SITTING_CHECKPOINTS, CalibrateConfig, default_config
 from hocket.calibrate.contention import kinds_for, measure_pair
 from hocket.calibrate.gemm import gemm_call, gemm_point, torch_dtype
@@ -17,6 +16,7 @@ from hocket.calibrate.issue import combine_sittings, measure_issue_us
 from hocket.calibrate.sustained import measure_sustained
 from hocket.calibrate.transfers import make_transfer
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint, SustainedGemm
+from hocket.timing.timer import TimingConfig, time_callable
 
 CURVE_TRANSFERS = ("p2p", "copy_engine", "host_link", "host_relay")
 STEADY_TRANSFERS = ("host_relay",)

@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import torch
 
-from hocket.timing.timer import TimingConfig, max_across_ranks, time_callable
 from hocket.hardware.profile import SustainedGemm
+from hocket.timing.timer import TimingConfig, max_across_ranks, time_callable
 
 SEGMENTS = 10
 """Event-timed segments of the back-to-back run; the last half give the sustained figure."""

@@ -48,9 +48,9 @@ def build_spec(args):
     """The SuiteSpec of parsed arguments; bad values raise ValueError naming the flag."""
     from hocket.bench.plans import bench_plans
     from hocket.bench.suite import SuiteSpec
-    from hocket.timing.timer import TimingConfig
     from hocket.cli._ranks import default_world, resolved_backend
     from hocket.core.site import Site, canonical_dtype
+    from hocket.timing.timer import TimingConfig
 
     world = default_world(args.world)
     if args.dtype == "auto":

@@ -41,9 +41,9 @@ def _config(args, device_type: str):
 
 
 def run(args) -> int:
+    from hocket.calibrate import calibrate
     from hocket.cli._ranks import resolved_backend
     from hocket.env import profile_path
-    from hocket.calibrate import calibrate
     from hocket.hardware.profile import save_profile
 
     try:

@@ -55,8 +55,8 @@ def register(subparsers) -> None:
 def build_spec(args):
     from hocket.bench.plans import bench_plans
     from hocket.bench.suite import SuiteSpec
-    from hocket.timing.timer import TimingConfig
     from hocket.cli._ranks import default_world, resolved_backend
+    from hocket.timing.timer import TimingConfig
 
     world = default_world(args.world)
     on_gpu = resolved_backend(args) == "nccl"

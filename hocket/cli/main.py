@@ -2,18 +2,20 @@
 
 Each subcommand module defines ``register(subparsers) -> None``, which adds its parser
 and sets ``func`` (a callable taking the parsed args and returning an exit code).
-Modules are found by name, so adding a subcommand means adding one file.
-Keep heavy imports (torch, matplotlib) inside ``func``: ``hocket --help`` stays fast.
+:data:`SUBCOMMANDS` lists the modules, so adding a subcommand means adding one file and
+appending it there. Keep heavy imports (torch, matplotlib) inside ``func``: ``hocket --help``
+stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import sys
 
-import hocket.cli as _cli_pkg
+from hocket.cli import bench, calibrate, demo, plan, predict, simulate
+
+SUBCOMMANDS = (bench, calibrate, demo, plan, predict, simulate)
+"""the subcommand modules, in the order ``hocket --help`` lists them"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,13 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hocket {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(_cli_pkg.__path__), key=lambda i: i.name):
-        if info.name.startswith("_") or info.name == "main":
-            continue
-        module = importlib.import_module(f"hocket.cli.{info.name}")
-        register = getattr(module, "register", None)
-        if callable(register):
-            register(subparsers)
+    for module in SUBCOMMANDS:
+        module.register(subparsers)
     return parser
 
 

@@ -69,8 +69,8 @@ def register(subparsers) -> None:
 
 def build(args) -> dict:
     from hocket.hardware import load_cluster
-    from hocket.sim.model_plan import plan_model
     from hocket.plan.search import SearchConfig
+    from hocket.sim.model_plan import plan_model
 
     cluster = load_cluster(args.cluster)
     profile = None

@@ -11,6 +11,13 @@ model prices each plan from the cluster preset (and a calibration profile if giv
 ``h2d_mm`` / ``mm_d2h`` are the single-device offloads (``hocket.ops.matmul_from_host`` /
 ``matmul_to_host``: A from, or C to, pinned host memory); their candidates are
 ``hocket.plan.offload``'s (what ``plan=None`` chooses among) and ``--world`` is 1.
+
+Candidates priced alike are one row of the table: candidates whose printed prices (total,
+compute, comm, exposed, and replayed with ``--eager-graphs``) all agree within relative
+``hocket.graph.report.ALIKE_REL_TOL`` (1e-9) form a group, shown on the row of its first
+candidate in ranked order with the others named after it (``also: /sms=16, [reverse]``).
+``--json`` still lists every candidate; each has ``group`` (the index in ``candidates`` of
+its group's first candidate) and ``also`` (the labels of the rest of its group).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import sys
 from pathlib import Path
 
 from hocket.cli._ranks import positive_int
+from hocket.graph.report import also_text, priced_alike
 from hocket.plan.labels import plan_label
 
 COLLECTIVE_KINDS = ("ag_mm", "mm_rs", "mm_ar")
@@ -53,6 +61,7 @@ def register(subparsers) -> None:
     group.add_argument("--order", default=None, help="natural, local_first, reverse")
     group.add_argument("--comm-sms", type=positive_int, default=None, help="SMs an SM-driven transfer may use")
     group.add_argument("--hierarchy", default=None, help="intra_first (groups spanning nodes)")
+    group.add_argument("--protocol", default=None, help="pull, put, push (chunked over copy_engine)")
     group.add_argument("--plan", default=None, help="a Plan as a JSON file path or inline JSON")
     parser.add_argument("--steady-state", action="store_true",
                         help="price one call of a loop with the host ahead (a training step), not one call from "
@@ -61,6 +70,9 @@ def register(subparsers) -> None:
                         help="also price each candidate replayed from hocket's own CUDA graph (HOCKET_EAGER_GRAPHS: "
                              "the replay plus copying its inputs in and outputs out); `auto` replays where that is "
                              "below the issued call")
+    parser.add_argument("--variants", action="store_true",
+                        help="also list the variants a plan stands for (each named copy-engine peer protocol), "
+                             "as autotuning times them; prediction alone runs the automatic protocol")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.set_defaults(func=run)
 
@@ -70,7 +82,7 @@ def requested_plan(args):
     from hocket.core.plan import Plan
 
     fields = {"strategy": args.strategy, "chunks": args.chunks, "transport": args.transport, "order": args.order,
-              "comm_sms": args.comm_sms, "hierarchy": args.hierarchy}
+              "comm_sms": args.comm_sms, "hierarchy": args.hierarchy, "protocol": args.protocol}
     given = {k: v for k, v in fields.items() if v is not None}
     if args.plan is not None:
         if given:
@@ -87,11 +99,11 @@ def requested_plan(args):
 
 def build(args) -> dict:
     """Everything `hocket predict` reports, as plain data (the --json object)."""
-    from hocket.cost import predict
+    from hocket.core.site import Site
     from hocket.cost.calibration import calibration_view
     from hocket.hardware import load_cluster
     from hocket.plan.search import search
-    from hocket.core.site import Site
+    from hocket.strategies import predict
 
     cluster = load_cluster(args.cluster)
     offload = args.kind in OFFLOAD_KINDS
@@ -129,7 +141,9 @@ def build(args) -> dict:
             cost(site, plan)
         plans = plans[:1] + sorted(plans[1:], key=lambda p: predictions[p].total_ms)
     else:
-        result = search(site, cluster, cost_fn=cost)
+        from hocket.plan.space import SpaceConfig
+
+        result = search(site, cluster, cost_fn=cost, space_config=SpaceConfig(variants=args.variants))
         plans = [result.sequential] + [s.plan for s in result.ranked if s.plan != result.sequential]
     rows = [{"plan": plan.to_dict(), "label": plan_label(plan), **predictions[plan].to_dict()} for plan in plans]
     if getattr(args, "eager_graphs", False):
@@ -141,11 +155,15 @@ def build(args) -> dict:
     sequential = rows[0]
     for row in rows:
         row["speedup"] = sequential["total_ms"] / row["total_ms"] if row["total_ms"] > 0 else 1.0
+    groups = priced_alike([_prices(row) for row in rows])
+    for index, row in enumerate(rows):
+        row["group"] = groups[index]
+        row["also"] = [other["label"] for j, other in enumerate(rows) if groups[j] == groups[index] and j != index]
     best = min(rows, key=lambda r: r["total_ms"])
     out = {
         "site": site.to_dict(), "cluster": cluster.name, "profile": args.profile, "steady_state": args.steady_state,
         "sequential_ms": sequential["total_ms"], "sequential_plan": sequential["plan"],
-        "best_ms": best["total_ms"], "best_plan": best["plan"], "best_label": best["label"],
+        "best_ms": best["total_ms"], "best_plan": best["plan"], "best_label": best["label"], "best_group": best["group"],
         "candidates": rows,
     }
     if requested is not None:
@@ -155,12 +173,17 @@ def build(args) -> dict:
     return out
 
 
+def _prices(row: dict) -> tuple[float | None, ...]:
+    """What the table prints of a candidate's price: the fields two candidates must share to be one row."""
+    return (row["total_ms"], row["compute_ms"], row["comm_ms"], row["exposed_comm_ms"], row.get("replayed_ms"))
+
+
 def replayed_ms(site, plan, cluster, view) -> float | None:
     """``plan``'s call replayed from hocket's own CUDA graph (``HOCKET_EAGER_GRAPHS``): the replay
     (``predict(..., captured=True)``) plus its copies (:func:`hocket.plan.eager_graphs.graph_copy_ms`);
     None where a graph cannot capture the plan."""
-    from hocket.cost import predict
     from hocket.plan.eager_graphs import graph_copy_ms, replayable
+    from hocket.strategies import predict
 
     if not replayable(site, plan):
         return None
@@ -172,17 +195,22 @@ def format_table(result: dict) -> str:
     lines = [f"{site['kind']} m={site['m']} k={site['k']} n={site['n']} {site['dtype']} world={site['world']} "
              f"on {result['cluster']}" + (f" (profile {result['profile']})" if result["profile"] else ""),
              f"{'plan':<40} {'total_ms':>10} {'compute_ms':>11} {'comm_ms':>9} {'exposed_ms':>11} {'speedup':>8}"]
-    rows = list(result["candidates"])
+    best_group = result.get("best_group")
+    rows = [row for index, row in enumerate(result["candidates"]) if row.get("group", index) == index]
     graphs = any("replayed_ms" in row for row in rows)
     if graphs:
         lines[-1] += f" {'replayed_ms':>12}"
     if "requested" in result:
         rows = [dict(result["requested"], label="requested: " + result["requested"]["label"])] + rows
-    for row in rows:
-        mark = " *" if row["plan"] == result["best_plan"] and not row["label"].startswith("requested") else ""
+    for index, row in enumerate(rows):
+        requested = index == 0 and "requested" in result
+        best = not requested and (row.get("group") == best_group if best_group is not None
+                                  else row["plan"] == result["best_plan"])
+        mark = " *" if best else ""
+        also = "" if requested else also_text(row["label"], row.get("also", ()))
         lines.append(f"{row['label'] + mark:<40} {row['total_ms']:>10.4f} {row['compute_ms']:>11.4f} "
                      f"{row['comm_ms']:>9.4f} {row['exposed_comm_ms']:>11.4f} {row['speedup']:>8.3f}"
-                     + (_replayed_cell(row) if graphs else ""))
+                     + (_replayed_cell(row) if graphs else "") + (f"  {also}" if also else ""))
     lines.append(f"sequential: {result['sequential_ms']:.4f} ms   best: {result['best_label']} "
                  f"{result['best_ms']:.4f} ms ({result['sequential_ms'] / result['best_ms']:.3f}x)")
     if graphs:

@@ -96,9 +96,9 @@ def _setting(args, plan_file, name: str, *, aliases: tuple[str, ...] = (), defau
 
 def build(args) -> tuple[dict, object]:
     """Run the simulation; return (summary as plain data, StepSimulation)."""
+    from hocket.core.plan import Plan
     from hocket.hardware import load_cluster
     from hocket.models.step import model_step_sites
-    from hocket.core.plan import Plan
     from hocket.sim.metrics import owner_summaries, weighted_utilisation
     from hocket.sim.plans import PlanBook, parse_plan_file
     from hocket.sim.step import simulate_step

@@ -3,8 +3,7 @@
 Nothing here imports torch or any other hocket package but :mod:`hocket.env`.
 """
 
-from hocket.core.plan import PLAN_VERSION, SEQUENTIAL, STRATEGIES, TRANSPORTS, Plan, as_plan
-from hocket.core.site import SITE_KINDS, Site, canonical_dtype
+from hocket.core.plan import SEQUENTIAL, STRATEGIES, TRANSPORTS, Plan, as_plan
+from hocket.core.site import SITE_KINDS, Site
 
-__all__ = ["PLAN_VERSION", "SEQUENTIAL", "SITE_KINDS", "STRATEGIES", "TRANSPORTS", "Plan", "Site", "as_plan",
-           "canonical_dtype"]
+__all__ = ["SEQUENTIAL", "SITE_KINDS", "STRATEGIES", "TRANSPORTS", "Plan", "Site", "as_plan"]

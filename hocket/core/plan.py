@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field, replace
 PLAN_VERSION = 1
 
 STRATEGIES = ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted")
+"""The strategy names a Plan accepts, in tie-break order; :mod:`hocket.strategies` holds one spec per
+name (its registry refuses a spec whose name is not here, and a test fails on a name without a spec)."""
 TRANSPORTS = ("collective", "p2p", "copy_engine", "host_staged", "peer_read")
 CAPTURABLE_TRANSPORTS = ("collective", "p2p", "host_staged")
 """transports whose calls a CUDA graph can always capture (``hocket.ops.CapturedCall``): NCCL's (PyTorch
@@ -20,6 +22,9 @@ ORDERS = ("natural", "local_first", "reverse")
 SUBSTITUTES = (None, "rs_ag", "ring_p2p")
 """``rs_ag``: all-reduce -> reduce-scatter + all-gather; ``ring_p2p``: all-gather -> P2P ring."""
 HIERARCHIES = (None, "intra_first")
+PROTOCOLS = (None, "pull", "put", "push")
+"""``Plan.protocol``: the copy-engine peer protocol of ``chunked`` over ``copy_engine``
+(:mod:`hocket.core.peer_protocol`); None runs the protocol that module's ``AUTO_ORDER`` picks."""
 
 MAX_CHUNKS = 4096
 
@@ -29,7 +34,8 @@ class Plan:
     """How one Site runs. Fields grow as needed and are never removed.
 
     ``chunks`` means pipeline pieces for ``chunked``/``substituted``, steps per peer for
-    the rings, and chunk-flag groups for ``tile_fused``.
+    the rings, and chunk-flag groups for ``tile_fused``. ``strategy`` is a name of
+    ``STRATEGIES``, each described by its spec in :mod:`hocket.strategies`.
     """
 
     strategy: str = "sequential"
@@ -40,6 +46,9 @@ class Plan:
     substitute: str | None = None
     hierarchy: str | None = None
     split_sizes: tuple[int, ...] | None = None
+    protocol: str | None = None
+    """``pull``, ``put`` or ``push`` for ``chunked`` over ``copy_engine`` (:mod:`hocket.core.peer_protocol`);
+    None (every other plan, and the automatic choice there). Left out of the JSON when None."""
     version: int = field(default=PLAN_VERSION)
 
     def __post_init__(self) -> None:
@@ -64,6 +73,12 @@ class Plan:
             if not sizes or any(s < 0 for s in sizes):
                 raise ValueError(f"Plan.split_sizes={self.split_sizes!r} must be non-empty and >= 0")
             object.__setattr__(self, "split_sizes", sizes)
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"Plan.protocol={self.protocol!r} is unknown; use one of {PROTOCOLS}")
+        if self.protocol is not None and (self.strategy != "chunked" or self.transport != "copy_engine"):
+            raise ValueError(f"Plan.protocol={self.protocol!r} applies to strategy='chunked' over "
+                             f"transport='copy_engine' only (got {self.strategy!r} over {self.transport!r}); "
+                             f"leave it None")
         if self.version > PLAN_VERSION:
             raise ValueError(
                 f"Plan.version={self.version} is newer than this hocket understands ({PLAN_VERSION}); upgrade hocket"
@@ -72,6 +87,8 @@ class Plan:
     # -- serialisation ------------------------------------------------------
     def to_dict(self) -> dict:
         d = asdict(self)
+        if self.protocol is None:  # plans without a protocol keep the JSON (and hash) they always had
+            del d["protocol"]
         if self.split_sizes is not None:
             d["split_sizes"] = list(self.split_sizes)
         return d
@@ -80,7 +97,7 @@ class Plan:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Plan":
+    def from_dict(cls, data: dict) -> Plan:
         if not isinstance(data, dict):
             raise TypeError(f"a Plan dict was expected, got {type(data).__name__}")
         known = set(cls.__dataclass_fields__)
@@ -93,7 +110,7 @@ class Plan:
         return cls(**data)
 
     @classmethod
-    def from_json(cls, text: str) -> "Plan":
+    def from_json(cls, text: str) -> Plan:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -104,7 +121,7 @@ class Plan:
     def hash(self) -> str:
         return hashlib.sha1(self.to_json().encode()).hexdigest()[:16]
 
-    def with_(self, **changes) -> "Plan":
+    def with_(self, **changes) -> Plan:
         return replace(self, **changes)
 
     def describe(self) -> str:
@@ -112,6 +129,8 @@ class Plan:
         label = self.strategy if self.strategy in ("sequential", "bulk") else f"{self.strategy}({self.chunks})"
         if self.transport != "collective":
             label += f"/{self.transport}"
+        if self.protocol is not None:
+            label += f":{self.protocol}"
         if self.substitute:
             label += f"+{self.substitute}"
         if self.order != "natural":
@@ -122,7 +141,7 @@ class Plan:
 SEQUENTIAL = Plan()
 
 
-def as_plan(plan: "Plan | dict | str | None") -> "Plan | None":
+def as_plan(plan: Plan | dict | str | None) -> Plan | None:
     """Accept a Plan, a dict, a JSON string, a strategy name, or None."""
     if plan is None or isinstance(plan, Plan):
         return plan

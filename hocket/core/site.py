@@ -141,7 +141,7 @@ class Site:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Site":
+    def from_dict(cls, data: dict) -> Site:
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(data) - known
         if unknown:
@@ -151,7 +151,7 @@ class Site:
             data["ranks"] = tuple(data["ranks"])
         return cls(**data)
 
-    def backward_sites(self) -> tuple["Site", ...]:
+    def backward_sites(self) -> tuple[Site, ...]:
         """The Sites the backward of this operator runs (shapes swap, so plans differ).
 
         ag_mm forward (A_shard[m/w,k] gathered, @ each of num_b B[k,n]) has input gradient

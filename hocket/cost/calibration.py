@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 RATIO_LIMITS = (0.05, 20.0)
 """Ratios outside this range are treated as measurement accidents and clipped."""
@@ -116,7 +116,7 @@ class CalibrationView:
         tflops = 2.0 * m * k * n / (float(_field(entry, "sustained_ms", 5)) * 1e9)
         return tflops if math.isfinite(tflops) and tflops > 0 else None
 
-    def for_steady_state(self) -> "CalibrationView":
+    def for_steady_state(self) -> CalibrationView:
         """The view steady-state predictions price with: collective curves measured back to back
         (``collectives_steady``) replace the from-idle ones, op by op, and the relay's
         (``host_relay_steady``) the relay's, where the profile has them;
@@ -129,7 +129,7 @@ class CalibrationView:
             self._memo[key] = CalibrationView(self.profile, steady=True)  # type: ignore[assignment]
         return self._memo[key]  # type: ignore[return-value]
 
-    def for_captured(self) -> "CalibrationView":
+    def for_captured(self) -> CalibrationView:
         """The view predictions of CUDA graph replays price with: the steady view's curves, and the
         relay's replayed back to back (``host_relay_captured``) where the profile has it (else the
         steady view itself). Built once per view."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from hocket.core.sizes import HOST_STAGE_PIECE_BYTES
 from hocket.cost.calibration import CalibrationView
 
 COLLECTIVE_OPS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast")
@@ -306,8 +307,8 @@ DEVICES_PER_HOST_UPLINK = 2
 H200 boards put two GPUs (and their NICs) behind each PCIe Gen5 switch with one x16 uplink, so
 when every rank of a node stages at once, two ranks' copies share one x16 link (its datasheet
 rate). Each device alone is bounded by its own copy rate (``host_copy``, calibrated)."""
-DEFAULT_HOST_STAGE_MESSAGE_BYTES = 8 * 2**20
-"""``HOCKET_HOST_STAGE_PIECE_MB``'s default: the relay cuts a collective into messages this big."""
+DEFAULT_HOST_STAGE_MESSAGE_BYTES = HOST_STAGE_PIECE_BYTES
+"""the relay cuts a collective into messages this big (:data:`hocket.core.sizes.HOST_STAGE_PIECE_BYTES`)."""
 
 
 def relay_messages(nbytes: float, message_bytes: float) -> list[tuple[float, int]]:
@@ -426,7 +427,7 @@ def collective(op: str, nbytes: float, topo: GroupTopology, *, transport: str = 
                message_bytes: float = DEFAULT_HOST_STAGE_MESSAGE_BYTES) -> Transfer:
     """One collective of ``op`` over the group; ``nbytes`` is the whole buffer (gathered
     output of an all-gather, input of a reduce-scatter, the buffer of an all-reduce).
-    ``message_bytes``: the host-staged relay's message size (``hocket.env.host_stage_piece_bytes()``)."""
+    ``message_bytes``: the host-staged relay's message size (``hocket.core.sizes.TransportSizes.piece_bytes``)."""
     if op not in COLLECTIVE_OPS:
         raise ValueError(f"collective op={op!r} is unknown; use one of {COLLECTIVE_OPS}")
     if not (nbytes >= 0 and math.isfinite(nbytes)):

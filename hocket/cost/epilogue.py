@@ -6,7 +6,8 @@ beside it: on an H200 ~40-55 us for the 50-64 MiB blocks of the large Llama-styl
 call. Where a peer's partial lands in the output *before* this rank's GEMM of those rows runs, the GEMM
 adds it itself: ``out.addmm_(A_rows, B)`` (beta = 1: the vendor GEMM reads the output in its epilogue).
 
-So the own block is cut in two (``HOCKET_OWN_BLOCK_SUM=epilogue``, :func:`hocket.env.own_block_sum`):
+So the own block is cut in two (:func:`hocket.strategies.pieces.own_block_split`, which the executor and
+the cost model both call):
 
 * ``plain`` rows, multiplied first, into the output, while the copy engine brings the partials of the
   other rows;
@@ -21,7 +22,7 @@ as the fused rows' transfer, or the GPU waits for it. Per row, the transfer of `
 takes ``sources * itemsize * cols / link`` and the GEMM ``2 * k * cols / flops``, so the plain rows need
 ``plain >= margin * ratio * fused`` with ``ratio = sources * itemsize * flops / (2 * k * link)``; the
 margin covers the copy slowing beside the GEMM and the GEMM running below peak. One definition for the
-executor (:mod:`hocket.ops.lowering.peer_pull`) and the cost model (:mod:`hocket.cost.peer_pipelines`),
+executor (:mod:`hocket.ops.lowering.peer_pull`) and the cost model (:mod:`hocket.strategies.peer_pipelines`),
 from the same device peak and link rate of the cluster description, so the price cuts the rows the
 call cuts.
 """
@@ -85,19 +86,6 @@ def epilogue_split(rows: int, k: int, cols: int, *, sources: int, itemsize: int,
             return plain, rows - plain
         plain += align
     return rows, 0
-
-
-def own_block_cut(rows: int, k: int, cols: int, *, sources: int, itemsize: int, tflops: float, gbps: float,
-                  sms: int | None, mode: str) -> tuple[int, int]:
-    """``(plain, fused)`` rows under ``HOCKET_OWN_BLOCK_SUM`` = ``mode`` (:func:`hocket.env.own_block_sum`):
-    ``pass``: ``(rows, 0)``; ``epilogue``: :func:`epilogue_split`; ``epilogue@N``: ``N`` plain rows (the
-    whole block plain when that leaves fewer than ``MIN_FUSED_ROWS`` fused)."""
-    if mode == "pass":
-        return rows, 0
-    if mode == "epilogue":
-        return epilogue_split(rows, k, cols, sources=sources, itemsize=itemsize, tflops=tflops, gbps=gbps, sms=sms)
-    plain = int(mode.partition("@")[2])
-    return (plain, rows - plain) if rows - plain >= MIN_FUSED_ROWS else (rows, 0)
 
 
 def cluster_rates(cluster, rank: int, peers, dtype: str) -> tuple[float, float]:

@@ -42,11 +42,10 @@ their issue cost is part of the launch and call overheads, not a separate chain.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 ISSUE_OPS = ("entry", "group_entry", "launch", "collective", "p2p", "copy_engine", "host_copy", "relay_call",
-             "relay_message", "relay_call_host", "relay_message_host", "relay_split", "relay_split_host",
-             "relay_piece", "relay_piece_host", "fused_call", "fused_push")
+             "relay_message", "relay_split", "fused_call", "fused_push")
 """What the host issues: the operator's entry (``group_entry``: what an operator on a process
 group adds to it: the torch.library dispatch of its schema, the plan and group lookups and the
 cross-rank agreement check; 2xH200 run10 measured a whole sequential ag_mm call at 167-189 us of
@@ -54,17 +53,11 @@ host time on two leases, 100 us more than entry + collective + launch), one kern
 one collective call, one P2P exchange (send + receive of a ring step), one copy-engine
 transfer (symmetric-memory copies and their signals), one device<->pinned-host copy on a
 side stream with its event (or flag) waits, one host-staged relay call and each of its
-messages (``hocket.transport.host_relay``): ``relay_call``/``relay_message`` with the default
-device signals (slot views, two async copies, two stream memory operations; the call's event,
-watchdog entry and stream switches), ``relay_call_host``/``relay_message_host`` with
-``HOCKET_HOST_STAGE_SIGNAL=host`` (IPC event records and waits, header publications and the
-bounded wait for peers to have enqueued theirs); ``relay_split``/``relay_split_host``: what one more
-piece of an own-data-first pipeline in *one* relay call costs the host besides its message and its
-GEMM launch (the piece's event, the wait on it, its slices and bookkeeping; ``HOCKET_HOST_STAGE_CALLS=one``);
-``relay_piece``/``relay_piece_host``: what an own-data-first pipeline of one relay call per piece
-(``HOCKET_HOST_STAGE_CALLS=piece``) pays per piece besides the bare call, its message and its GEMM
-launch (stage buffers, events, argument handling). Profiles written before ``relay_piece`` existed
-hold that cost inside ``relay_call`` (then raised to it), and price it 0 here.
+messages (``hocket.transport.host_relay``): ``relay_call``/``relay_message`` with device signals
+(slot views, two async copies, two stream memory operations; the call's event, watchdog entry and
+stream switches); ``relay_split``: what one more piece of an own-data-first pipeline in its *one*
+relay call costs the host besides its message and its GEMM launch (the piece's event, the wait on
+it, its slices and bookkeeping). Items a profile holds besides these are ignored.
 ``fused_call``: what a ``tile_fused`` call between GPUs (``hocket.ops.lowering.tile_fused``) issues besides
 its entry, its copy-engine pushes and one launch: the peer pipe's begin (barrier, flag resets) and end, the
 Triton launch of the persistent GEMM with its workspace, the flag raises and waits, the error watch;
@@ -80,12 +73,7 @@ DEFAULT_ISSUE_US: Mapping[str, float] = {
     "host_copy": 50.0,
     "relay_call": 250.0,
     "relay_message": 50.0,
-    "relay_call_host": 250.0,
-    "relay_message_host": 50.0,
     "relay_split": 30.0,
-    "relay_split_host": 30.0,
-    "relay_piece": 0.0,
-    "relay_piece_host": 0.0,
     "fused_call": 450.0,
     "fused_push": 40.0,
 }

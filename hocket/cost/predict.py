@@ -1,22 +1,16 @@
-"""``predict(site, plan, cluster, profile=None) -> Prediction``: the cost model's entry point.
+"""``Prediction``: what the cost model says of one plan, from its stages and their schedule.
 
-The prediction is the makespan of the plan's stage pipeline (``pipeline.py``) under
-contention (``stages.schedule``): the same stages the simulator executes. By default it
-prices one call from an idle GPU; ``steady_state=True`` prices one call of a loop with the
-host ahead (``steady.py``), which is what a training step sees.
+:func:`hocket.strategies.pricing.predict` (the entry point: it reads the strategy registry) builds the
+plan's stages and schedules them; :func:`prediction_from` sums them up.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
-from hocket.cost.pipeline import pipeline_stages
-from hocket.cost.stages import Schedule, Stage, schedule
-from hocket.cost.steady import steady_state_total
-from hocket.core.plan import Plan, as_plan
-from hocket.core.site import Site
+from hocket.cost.stages import Schedule, Stage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,28 +47,3 @@ def prediction_from(stages: list[Stage], timeline: Schedule, *, total_ms: float 
         raise ValueError(f"internal: non-finite prediction {values} from {len(stages)} stages; please report")
     return Prediction(total_ms=total, compute_ms=compute, comm_ms=comm, exposed_comm_ms=max(0.0, total - compute),
                       busy_ms=dict(timeline.busy_ms if busy_ms is None else busy_ms))
-
-
-def predict(site: Site, plan: Plan | dict | str | None, cluster, profile=None, *,
-            steady_state: bool = False, captured: bool = False) -> Prediction:
-    """Price ``site`` under ``plan`` on ``cluster`` (a ``ClusterSpec``), optionally scaled
-    by a calibration ``profile`` of that cluster. ``plan=None`` means sequential.
-    ``steady_state``: one call of a loop with the host ahead (``hocket.cost.steady``), its
-    GEMMs at the profile's sustained level (``hocket.cost.compute``), instead of one call from
-    an idle GPU. ``captured``: one call of a loop of CUDA graph replays (``hocket.ops.CapturedCall``:
-    no host issue cost but the replay's); implies ``steady_state``."""
-    if not isinstance(site, Site):
-        raise TypeError(f"site={site!r} must be a hocket.Site")
-    plan = as_plan(plan) or Plan()
-    if not hasattr(cluster, "group_transports"):
-        raise TypeError(f"cluster={cluster!r} must be a ClusterSpec (hocket.hardware.load_cluster(name))")
-    if not isinstance(steady_state, bool):
-        raise TypeError(f"steady_state={steady_state!r} must be True or False")
-    if not isinstance(captured, bool):
-        raise TypeError(f"captured={captured!r} must be True or False")
-    steady_state = steady_state or captured
-    stages = pipeline_stages(site, plan, cluster, profile, steady_state=steady_state, captured=captured)
-    if not steady_state:
-        return prediction_from(stages, schedule(stages))
-    total, busy, timeline = steady_state_total(stages)
-    return prediction_from(stages, timeline, total_ms=total, busy_ms=busy)

@@ -12,23 +12,20 @@ for it, from 2xH200 kernel timelines (benchmarks/results/h200x2 run55, run60, ru
 * a GEMM launched while an NCCL kernel holds its SMs loses two SMs per CTA (2-CTA clusters:
   ``contention.held_gemm_sms``) for as long as the kernel runs (:func:`held_factor`).
 
-Eager calls keep the calibrated contention factors (``hocket.cost.contention``).
+Eager calls keep the calibrated contention factors (``hocket.cost.contention``). ``b`` is the
+pipeline's :class:`hocket.cost.builder.StageBuilder` (which calls these from its ``finish``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from hocket.cost import comm as comm_model
 from hocket.cost.compute import GPU_TILES, gpu_grid
 from hocket.cost.contention import FAST_LINK_GBPS, REPLAY_NCCL_CTAS, held_gemm_sms
 
-if TYPE_CHECKING:
-    from hocket.cost.pipeline import _Builder
 
-
-def nccl_ctas(b: _Builder, kind: str) -> int:
+def nccl_ctas(b, kind: str) -> int:
     """CTAs of a replayed NCCL kernel of ``kind``: the plan's SM budget, else NCCL's own over a fast
     link (``contention.REPLAY_NCCL_CTAS``), else ``comm.DEFAULT_COMM_SMS``."""
     if b.plan.comm_sms is not None:
@@ -37,7 +34,7 @@ def nccl_ctas(b: _Builder, kind: str) -> int:
     return REPLAY_NCCL_CTAS[kind] if fast else comm_model.DEFAULT_COMM_SMS
 
 
-def crowds_nccl(b: _Builder, rows: int, ctas: int) -> bool:
+def crowds_nccl(b, rows: int, ctas: int) -> bool:
     """A GEMM stage of ``rows`` rows makes an NCCL kernel of ``ctas`` CTAs launched after it wait
     (``Stage.fills_device``): its first wave (the wave model's grid, ``compute.gpu_grid``: a GEMM library
     fills the SMs with smaller tiles or split-K where the tiles are few) leaves fewer SMs idle than the
@@ -48,7 +45,7 @@ def crowds_nccl(b: _Builder, rows: int, ctas: int) -> bool:
     return ctas > 0 and min(grid, sms) > sms - ctas
 
 
-def last_wave_at(b: _Builder, index: int, rows: int) -> float:
+def last_wave_at(b, index: int, rows: int) -> float:
     """The fraction of a full-grid GEMM stage after which SMs go idle (``Stage.last_wave_at``): its
     first kernel's partial last wave, or that kernel's end when its grid is whole waves, or when its
     work is under one wave of the largest tiles (the library spreads it over every SM in one balanced
@@ -63,7 +60,7 @@ def last_wave_at(b: _Builder, index: int, rows: int) -> float:
     return first / max(1, b.kernels.get(index, 1))
 
 
-def held_factor(b: _Builder, rows: int, kind: str, cache: dict) -> float:
+def held_factor(b, rows: int, kind: str, cache: dict) -> float:
     """GEMM slowdown beside a replayed transfer of ``kind`` that holds its SMs when the GEMM launches
     (``contention.held_gemm_sms``), memoised in ``cache`` by (rows, kind)."""
     key = (rows, kind)

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 RESOURCES = ("compute", "link", "copy_engine", "host", "issue")
 RACE_MS = 0.02
@@ -102,7 +102,7 @@ class Stage:
         if type(self.depends_on) is not tuple:
             object.__setattr__(self, "depends_on", tuple(self.depends_on))
 
-    def after(self, index: int) -> "Stage":
+    def after(self, index: int) -> Stage:
         """This stage, also depending on stage ``index`` (an earlier one: ``check_stages``). A copy
         without ``__post_init__``'s checks, which the copied fields passed already (the cost model
         builds ~100 stages per candidate, so this is on the planner's path)."""

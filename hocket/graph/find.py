@@ -16,11 +16,26 @@ import operator
 import torch
 from torch import fx
 
-from hocket.graph.matches import (AllGatherMatch, ConsumerMatmul, GatherUses, ProducerMatmul, ScatterMatch,
-                                  Unmatched)
-from hocket.graph.nodes import (ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SPLIT_TARGETS, TRANSPOSE_TARGETS,
-                                VIEW_TARGETS, aten, getitem_index, group_args, is_call, is_noop_wait, is_plain_cast,
-                                numel, reduce_op_of, single_wait, static_shape, val)
+from hocket.graph.matches import AllGatherMatch, ConsumerMatmul, GatherUses, ProducerMatmul, ScatterMatch, Unmatched
+from hocket.graph.nodes import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    REDUCE_SCATTER,
+    SPLIT_TARGETS,
+    TRANSPOSE_TARGETS,
+    VIEW_TARGETS,
+    aten,
+    getitem_index,
+    group_args,
+    is_call,
+    is_noop_wait,
+    is_plain_cast,
+    numel,
+    reduce_op_of,
+    single_wait,
+    static_shape,
+    val,
+)
 
 SUPPORTED_REDUCE_OPS = ("sum", "avg")
 

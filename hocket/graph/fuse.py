@@ -16,8 +16,17 @@ from torch import fx
 import hocket.ops._library  # noqa: F401  (registers torch.ops.hocket)
 from hocket.graph.build import erase_unused, insert_call
 from hocket.graph.matches import AllGatherMatch, GatherUses, ProducerMatmul, ScatterMatch
-from hocket.graph.nodes import (TRANSPOSE_TARGETS, VIEW_TARGETS, aten, is_call, is_contiguous, is_noop_wait,
-                                is_plain_cast, static_shape, val)
+from hocket.graph.nodes import (
+    TRANSPOSE_TARGETS,
+    VIEW_TARGETS,
+    aten,
+    is_call,
+    is_contiguous,
+    is_noop_wait,
+    is_plain_cast,
+    static_shape,
+    val,
+)
 from hocket.graph.order import hoist_before
 
 hocket_ops = torch.ops.hocket

@@ -13,8 +13,14 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
-from hocket.graph.find import (find_all_gathers, find_all_reduces, find_consumer_matmuls, find_producer_matmul,
-                               find_reduce_scatters)
+from hocket.core.site import Site, canonical_dtype
+from hocket.graph.find import (
+    find_all_gathers,
+    find_all_reduces,
+    find_consumer_matmuls,
+    find_producer_matmul,
+    find_reduce_scatters,
+)
 from hocket.graph.fuse import expected_reduced_shape, fuse_all_gather_matmul, fuse_matmul_reduce, gathered_operands
 from hocket.graph.matches import AllGatherMatch, GatherUses, ProducerMatmul, ScatterMatch, Unmatched
 from hocket.graph.nodes import ALL_GATHER, ALL_REDUCE, MATMUL_TARGETS, REDUCE_SCATTER, is_call, static_shape, val
@@ -23,7 +29,6 @@ from hocket.graph.planning import GraphPlanner, group_ranks
 from hocket.graph.reorder import fill_gaps
 from hocket.graph.report import GapRecord, GraphReport, LeftAlone, SiteRecord
 from hocket.ops.sites import site_for_call
-from hocket.core.site import Site, canonical_dtype
 
 DIRECTIONS = ("forward", "backward")
 
@@ -113,7 +118,8 @@ class _Run:
         record = SiteRecord(graph=self.name, site=site, plan=choice.plan, source=choice.source, rewritten=not reason,
                             predicted_sequential_ms=choice.sequential_ms,
                             predicted_ms=choice.chosen_ms if not reason else choice.sequential_ms,
-                            reason=reason, nodes=nodes, note=choice.note)
+                            reason=reason, nodes=nodes, note=choice.note,
+                            alike=choice.alike if not reason else ())
         return record, not reason
 
     # -- all-gather + matmul ---------------------------------------------------------------

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hocket.graph.outside import global_rank, run_outside_compiler
-from hocket.ops.planning import check_supported
-from hocket.plan.bucket import fit_plan
-from hocket.ops.live import LivePlanner, process_planner, tune
 from hocket.core.plan import SEQUENTIAL, Plan, as_plan
 from hocket.core.site import Site
+from hocket.graph.outside import global_rank, run_outside_compiler
+from hocket.ops.live import LivePlanner, process_planner, tune
+from hocket.ops.planning import check_supported
+from hocket.plan.bucket import fit_plan
 
 PlanFor = Callable[[Site], object]
 """A user's own choice: Site -> Plan (or dict/JSON/strategy name); None defers to the planner."""
@@ -40,6 +40,8 @@ class Choice:
     measured_sequential_ms: float | None = None
     """measured on the live group (autotune, or its cached result); None when not measured."""
     measured_chosen_ms: float | None = None
+    alike: tuple[Plan, ...] = ()
+    """the other candidates the cost model priced alike with ``plan`` (``hocket.graph.report.priced_alike``)"""
 
     @property
     def saving_ms(self) -> float | None:
@@ -100,7 +102,7 @@ class GraphPlanner:
         return self.planner.cluster
 
     def predict_ms(self, site: Site, plan: Plan) -> float | None:
-        from hocket.cost import predict
+        from hocket.strategies import predict
 
         try:
             return predict(site, plan, self.cluster, self.planner.profile).total_ms
@@ -116,6 +118,7 @@ class GraphPlanner:
                           note="HOCKET_DISABLE=1")
         source, note = "plan_for", ""
         measured: tuple[float | None, float | None] = (None, None)
+        alike: tuple[Plan, ...] = ()
         plan = as_plan(self.plan_for(site)) if self.plan_for is not None else None
         if plan is None:
             if self.autotune:
@@ -123,13 +126,15 @@ class GraphPlanner:
             else:
                 decision = self.planner.decide(site)
             plan, source, measured = fit_plan(decision.plan, site), decision.source, decision.measured_ms()
+            if decision.search is not None and source == "predicted":
+                alike = _alike(decision.search, decision.plan, site)
         try:
             plan = check_supported(site.kind, plan)
         except ValueError as exc:
             plan, note = SEQUENTIAL, str(exc)
         return Choice(plan=plan, source=source, sequential_ms=self.predict_ms(site, SEQUENTIAL),
                       chosen_ms=self.predict_ms(site, plan), note=note, measured_sequential_ms=measured[0],
-                      measured_chosen_ms=measured[1])
+                      measured_chosen_ms=measured[1], alike=alike)
 
     def _tune(self, site: Site, group_name: str) -> object:
         """Measure ``site`` on the live group, on a clean thread (see :mod:`hocket.graph.outside`), bounded."""
@@ -149,7 +154,7 @@ class GraphPlanner:
     # -- rough times for reordering --------------------------------------------------------
     def collective_ms(self, site: Site) -> float | None:
         """Predicted time of the collective of ``site`` alone (its comm stages, sequential)."""
-        from hocket.cost import predict
+        from hocket.strategies import predict
 
         try:
             return predict(site, SEQUENTIAL, self.cluster, self.planner.profile).comm_ms
@@ -157,11 +162,23 @@ class GraphPlanner:
             return None
 
     def matmul_ms(self, *, m: int, k: int, n: int, dtype: str, rank: int = 0) -> float | None:
-        from hocket.cost.compute import gemm_ms
         from hocket.core.site import DTYPE_BYTES
+        from hocket.cost.compute import gemm_ms
 
         try:
             device = self.cluster.device(rank)
             return gemm_ms(device, m=m, k=k, n=n, dtype=dtype, itemsize=DTYPE_BYTES[dtype])
         except (ValueError, KeyError):
             return None
+
+
+def _alike(search: object, chosen: Plan, site: Site) -> tuple[Plan, ...]:
+    """The candidates of ``search`` priced alike with ``chosen`` (fitted to ``site``), ``chosen`` left out."""
+    from hocket.graph.report import priced_alike
+
+    plans = [s.plan for s in search.ranked]
+    if chosen not in plans:
+        return ()
+    groups = priced_alike([(s.predicted_ms,) for s in search.ranked])
+    head = groups[plans.index(chosen)]
+    return tuple(fit_plan(p, site) for p, g in zip(plans, groups) if g == head and p != chosen)

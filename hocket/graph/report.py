@@ -3,14 +3,80 @@
 Records are frozen dataclasses; one :class:`CompileLog` belongs to one compiled model
 and collects a :class:`GraphReport` per graph the pass ran on (forward and backward of
 every graph torch.compile produced, recompiles included).
+
+Candidates priced alike are one row, here and in ``hocket predict``: :func:`priced_alike`
+is the rule (every price within relative :data:`ALIKE_REL_TOL`), :func:`variant_name` the
+name a variant takes on its group's row.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.plan.labels import plan_label
+
+ALIKE_REL_TOL = 1e-9
+"""relative tolerance under which two predicted prices (ms) count as one price"""
+
+
+def _same_price(a: float | None, b: float | None, rel_tol: float) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0)
+
+
+def priced_alike(prices: Sequence[Sequence[float | None]], *, rel_tol: float = ALIKE_REL_TOL) -> list[int]:
+    """For each entry of ``prices``, the index of the first entry of its group.
+
+    Each entry is one candidate's tuple of prices (say total, compute, comm, exposed ms).
+    Two candidates are priced alike when their tuples have one length and every field
+    agrees: both None, or both floats with ``math.isclose(a, b, rel_tol=rel_tol, abs_tol=0)``.
+    Entries are taken in order; each joins the first group whose first entry it is priced
+    alike with, else starts a group of its own (index = itself). Members are compared with
+    the group's first entry only, so a group never drifts beyond ``rel_tol`` of it.
+    """
+    if not rel_tol >= 0.0:
+        raise ValueError(f"rel_tol={rel_tol!r} must be >= 0")
+    heads: list[int] = []
+    groups: list[int] = []
+    for index, price in enumerate(prices):
+        price = tuple(price)
+        for head in heads:
+            first = tuple(prices[head])
+            if len(first) == len(price) and all(_same_price(a, b, rel_tol) for a, b in zip(first, price)):
+                groups.append(head)
+                break
+        else:
+            heads.append(index)
+            groups.append(index)
+    return groups
+
+
+def variant_name(head_label: str, label: str) -> str:
+    """``label`` as named on the row of ``head_label``: what it adds to the head's label when it
+    is the head's label with plan suffixes (``/...``, ``[...]``, ``~...``, ``:...``) put in at one place,
+    else ``label`` whole.
+
+    ``variant_name("ring(1)/p2p", "ring(1)/p2p[reverse]/sms=16") == "[reverse]/sms=16"``;
+    ``variant_name("chunked(2)~fill", "chunked(2)/sms=16~fill") == "/sms=16"``.
+    """
+    extra = len(label) - len(head_label)
+    if extra > 0:
+        for cut in range(len(head_label), -1, -1):  # the longest common start first
+            if label.startswith(head_label[:cut]) and label.endswith(head_label[cut:]):
+                added = label[cut:cut + extra]
+                if added[:1] in ("/", "[", "~", ":"):
+                    return added
+    return label
+
+
+def also_text(head_label: str, labels: Sequence[str]) -> str:
+    """``"also: a, b"`` naming ``labels`` on ``head_label``'s row (empty when there are none)."""
+    return "also: " + ", ".join(variant_name(head_label, label) for label in labels) if labels else ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,11 +96,17 @@ class SiteRecord:
     nodes: tuple[str, ...] = ()
     """the collective's node, then the matmul nodes, as named in the graph."""
     note: str = ""
+    alike: tuple[Plan, ...] = ()
+    """the other candidates the cost model priced alike with ``plan`` (:func:`priced_alike`), in
+    the planner's order; explain names them on the site's row instead of listing rows."""
 
     def __post_init__(self) -> None:
         if not self.rewritten and not self.reason.strip():
             raise ValueError(f"SiteRecord for {self.site.key} in {self.graph}: a site left as traced needs its reason "
                              "(explain reports why every pattern was left alone)")
+        if not isinstance(self.alike, tuple) or not all(isinstance(p, Plan) for p in self.alike):
+            raise TypeError(f"SiteRecord for {self.site.key} in {self.graph}: alike={self.alike!r} must be a tuple "
+                            "of Plans")
 
     @property
     def kind(self) -> str:
@@ -50,7 +122,12 @@ class SiteRecord:
         return {"graph": self.graph, "site": self.site.to_dict(), "plan": self.plan.to_dict(), "source": self.source,
                 "rewritten": self.rewritten, "predicted_sequential_ms": self.predicted_sequential_ms,
                 "predicted_ms": self.predicted_ms, "predicted_saving_ms": self.predicted_saving_ms,
-                "reason": self.reason, "nodes": list(self.nodes), "note": self.note}
+                "reason": self.reason, "nodes": list(self.nodes), "note": self.note,
+                "alike": [p.to_dict() for p in self.alike]}
+
+    def also(self) -> str:
+        """``"also: ..."``: the plans priced alike with ``plan``, named as :func:`variant_name` does."""
+        return also_text(plan_label(self.plan), [plan_label(p) for p in self.alike])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,6 +239,8 @@ class Explanation:
                          f"{'from':<10} {'seq_ms':>9} {'plan_ms':>9} {'saving_ms':>9}  status")
             for s in self.sites:
                 status = "rewritten" if s.rewritten else f"left alone: {s.reason}"
+                if s.alike:
+                    status += f"  ({s.also()})"
                 lines.append(f"  {s.graph:<12} {s.kind:<6} {_shape(s.site):<18} {s.site.dtype:<9} {s.site.world:>2} "
                              f"{s.plan.describe():<24} {s.source:<10} {_ms(s.predicted_sequential_ms):>9} "
                              f"{_ms(s.predicted_ms):>9} "

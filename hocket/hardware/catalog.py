@@ -61,7 +61,7 @@ def load_preset(name: str) -> ClusterSpec:
     return _load_cluster_file(_presets_dir() / f"{name}.yaml")
 
 
-def load_cluster(name_or_path: "str | Path | ClusterSpec") -> ClusterSpec:
+def load_cluster(name_or_path: str | Path | ClusterSpec) -> ClusterSpec:
     """A ClusterSpec from a preset name, a YAML path, or a ClusterSpec (returned as is)."""
     if isinstance(name_or_path, ClusterSpec):
         return name_or_path

@@ -55,9 +55,10 @@ import math
 import os
 import tempfile
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from hocket.core.files import ConfigFileError, load_json_file
 from hocket.env import cache_dir, profile_path
@@ -189,7 +190,7 @@ class CalibrationProfile:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: Any) -> "CalibrationProfile":
+    def from_dict(cls, data: Any) -> CalibrationProfile:
         """Parse and validate; raises ProfileFormatError saying what is wrong."""
         if not isinstance(data, dict):
             raise ProfileFormatError(f"the top level must be a JSON object, got {type(data).__name__}")

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
 
 from hocket.core.plan import TRANSPORTS
 
@@ -261,7 +261,7 @@ class NodeSpec:
             return self.islands[ia].link, self.islands[ia].transports
         return self.bridge, self.bridge_transports
 
-    def restrict(self, locals_: Iterable[int]) -> "NodeSpec":
+    def restrict(self, locals_: Iterable[int]) -> NodeSpec:
         """This node with only the given local ranks, renumbered 0.. in the given order."""
         order = list(locals_)
         if not order:
@@ -463,7 +463,7 @@ class ClusterSpec:
         return ranks
 
     # -- derived clusters -------------------------------------------------------
-    def subcluster(self, ranks: Iterable[int], *, name: str | None = None) -> "ClusterSpec":
+    def subcluster(self, ranks: Iterable[int], *, name: str | None = None) -> ClusterSpec:
         """The cluster seen by a group: rank i of the result is ``ranks[i]`` here.
 
         Each node's ranks must be contiguous in ``ranks`` (node-major order, as TP/DP groups are).

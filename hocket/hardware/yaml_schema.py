@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-from hocket.hardware.spec import FABRICS, LINK_KINDS, DeviceSpec, IslandSpec, LinkSpec, NodeSpec, PairOverride
 from hocket.core.files import ConfigFileError, load_yaml_file
 from hocket.core.plan import TRANSPORTS
 from hocket.core.site import DTYPE_BYTES
+from hocket.hardware.spec import FABRICS, LINK_KINDS, DeviceSpec, IslandSpec, LinkSpec, NodeSpec, PairOverride
 
 DEVICE_FIELDS = {"vendor": "text", "model": "text", "probe_names": "list of regular expressions",
                  "peak_tflops": "TFLOP/s per dtype, dense, fp32 accumulate", "memory_gib": "GiB",

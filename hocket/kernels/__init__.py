@@ -1,8 +1,10 @@
 """hocket.kernels: tile-fused overlap GEMMs in Triton (GPU; Triton's interpreter on CPU).
 
-Importing this package does not import Triton. Plain-Python parts (``schedule``,
-``config``, ``workspace``, ``errors``) load eagerly; the Triton launchers load on first
-use of one of the names below:
+Importing this package does not import Triton, and neither does any module of it outside
+:data:`TRITON_MODULES` (the ``@triton.jit`` kernels and their launchers): plain-Python parts
+(``schedule``, ``config``, ``workspace``, ``errors``, ``peer_schedule``, ``stream_memops``) load
+without it, so the operators, planner and simulator run on a machine without Triton. The
+launchers load on first use of one of the names below:
 
 * ``consumer_gemm(a, b, workspace=ConsumerWorkspace(...), out=...)``: GEMM whose tiles wait
   on chunk flags of A (raised by a transfer), tiles in chunk-arrival order;
@@ -23,36 +25,41 @@ use of one of the names below:
 
 from __future__ import annotations
 
-import importlib
-
 from hocket.kernels.config import TileConfig, candidate_configs, default_config, persistent_programs
 from hocket.kernels.errors import FlagTimeoutError, raise_on_timeout, spins_for_timeout
 from hocket.kernels.schedule import consumer_schedule, even_row_offsets, producer_schedule, ramp_row_offsets
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
 
-_LAZY = {
-    "consumer_gemm": "hocket.kernels.launch",
-    "producer_gemm": "hocket.kernels.launch",
-    "warmup_consumer": "hocket.kernels.launch",
-    "warmup_producer": "hocket.kernels.launch",
-    "reset_consumer": "hocket.kernels.launch",
-    "reset_producer": "hocket.kernels.launch",
-    "set_flag_on_stream": "hocket.kernels.flags",
-    "wait_flag_on_stream": "hocket.kernels.flags",
-    "stream_write_available": "hocket.kernels.flags",
-    "wait_value_on_stream": "hocket.kernels.stream_wait",
-    "stream_wait_available": "hocket.kernels.stream_wait",
-}
+TRITON_MODULES = ("consumer", "flags", "gemm_tile", "launch", "peer_flags", "peer_read_gemm", "producer", "sm_copy",
+                  "tickets")
+"""the modules of this package that import Triton at load (kernels and launchers); import one
+only where a kernel is built or launched"""
+
+_LAUNCH = ("consumer_gemm", "producer_gemm", "warmup_consumer", "warmup_producer", "reset_consumer", "reset_producer")
+_FLAGS = ("set_flag_on_stream", "wait_flag_on_stream", "stream_write_available")
+_STREAM_WAIT = ("wait_value_on_stream", "stream_wait_available")
 
 __all__ = [
     "ConsumerWorkspace", "FlagTimeoutError", "ProducerWorkspace", "TileConfig", "candidate_configs",
     "consumer_schedule", "default_config", "even_row_offsets", "persistent_programs", "producer_schedule",
-    "raise_on_timeout", "ramp_row_offsets", "spins_for_timeout", *_LAZY,
+    "raise_on_timeout", "ramp_row_offsets", "spins_for_timeout", *_LAUNCH, *_FLAGS, *_STREAM_WAIT,
 ]
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
+def __getattr__(name: str) -> object:
+    # PEP 562: the launchers import Triton, so they load on first use only
+    if name in _LAUNCH:
+        from hocket.kernels import launch as home
+    elif name in _FLAGS:
+        from hocket.kernels import flags as home
+    elif name in _STREAM_WAIT:
+        from hocket.kernels import stream_wait as home
+    else:
         raise AttributeError(f"module 'hocket.kernels' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    value = getattr(home, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

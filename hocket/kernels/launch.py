@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 
+from hocket.kernels.config import FP_FUSION
 from hocket.kernels.consumer import consumer_gemm_kernel
 from hocket.kernels.descriptors import operand_descriptors
-from hocket.kernels.config import FP_FUSION
 from hocket.kernels.errors import COPY_WAIT_SLOT
 from hocket.kernels.flags import set_flag_on_stream, wait_flag_kernel
 from hocket.kernels.producer import producer_gemm_kernel

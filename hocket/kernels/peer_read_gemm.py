@@ -19,8 +19,7 @@ from triton.runtime.interpreter import InterpretedFunction
 
 from hocket.kernels.flags import raise_flag, wait_flag
 from hocket.kernels.gemm_tile import store_tile, tile_accumulate
-from hocket.kernels.peer_read_schedule import (LOADER, LOCAL, PEER_READ_COLUMNS, PEER_SLOT, ROW_SLOT,
-                                               PeerReadWorkspace)
+from hocket.kernels.peer_read_schedule import LOADER, LOCAL, PEER_READ_COLUMNS, PEER_SLOT, ROW_SLOT, PeerReadWorkspace
 from hocket.kernels.tickets import finish_tickets, first_tile, next_tile
 from hocket.kernels.workspace import signature
 

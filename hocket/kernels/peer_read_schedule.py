@@ -34,8 +34,7 @@ from hocket import env
 from hocket.kernels.config import FP_FUSION, TileConfig, default_config, persistent_programs
 from hocket.kernels.errors import FlagTimeoutError, spins_for_timeout
 from hocket.kernels.peer_schedule import receive_order
-from hocket.kernels.schedule import cdiv, consumer_schedule
-from hocket.kernels.tickets import TICKET_WORDS
+from hocket.kernels.schedule import TICKET_WORDS, cdiv, consumer_schedule
 
 PEER_READ_COLUMNS = 5
 LOCAL, LOADER, FOLLOWER = 0, 1, 2

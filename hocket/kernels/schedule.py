@@ -43,13 +43,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 # the row-piece helpers are shared with the cost model (plain Python, no torch): one definition
-from hocket.core.pieces import ramp_row_offsets, row_units as _row_units  # noqa: F401  (re-exported)
+from hocket.core.pieces import ramp_row_offsets  # noqa: F401  (re-exported)
+from hocket.core.pieces import row_units as _row_units
 
 TABLE_COLUMNS = 5
 """ints per tile in a schedule table: (pid_m, pid_n, narrow, x, y)."""
 
 SPLIT_COLUMNS = 4
 """ints per table entry in a split table: (slice, slices, tile slot, first partial row)."""
+
+TICKET_WORDS = 2
+"""int32 words of a tile-ticket buffer (``tickets``): (next tile, programs finished)."""
 
 
 def _positive_int(name: str, value: object) -> int:

@@ -3,8 +3,8 @@ can reach (here: pinned host memory that several processes map), without any SM 
 host waiting.
 
 :mod:`hocket.kernels.stream_wait` holds a copy stream until a producer GEMM's flag rises with the
-same wait. The host-staged relay (``hocket.transport.host_relay``, ``HOCKET_HOST_STAGE_SIGNAL=device``) uses them
-as its cross-process signals: after a rank's device-to-host copy of a message its copy stream sets
+same wait. The host-staged relay (``hocket.transport.host_relay``) uses them as its cross-process
+signals: after a rank's device-to-host copy of a message its copy stream sets
 the slot's flag in the shared header to 1; a peer's host-to-device stream waits until it is 1, copies,
 and resets it to 0, which the sender waits for before it reuses the slot. The wait is done by the GPU's stream front end
 (``cuStreamWaitValue32``), not by a spinning kernel, so it neither needs a free SM beside a GEMM
@@ -49,14 +49,15 @@ def _driver():
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError as exc:
         raise StreamMemopsUnavailable(f"the CUDA driver library libcuda.so.1 could not be loaded ({exc}); "
-                                      f"HOCKET_HOST_STAGE_SIGNAL=device needs an NVIDIA driver, use "
-                                      f"HOCKET_HOST_STAGE_SIGNAL=host") from exc
+                                      f"stream memory operations (the host-staged relay's signals) need an NVIDIA "
+                                      f"driver: install one, or use a plan with transport='collective'") from exc
     functions = {}
     for name in ("cuStreamWaitValue32", "cuStreamWriteValue32"):
         fn = getattr(lib, f"{name}_v2", None) or getattr(lib, name, None)
         if fn is None:
-            raise StreamMemopsUnavailable(f"the CUDA driver has no {name}; HOCKET_HOST_STAGE_SIGNAL=device needs "
-                                          f"CUDA >= 11.7 stream memory operations, use HOCKET_HOST_STAGE_SIGNAL=host")
+            raise StreamMemopsUnavailable(f"the CUDA driver has no {name}; the host-staged relay's signals need "
+                                          f"CUDA >= 11.7 stream memory operations: update the NVIDIA driver, or "
+                                          f"use a plan with transport='collective'")
         fn.argtypes = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint)
         fn.restype = ctypes.c_int
         functions[name] = fn
@@ -81,8 +82,8 @@ def available() -> bool:
 def _check(result: int, what: str) -> None:
     if result != 0:
         raise RuntimeError(f"{what} failed with CUDA driver error {result} (CUresult; 801 = stream memory operations "
-                           f"not supported on this device/driver): use the host-side or spin-kernel alternative "
-                           f"(HOCKET_HOST_STAGE_SIGNAL=host for the host-staged relay)")
+                           f"not supported on this device/driver): update the NVIDIA driver, or use a plan with "
+                           f"transport='collective' instead of the host-staged relay")
 
 
 @functools.lru_cache(maxsize=256)

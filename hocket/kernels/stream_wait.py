@@ -49,7 +49,7 @@ def wait_value_on_stream(flags: torch.Tensor, index: int, *, stream: torch.cuda.
     stream_memops.wait_value_geq(stream, flags.data_ptr() + index * flags.element_size(), value)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def stream_wait_available(device_index: int) -> bool:
     """Whether this device's streams accept a driver wait-value (checked once per device on
     a flag that is already set, so the probe never waits)."""

@@ -8,15 +8,14 @@ table order instead of idling while another program still has a queue.
 
 The counter resets itself: each program bumps ``ticket_ptr[1]`` when it leaves; the last
 one zeroes both words, so the next launch on the stream starts at tile 0 without a memset.
+The buffer's size, ``TICKET_WORDS``, is in :mod:`hocket.kernels.schedule` (plain Python), so the
+workspaces that allocate it import without Triton.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-TICKET_WORDS = 2
-"""int32 words of a ticket buffer: (next tile, programs finished)."""
 
 
 @triton.jit

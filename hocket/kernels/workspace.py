@@ -16,8 +16,13 @@ import torch
 from hocket import env
 from hocket.kernels.config import FP_FUSION, TileConfig, default_config, persistent_programs
 from hocket.kernels.errors import error_buffer, spins_for_timeout
-from hocket.kernels.schedule import ConsumerSchedule, ProducerSchedule, consumer_schedule, producer_schedule
-from hocket.kernels.tickets import TICKET_WORDS
+from hocket.kernels.schedule import (
+    TICKET_WORDS,
+    ConsumerSchedule,
+    ProducerSchedule,
+    consumer_schedule,
+    producer_schedule,
+)
 
 CPU_PROGRAMS = 4
 """Persistent grid on the CPU (Triton's interpreter): several programs, so the

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from hocket.env import wait_timeout_s
 from hocket.launch.backend import choose_backend

@@ -11,8 +11,8 @@ from typing import IO, Any
 
 import torch.distributed as dist
 
-from hocket.launch.procs import STACK_SIGNAL
 from hocket.launch.process_group import init_from_store
+from hocket.launch.procs import STACK_SIGNAL
 from hocket.launch.threads import set_rank_threads
 from hocket.launch.wire import READY_TASK, STOP, Task, failure_from, loads, reply_bytes
 

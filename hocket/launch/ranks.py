@@ -7,10 +7,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Callable
 
 from hocket.launch.errors import RankError, RankTimeout
 from hocket.launch.gather import Gathered, gather_replies

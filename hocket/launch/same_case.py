@@ -35,7 +35,7 @@ def shared_generator(seed: int, *, device: str | torch.device = "cpu") -> torch.
     return gen
 
 
-def _feed(hasher: "hashlib._Hash", obj: object) -> None:
+def _feed(hasher: hashlib._Hash, obj: object) -> None:
     """Hash ``obj`` by value; a tensor's pickle is not byte-stable across processes."""
     if isinstance(obj, torch.Tensor):
         flat = obj.detach().cpu().contiguous().reshape(-1)

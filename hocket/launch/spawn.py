@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from hocket.env import wait_timeout_s
 from hocket.launch.backend import choose_backend

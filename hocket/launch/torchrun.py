@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from hocket.env import process_environment
 
 _REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _MARKERS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")
@@ -42,7 +43,7 @@ def detect_torchrun(environ: Mapping[str, str] | None = None) -> TorchrunEnv | N
     A partial environment (say ``RANK`` without ``MASTER_PORT``) raises ``ValueError``
     naming what is missing, rather than silently running as a single process.
     """
-    env = os.environ if environ is None else environ
+    env = process_environment() if environ is None else environ
     if not any(env.get(name) for name in _MARKERS):
         return None
     missing = [name for name in _REQUIRED if not env.get(name)]

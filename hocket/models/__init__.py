@@ -7,7 +7,7 @@
 from hocket.models.catalog import list_models, load_hf_config, load_model
 from hocket.models.graph import CommOp, ComputeOp, PipelineStage, StepGraph, StepNode
 from hocket.models.spec import ModelSpec
-from hocket.models.step import check_degrees, input_grad_site, model_step_sites
+from hocket.models.step import model_step_sites
 
-__all__ = ["CommOp", "ComputeOp", "ModelSpec", "PipelineStage", "StepGraph", "StepNode", "check_degrees",
-           "input_grad_site", "list_models", "load_hf_config", "load_model", "model_step_sites"]
+__all__ = ["CommOp", "ComputeOp", "ModelSpec", "PipelineStage", "StepGraph", "StepNode", "list_models",
+           "load_hf_config", "load_model", "model_step_sites"]

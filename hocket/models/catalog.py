@@ -69,7 +69,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     return _from_mapping(fields, where=str(path), name=name)
 
 
-def load_model(name_or_path: "str | Path | ModelSpec") -> ModelSpec:
+def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     """A preset name (``llama3-70b``), a ``config.json`` path, or a ModelSpec (returned as is)."""
     if isinstance(name_or_path, ModelSpec):
         return name_or_path

@@ -142,8 +142,7 @@ class LlamaBlock(nn.Module):
 def tensor_parallel_plan() -> dict:
     """The sequence-parallel tensor-parallel plan of one block (torchtitan's layout)."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel)
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
 
     gather_input = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
     return {

@@ -10,7 +10,7 @@ stage) gives the split; identical devices and no extras give an even split.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def balance_layers(layers: int, speeds: Sequence[float], extras: Sequence[float], layer_cost: float) -> list[int]:

@@ -25,11 +25,11 @@ all-reduce). Ranks are laid out tp fastest, then dp, then pp:
 
 from __future__ import annotations
 
+from hocket.core.site import DTYPE_BYTES, Site, canonical_dtype
 from hocket.models.catalog import load_model
 from hocket.models.graph import CommOp, ComputeOp, PipelineStage, StepGraph, StepNode
 from hocket.models.partition import balance_layers, check_stage_layers
 from hocket.models.spec import ModelSpec
-from hocket.core.site import DTYPE_BYTES, Site, canonical_dtype
 
 ATTENTION_BACKWARD_FACTOR = 2.5
 DP_SYNC = ("reduce_scatter", "all_reduce")
@@ -83,9 +83,9 @@ class _Stage:
         return len(self.nodes) - 1
 
 
-def model_step_sites(model: "str | ModelSpec", *, tp: int, pp: int = 1, dp: int = 1, seq: int, batch: int = 1,
+def model_step_sites(model: str | ModelSpec, *, tp: int, pp: int = 1, dp: int = 1, seq: int, batch: int = 1,
                      micro_batches: int | None = None, cluster=None, dtype: str = "bfloat16",
-                     stages: "list[int] | str | None" = None, dp_sync: str = "reduce_scatter",
+                     stages: list[int] | str | None = None, dp_sync: str = "reduce_scatter",
                      grad_dtype: str = "float32", causal: bool = True) -> StepGraph:
     """The StepGraph of one training step (see the module docstring).
 

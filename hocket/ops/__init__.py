@@ -5,7 +5,10 @@ semantics of PyTorch's symmetric-memory fused ops (see :mod:`hocket.ops.referenc
 any torch.distributed backend; ``plan=None`` lets hocket choose how to run them.
 """
 
-from hocket.ops import _library  # noqa: F401  (registers the torch.ops.hocket custom ops)
+from hocket.ops import (
+    _library,  # noqa: F401  (registers the torch.ops.hocket custom ops)
+    live,  # noqa: F401  (installs the process planner that plan=None calls ask)
+)
 from hocket.ops.agreement import AgreementError, RankInputError
 from hocket.ops.all_gather_matmul import all_gather_matmul
 from hocket.ops.captured import CapturedCall
@@ -13,14 +16,13 @@ from hocket.ops.context import close_contexts
 from hocket.ops.matmul_all_reduce import matmul_all_reduce
 from hocket.ops.matmul_reduce_scatter import matmul_reduce_scatter
 from hocket.ops.offload import OffloadContext, close_offload_contexts, matmul_from_host, matmul_to_host
-from hocket.ops.planning import SUPPORTED, choose_plan
-from hocket.ops.sites import site_for_call
+from hocket.ops.planning import choose_plan
 from hocket.ops.tolerance import Tolerance, assert_close, max_error, tolerance
 from hocket.transport.pending import TransportError
 
 __all__ = [
-    "SUPPORTED", "AgreementError", "CapturedCall", "OffloadContext", "RankInputError", "Tolerance", "TransportError",
+    "AgreementError", "CapturedCall", "OffloadContext", "RankInputError", "Tolerance", "TransportError",
     "all_gather_matmul", "assert_close", "choose_plan", "close_contexts", "close_offload_contexts",
     "matmul_all_reduce", "matmul_from_host", "matmul_reduce_scatter", "matmul_to_host", "max_error",
-    "site_for_call", "tolerance",
+    "tolerance",
 ]

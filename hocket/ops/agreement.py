@@ -2,8 +2,12 @@
 
 Every rank builds a :class:`Descriptor` of its call: the operator, its Site (shapes,
 dtype, dims, world), the Plan's hash, the flags that change what runs (``return_A``,
-``reduce_op``, ``HOCKET_DISABLE``, ...) and the outcome of its *local* input checks (ok,
-or the error text). The exchange has a fixed shape so that every rank can take part
+``reduce_op``, and every setting that changes what a rank executes: ``HOCKET_DISABLE``,
+``HOCKET_AGREEMENT``, ``HOCKET_EAGER_GRAPHS``, the transport sizes, ...;
+:func:`hocket.ops.dispatch.settings_in_descriptor`) and the outcome of its *local* input checks (ok,
+or the error text). Ranks whose settings differ raise the same :class:`AgreementError`, naming the
+setting, each rank's value and the fix, at their first call. The exchange has a fixed shape so that
+every rank can take part
 whatever its inputs were:
 
 1. an all-gather of ``[status, digest_hi, digest_lo, text_len]`` (int64) per rank;
@@ -22,8 +26,13 @@ skipped on later calls. The price: a rank that diverges *after* its peers cached
 descriptor (e.g. it alone changes K on the tenth call) meets them in a data
 collective, not in an exchange; on gloo that surfaces as a bounded-wait
 ``TransportError`` after ``HOCKET_TIMEOUT_S``. ``HOCKET_AGREEMENT=always`` exchanges on
-every call and reports such divergence clearly (at one small collective per call);
-``HOCKET_AGREEMENT=0`` turns the check off.
+every call and reports such divergence clearly (at one small collective per call).
+``HOCKET_AGREEMENT=0`` exchanges only at the first call on each group: every mode enters that
+exchange, and the mode is in the descriptor, so ranks started with different modes raise there
+instead of one rank waiting in an exchange the other skips. What no exchange can catch: a rank that
+changes its mode (or any setting) at runtime after that first call, alone; then it skips, or enters, an
+exchange the others do not and the wait ends after ``HOCKET_TIMEOUT_S``. Under ``0`` a ``plan=None``
+call is also chosen by each rank alone (:func:`settle` exchanges nothing).
 
 Plans: an explicit plan is part of the descriptor, so ranks agree on it like on any
 input. A plan left to hocket (``plan=None``) is chosen after the agreement, on every
@@ -42,8 +51,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hocket.env import agreement_check, agreement_every_call
 from hocket.core.plan import Plan
+from hocket.env import agreement_mode
 from hocket.transport.group import GroupHandle
 from hocket.transport.torch_dist import TorchDistTransport
 
@@ -74,11 +83,24 @@ class Descriptor:
         return int.from_bytes(raw[:8], "little", signed=True), int.from_bytes(raw[8:16], "little", signed=True)
 
 
+def mode_in_force() -> str:
+    """``HOCKET_AGREEMENT`` as the exchanges use it (:func:`hocket.env.agreement_mode`); a value it rejects
+    counts as the default ``1`` here, so the rank still joins the exchange in which its error (its local
+    error, from :func:`hocket.ops.dispatch.prepare`) is reported to every rank."""
+    try:
+        return agreement_mode()
+    except ValueError:
+        return "1"
+
+
 _AGREED: set[tuple[str, int, tuple[int, int]]] = set()
+_GROUPS: set[tuple[str, int]] = set()
+"""(group name, process group id) of the groups with at least one exchange (``HOCKET_AGREEMENT=0``)."""
 
 
 def clear_agreement_cache() -> None:
     _AGREED.clear()
+    _GROUPS.clear()
 
 
 def _exchange_device(group: GroupHandle, device: torch.device) -> torch.device:
@@ -92,9 +114,26 @@ def _exchange_device(group: GroupHandle, device: torch.device) -> torch.device:
     return torch.device("cpu")
 
 
+SETTING_FIXES = {
+    "transport_sizes": "call hocket.core.sizes.set_sizes with the same TransportSizes on every rank (or on none)",
+    "eager_graphs_max": "call hocket.ops.eager_graph.set_max_graphs with the same count on every rank (or on none)",
+}
+"""How to make a descriptor setting that is not an environment variable the same on every rank."""
+
+
+def _fix(key: str) -> str | None:
+    """How to make the descriptor flag ``key`` the same on every rank, where it is a setting (None otherwise)."""
+    if key in SETTING_FIXES:
+        return SETTING_FIXES[key]
+    if key.startswith("HOCKET_"):
+        return (f"start every rank with the same {key} (set one value for the whole job, or unset it everywhere; "
+                f"see hocket.env.SETTINGS)")
+    return None
+
+
 def _differences(texts: list[str], op: str) -> str:
     parsed = [json.loads(t) for t in texts]
-    lines = []
+    lines, fixes = [], []
     base = parsed[0]
     for rank, desc in enumerate(parsed[1:], start=1):
         for part in ("site", "plan", "flags"):
@@ -103,7 +142,12 @@ def _differences(texts: list[str], op: str) -> str:
                 if ours.get(key) != theirs.get(key):
                     lines.append(f"rank {rank} has {part}.{key}={theirs.get(key)!r} but rank 0 has "
                                  f"{part}.{key}={ours.get(key)!r}")
+                    fix = _fix(key) if part == "flags" else None
+                    if fix is not None and fix not in fixes:
+                        fixes.append(fix)
     detail = "; ".join(lines) if lines else "descriptors differ"
+    if fixes:
+        return (f"hocket.{op}: ranks run with different settings: {detail}. To fix: {'; '.join(fixes)}")
     return (f"hocket.{op}: ranks called it with different inputs: {detail}. Every rank must pass the same shapes, "
             "dtype, dims, plan and flags")
 
@@ -127,14 +171,21 @@ def agree(group: GroupHandle, descriptor: Descriptor, *, device: torch.device,
     ``local_error`` is this rank's local-check exception (its text is already in the
     descriptor); it is re-raised here after the exchange.
     """
-    if group.world == 1 or not agreement_check():
+    if group.world == 1:
         if local_error is not None:
             raise local_error
         return
     digest = descriptor.digest()
-    key = (group.name, id(group.pg), digest)
-    if local_error is None and key in _AGREED and not agreement_every_call():
+    where = (group.name, id(group.pg))
+    key = (*where, digest)
+    mode = mode_in_force()
+    if where in _GROUPS and mode == "0":  # HOCKET_AGREEMENT=0 after the group's first exchange
+        if local_error is not None:
+            raise local_error
         return
+    if local_error is None and key in _AGREED and mode != "always":
+        return
+    _GROUPS.add(where)
     text = descriptor.text().encode()
     dev = _exchange_device(group, device)
     transport = TorchDistTransport(group)
@@ -185,7 +236,7 @@ def settle(group: GroupHandle, op: str, what: str, choose: Callable[[], str], *,
         chosen = choose()
     except (ValueError, TypeError) as exc:
         local_error = exc
-    if group.world == 1 or not agreement_check():
+    if group.world == 1 or mode_in_force() == "0":
         if local_error is not None:
             raise local_error
         return chosen

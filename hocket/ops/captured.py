@@ -24,21 +24,20 @@ eagerly can be chosen here. The choice is by prediction; with ``HOCKET_AUTOTUNE=
 the warm-up.
 
 A CapturedCall keeps the operator context buffers its graph uses alive as long as itself
-(``hocket.ops.context.recording_buffers``): a context that drops them later cannot free memory a replay
-still writes. What a capture holds: NCCL collectives (PyTorch captures them) and the host-staged relay with its
-device signals (``HOCKET_HOST_STAGE_SIGNAL=device``, the default; host handshakes and the issue
-thread are refused during capture with an error). A relay call in a replay has no host to watch it,
-so each replay's end is handed to the relays the capture used, whose watchdog bounds it like an
-eager call (``HOCKET_TIMEOUT_S``). Copy-engine plans over symmetric memory capture where they run a
-barrier protocol (pull or put: an all-gather by rows, a one-piece reduce-scatter); inside a CapturedCall
-their calls use slots of their own and close on a second device-side barrier
-(``hocket.ops.lowering.peer_pull``), so a replay never overwrites a slot a peer still reads. Their barrier
-is bounded on the device (``HOCKET_TIMEOUT_S``) as in an eager call, whose timeout traps the waiting kernel
-and leaves that process's CUDA context unusable; a replay whose peer never replays ends the same way
-(2xH200 run50: a CUDA error after 3.4-3.6 s with ``HOCKET_TIMEOUT_S=3``, ``tests/gpu/test_peer_timeout_nccl.py``).
-The push protocol, ``tile_fused`` and peer reads check device error flags from
-the host and are not captured: a call with one raises during capture with the reason
-(``hocket.plan.capture``), and ``plan=None`` chooses among the plans a graph captures.
+(``hocket.ops.context.recording_buffers``): a context that drops them later cannot free memory a replay still
+writes. What a capture holds: NCCL collectives (PyTorch captures them) and the host-staged relay, whose copy
+streams signal each other through the shared buffer themselves (``hocket.transport.host_relay``). A relay call
+in a replay has no host to watch it, so each replay's end is handed to the relays the capture used, whose
+watchdog bounds it like an eager call (``HOCKET_TIMEOUT_S``). Copy-engine plans over symmetric memory capture
+where they run a barrier protocol (pull or put: an all-gather by rows, a one-piece reduce-scatter); inside a
+CapturedCall their calls use slots of their own and close on a second device-side barrier
+(``hocket.ops.lowering.peer_pull``), so a replay never overwrites a slot a peer still reads. Their barrier is
+bounded on the device (``HOCKET_TIMEOUT_S``) as in an eager call, whose timeout traps the waiting kernel and
+leaves that process's CUDA context unusable; a replay whose peer never replays ends the same way (2xH200
+run50: a CUDA error after 3.4-3.6 s with ``HOCKET_TIMEOUT_S=3``, ``tests/gpu/test_peer_timeout_nccl.py``). The
+push protocol, ``tile_fused`` and peer reads check device error flags from the host and are not captured: a
+call with one raises during capture with the reason (``hocket.plan.capture``), and ``plan=None`` chooses among
+the plans a graph captures.
 """
 
 from __future__ import annotations

@@ -6,10 +6,14 @@ the Site, resolves the Plan and runs the cross-rank agreement; later calls with 
 same signature are one dict lookup.
 
 The hot path (a cache hit) is kept to a few microseconds: the key is built from
-``torch.Size``/dtype/device objects as they are, and the two flags it depends on
-(``HOCKET_DISABLE``, ``HOCKET_AGREEMENT``) are read raw on every call with their parsed
-meaning memoised (see :func:`_env_flags`), so a change of either variable at runtime
-still takes effect on the next call.
+``torch.Size``/dtype/device objects as they are, and the settings it depends on
+(``HOCKET_DISABLE``, ``HOCKET_AGREEMENT``, ``HOCKET_EAGER_GRAPHS``) are read raw on every call
+(:func:`hocket.env.raw`) with their parsed meaning memoised (see :func:`_env_flags`), so a change of
+one at runtime still takes effect on the next call; so does :func:`hocket.core.sizes.set_sizes`.
+
+Every setting that changes what a rank executes is in the call's agreement descriptor
+(:func:`settings_in_descriptor`), so ranks started with different values raise the same
+:class:`~hocket.ops.agreement.AgreementError` at their first call instead of waiting.
 """
 
 from __future__ import annotations
@@ -17,21 +21,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import os
-
 import torch
 from torch.profiler import record_function
 
-from hocket.env import agreement_every_call, disabled, eager_graphs, eager_graphs_max
-from hocket.ops.agreement import Descriptor, agree, all_ranks_ok, settle_plan, settle_replay
+from hocket.core.plan import CAPTURABLE_TRANSPORTS, Plan
+from hocket.core.site import Site
+from hocket.core.sizes import TransportSizes, sizes_in_force
+from hocket.env import agreement_every_call, autotune_env, disabled, eager_graphs, host_stage_dir
+from hocket.env import raw as raw_settings
+from hocket.ops.agreement import Descriptor, agree, all_ranks_ok, mode_in_force, settle_plan, settle_replay
 from hocket.ops.context import context_for
-from hocket.ops.eager_graph import EagerGraph, release_all
+from hocket.ops.eager_graph import EagerGraph, max_graphs, release_all
 from hocket.ops.lowering import executor_for
 from hocket.ops.lowering.runtime import Runtime
 from hocket.ops.planning import OP_NAMES, check_supported, choose_plan, explicit_plan, planning_captured
 from hocket.plan.capture import capture_refusal
-from hocket.core.plan import CAPTURABLE_TRANSPORTS, Plan
-from hocket.core.site import Site
 from hocket.transport.group import GroupHandle, process_group_of, resolve_group
 from hocket.transport.registry import get_transport
 
@@ -68,9 +72,41 @@ def clear_prepared_cache() -> None:
 _ENV_PARSED: dict[tuple, tuple[bool, bool, str]] = {}
 
 
+_HOT_SETTINGS = ("HOCKET_DISABLE", "HOCKET_AGREEMENT", "HOCKET_EAGER_GRAPHS")
+
+
 def _raw_env() -> tuple:
     """The raw values of ``HOCKET_DISABLE``, ``HOCKET_AGREEMENT`` and ``HOCKET_EAGER_GRAPHS`` now."""
-    return os.environ.get("HOCKET_DISABLE"), os.environ.get("HOCKET_AGREEMENT"), os.environ.get("HOCKET_EAGER_GRAPHS")
+    return raw_settings(_HOT_SETTINGS)
+
+
+SIZED_TRANSPORTS = ("copy_engine", "peer_read", "host_staged")
+"""transports whose buffers and messages :class:`~hocket.core.sizes.TransportSizes` sizes."""
+
+
+def settings_in_descriptor(plan: Plan | None, *, disabled_now: bool, graphs: str,
+                           sizes: TransportSizes | None = None) -> dict:
+    """The settings that change what this rank executes for a call of ``plan`` (None: left to hocket, so
+    any transport may run), by name, for the agreement descriptor: ``HOCKET_DISABLE``, ``HOCKET_AGREEMENT``
+    (a rank that exchanges when another skips would wait) and ``HOCKET_EAGER_GRAPHS`` (as it applies to the
+    call: ``off`` off the GPU), with the eager-graph limit where graphs are on; for ``plan=None``
+    ``HOCKET_AUTOTUNE`` (an autotuning rank runs timing collectives); where a sized transport may run, the
+    :class:`~hocket.core.sizes.TransportSizes` in force (``sizes``, default :func:`sizes_in_force`), and where
+    the host-staged relay may run, ``HOCKET_HOST_STAGE_DIR``. ``HOCKET_TIMEOUT_S``, ``HOCKET_CACHE_DIR``,
+    ``HOCKET_PROFILE``, ``HOCKET_CLUSTER`` and ``HOCKET_GIT_HASH`` are not in it: a rank's timeout bounds only its own waits, and a plan left to hocket
+    is rank 0's choice on every rank whatever each rank's cache, profile or cluster says."""
+    settings: dict = {"HOCKET_DISABLE": disabled_now, "HOCKET_AGREEMENT": mode_in_force(),
+                      "HOCKET_EAGER_GRAPHS": graphs}
+    if graphs != "off":
+        settings["eager_graphs_max"] = max_graphs()
+    transport = None if plan is None else plan.transport
+    if plan is None:
+        settings["HOCKET_AUTOTUNE"] = autotune_env()
+    if transport is None or transport in SIZED_TRANSPORTS:
+        settings["transport_sizes"] = (sizes or sizes_in_force()).to_dict()
+    if transport is None or transport == "host_staged":
+        settings["HOCKET_HOST_STAGE_DIR"] = str(host_stage_dir())
+    return settings
 
 
 def _env_flags() -> tuple[bool, bool, str]:
@@ -114,12 +150,17 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
     ``site_of(group, dim)`` builds the Site.
     """
     pg = process_group_of(group_name)
-    is_disabled, every_call, graphs = _env_flags()
+    settings_error: ValueError | None = None
+    try:
+        is_disabled, every_call, graphs = _env_flags()
+    except ValueError as exc:  # a setting hocket.env rejects: reported to every rank by the agreement
+        is_disabled, every_call, graphs, settings_error = disabled(), True, "off", exc
     device = tensors[0].device if tensors and isinstance(tensors[0], torch.Tensor) else torch.device("cpu")
     if device.type != "cuda" or planning_captured():
         graphs = "off"  # CUDA graphs capture GPU work only; a call planned for a capture is replayed by it
+    sizes = sizes_in_force()
     key = (kind, group_name, id(pg), *[(t.shape, t.dtype, t.device) for t in tensors], dim_arg, plan_text,
-           *flags.items(), direction, is_disabled, not plan_text and planning_captured(), graphs)
+           *flags.items(), direction, is_disabled, not plan_text and planning_captured(), graphs, sizes)
     hit = _PREPARED.get(key)
     if hit is not None and hit.group.pg is pg and not every_call:
         return hit
@@ -127,28 +168,31 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
     op = OP_NAMES[kind]
     site = plan = None
     dim = 0
-    local_error: ValueError | TypeError | None = None
+    local_error: ValueError | TypeError | None = settings_error
     try:
-        dim = check(group.world)
-        site = site_of(group, dim)
-        plan = explicit_plan(plan_text, site)
+        if local_error is None:
+            dim = check(group.world)
+            site = site_of(group, dim)
+            plan = explicit_plan(plan_text, site)
     except (ValueError, TypeError) as exc:
         local_error = exc
     descriptor = Descriptor(
         op=op, site=site.to_dict() if site else {}, plan=plan.to_dict() if plan else {"choose": True},
-        flags={**flags, "direction": direction, "disabled": disabled(), "eager_graphs": graphs},
+        flags={**flags, "direction": direction,
+               **settings_in_descriptor(plan if local_error is None else None, disabled_now=is_disabled,
+                                        graphs=graphs, sizes=sizes)},
         error=f"{type(local_error).__name__}: {local_error}" if local_error else "")
     agree(group, descriptor, device=device, local_error=local_error)
     if plan is None:
         plan = settle_plan(group, op, lambda: check_supported(kind, choose_plan(site, eager_graphs=graphs)),
                            device=device)
-    transport = get_transport(plan.transport, group, comm_sms=plan.comm_sms)
+    transport = _transport(plan, group, sizes)
     run = executor_for(kind, plan.strategy)
     runtime = Runtime(group=group, ctx=context_for(group.name, device, tensors[0].dtype), transport=transport)
     label = f"hocket::{op}[{plan.describe()}]"
     graph = None
     if graphs != "off" and settle_replay(group, op, lambda: replays(site, plan, graphs), device=device):
-        graph = EagerGraph(run, f"{label} (replayed)", device, limit=eager_graphs_max(),
+        graph = EagerGraph(run, f"{label} (replayed)", device, limit=max_graphs(),
                            agree=lambda ok: all_ranks_ok(group, ok, device=device))
     prepared = Prepared(group=group, site=site, plan=plan, dim=dim, runtime=runtime, run=run, label=label,
                         graph=graph,
@@ -156,6 +200,12 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
                         capture_refusal=capture_refusal(site, plan) if site is not None else None)
     _PREPARED[key] = prepared
     return prepared
+
+
+def _transport(plan: Plan, group: GroupHandle, sizes: TransportSizes):
+    """``plan``'s transport on ``group``; a sized one (:data:`SIZED_TRANSPORTS`) with ``sizes``."""
+    return get_transport(plan.transport, group, comm_sms=plan.comm_sms,
+                         sizes=sizes if plan.transport in SIZED_TRANSPORTS else None)
 
 
 def replays(site: Site, plan: Plan, mode: str) -> bool:

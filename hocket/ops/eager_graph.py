@@ -21,8 +21,9 @@ slow hosts). ``plan=None`` under ``auto``/``on`` weighs every candidate both way
 
 What it costs: the copies (every input in, every output out: about half a microsecond per MiB on an H200);
 a private memory pool per graph that holds the call's inputs, outputs and scratch for as long as the
-process runs, so at most ``HOCKET_EAGER_GRAPHS_MAX`` signatures (default 32) are replayed and further
-ones run eagerly (every rank counts the same calls, so they agree). Calls made while a stream is being
+process runs, so at most :func:`max_graphs` signatures (default 32, :func:`set_max_graphs`) are replayed
+and further ones run eagerly (every rank counts the same calls, and the limit is in the agreement
+descriptor, so they agree). Calls made while a stream is being
 captured (inside ``CapturedCall``, ``torch.cuda.graph`` or torch.compile's CUDA graphs) are issued into
 that capture as usual. The graph replays on the caller's current stream.
 """
@@ -35,6 +36,9 @@ from collections.abc import Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from hocket.core.sizes import EAGER_GRAPHS_MAX
+
+
 class EagerGraphWarning(UserWarning):
     """A call hocket meant to replay could not be captured; it is issued eagerly instead."""
 
@@ -46,8 +50,32 @@ _GRAPHS = {"count": 0}
 """how many signatures this process replays (each holds a graph and its memory pool)."""
 
 
+_LIMIT = {"graphs": EAGER_GRAPHS_MAX}
+"""how many signatures this process may replay (:func:`set_max_graphs`)."""
+
+
 def graphs_in_use() -> int:
     return _GRAPHS["count"]
+
+
+def max_graphs() -> int:
+    """How many calls' CUDA graphs this process keeps under ``HOCKET_EAGER_GRAPHS`` (default
+    ``hocket.core.sizes.EAGER_GRAPHS_MAX``, 32); each holds its own memory pool (the call's inputs, outputs
+    and scratch), so calls of further signatures run eagerly. 0: none are replayed."""
+    return _LIMIT["graphs"]
+
+
+def set_max_graphs(count: int | None) -> int:
+    """Make ``count`` (None: the default, 32) the limit of :func:`max_graphs` for signatures prepared from now
+    on; returns the limit it replaces. Set the same on every rank: it is in the agreement descriptor."""
+    if count is None:
+        count = EAGER_GRAPHS_MAX
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"count={count!r} must be a whole number of graphs >= 0 (default {EAGER_GRAPHS_MAX}), "
+                         f"or None for the default")
+    previous = _LIMIT["graphs"]
+    _LIMIT["graphs"] = count
+    return previous
 
 
 def release_all() -> None:

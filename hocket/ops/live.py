@@ -11,7 +11,7 @@ Decisions come from, in order: the in-memory table; the on-disk cache (an autotu
 decision from an earlier run of this environment); measured autotuning, when switched
 on (API argument, else ``HOCKET_AUTOTUNE``) and the caller supplies the live group;
 otherwise prediction alone (:func:`hocket.plan.search.search`). Only strategies the
-operators implement (``hocket.ops.planning.SUPPORTED``) are considered.
+operators implement (``hocket.ops.executors.supported_table()``) are considered.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from hocket.core.plan import SEQUENTIAL, Plan
+from hocket.core.site import Site
+from hocket.ops import planning
 from hocket.plan.autotune import STEADY_REPS, AutotuneConfig, RunnerFactory, autotune, autotune_enabled, plans_to_time
 from hocket.plan.bucket import DEFAULT_BUCKET_POLICY, BucketPolicy, bucket_site, fit_plan
 from hocket.plan.cache import PlanCache, current_environment
 from hocket.plan.memory import live_free_memory_bytes
-from hocket.core.plan import SEQUENTIAL, Plan
 from hocket.plan.search import SearchConfig, SearchResult, search
 from hocket.plan.space import SpaceConfig
-from hocket.core.site import Site
-
 
 RunnersFor = Callable[[Site], RunnerFactory]
 """Given the (bucketed) site, the RunnerFactory that times plans on it."""
@@ -50,7 +50,7 @@ class LiveConfig:
     tuning: AutotuneConfig = field(default_factory=AutotuneConfig)
     use_disk_cache: bool = True
     supported: Mapping[str, tuple[str, ...]] | None = None
-    """kind -> strategies with an executor; None = ``hocket.ops.planning.SUPPORTED``."""
+    """kind -> strategies with an executor; None = ``hocket.ops.executors.supported_table()``."""
     steady_state: bool | None = None
     """price candidates as one call of a training loop (``SearchConfig.steady_state``): None =
     when the calibration profile carries measured host issue costs (``issue_us``, written by
@@ -85,9 +85,10 @@ class Decision:
 
 
 def _default_supported() -> Mapping[str, tuple[str, ...]]:
-    from hocket.ops.planning import SUPPORTED
+    """The strategies with a registered executor per operator kind (:func:`hocket.ops.executors.supported_table`)."""
+    from hocket.ops.executors import supported_table
 
-    return SUPPORTED
+    return supported_table()
 
 
 class LivePlanner:
@@ -131,7 +132,10 @@ class LivePlanner:
             self._cache = PlanCache(current_environment(fingerprint(self.cluster)["hash"]))
         return self._cache
 
-    def _space_config(self, site: Site) -> SpaceConfig:
+    def _space_config(self, site: Site, *, measured: bool = False) -> SpaceConfig:
+        """The space for ``site``: the strategies this process has executors for, the transports it
+        registers; ``measured``: the candidates will be timed, so the variants a plan stands for are
+        enumerated too (:attr:`SpaceConfig.variants`)."""
         supported = self.config.supported if self.config.supported is not None else _default_supported()
         allowed = set(supported.get(site.kind, ("sequential",)))
         strategies = tuple(s for s in self.config.space.strategies if s in allowed)
@@ -140,7 +144,8 @@ class LivePlanner:
             from hocket.transport.registry import available_transports
 
             transports = tuple(t for t in transports if t in available_transports())
-        return replace(self.config.space, strategies=strategies or ("sequential",), transports=transports)
+        return replace(self.config.space, strategies=strategies or ("sequential",), transports=transports,
+                       variants=self.config.space.variants or measured)
 
     def search_config(self) -> SearchConfig:
         """``config.search``, in the steady state when ``config.steady_state`` asks for it (or, left
@@ -228,7 +233,7 @@ class LivePlanner:
         free = live_free_memory_bytes() if measure else None
         try:
             result = search(bucket, self.cluster, profile=self.profile, config=self.search_config(),
-                            space_config=self._space_config(bucket), free_memory_bytes=free,
+                            space_config=self._space_config(bucket, measured=measure), free_memory_bytes=free,
                             cost_fn=self._eager_graph_cost())
         except ValueError as exc:
             warnings.warn(f"hocket could not plan {site.key} on cluster {getattr(self.cluster, 'name', '?')!r} "
@@ -455,3 +460,6 @@ def plan_for_call(site: Site, *, captured: bool = False, eager_graphs: str = "of
 __all__ = ["Decision", "LiveConfig", "LivePlanner", "PlannerWarning", "captured_planner", "eager_graphs_planner",
            "operator_runners",
            "plan_for_call", "process_planner", "set_process_planner", "tune"]
+
+# looked up per call, so a replaced ``hocket.ops.live.plan_for_call`` (a test's) is the one asked
+planning.set_call_planner(lambda site, **options: plan_for_call(site, **options))

@@ -42,15 +42,16 @@ import functools
 
 import torch
 
+from hocket.core.plan import Plan
 from hocket.kernels.config import TileConfig, fused_config, persistent_programs
 from hocket.kernels.errors import NUM_SLOTS, raise_on_timeout
 from hocket.kernels.schedule import tail_narrow_rows
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
+from hocket.ops.executors import executor_for, register_executor
 from hocket.ops.offload_fused import fused_from_host, fused_to_host
 from hocket.ops.offload_pieces import EDGE_PIECES, edge_rows, piece_offsets
 from hocket.ops.offload_plans import CHUNK_ALIGN_ROWS, _resolve_plan
 from hocket.ops.split_k import split_k_mm, split_k_parts
-from hocket.core.plan import Plan
 from hocket.transport.host_staged import HostStagedContext, cuda_device, require_cuda
 
 COPY_WAITS = ("auto", "stream", "side_kernel", "copy_kernel")
@@ -317,7 +318,7 @@ class OffloadContext:
         self.staged.close()
         self._workspaces.clear()
 
-    def __enter__(self) -> "OffloadContext":
+    def __enter__(self) -> OffloadContext:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -378,27 +379,31 @@ def _from_host(ctx: OffloadContext, A_host: torch.Tensor, B: torch.Tensor, out: 
                plan: Plan) -> torch.Tensor:
     m, k = A_host.shape
     a_dev = ctx.staged.device_buffer("from_host.A", (m, k), A_host.dtype)
-    current = torch.cuda.current_stream(ctx.device)
-    if plan.strategy == "sequential":
-        a_dev.copy_(A_host, non_blocking=True)
-        return torch.mm(a_dev, B, out=out)
-    if plan.strategy == "chunked":
-        offsets = piece_offsets(plan, m, align=CHUNK_ALIGN_ROWS, direction="from_host")
-        start = current.record_event()
-        events = ctx.staged.h2d_chunks(A_host, a_dev, offsets, after=start)
-        last = len(events) - 1
-        for i, event in enumerate(events):
-            current.wait_event(event)
-            rows = slice(offsets[i], offsets[i + 1])
-            # the last piece's GEMM runs after every copy: split along k it runs on every SM
-            parts = ctx.edge_parts(rows.stop - rows.start, i == last > 0, B.shape[1], k)
-            if parts > 1:
-                split_k_mm(a_dev[rows], B, out[rows], parts)
-            else:
-                torch.mm(a_dev[rows], B, out=out[rows])
-        return out
-    fused_from_host(ctx, A_host, a_dev, B, out, plan)
+    executor_for("h2d_mm", plan.strategy)(ctx, A_host, a_dev, B, out, plan)
     return out
+
+
+def _from_host_sequential(ctx: OffloadContext, A_host, a_dev, B, out, plan: Plan) -> None:
+    a_dev.copy_(A_host, non_blocking=True)
+    torch.mm(a_dev, B, out=out)
+
+
+def _from_host_chunked(ctx: OffloadContext, A_host, a_dev, B, out, plan: Plan) -> None:
+    m, k = A_host.shape
+    current = torch.cuda.current_stream(ctx.device)
+    offsets = piece_offsets(plan, m, align=CHUNK_ALIGN_ROWS, direction="from_host")
+    start = current.record_event()
+    events = ctx.staged.h2d_chunks(A_host, a_dev, offsets, after=start)
+    last = len(events) - 1
+    for i, event in enumerate(events):
+        current.wait_event(event)
+        rows = slice(offsets[i], offsets[i + 1])
+        # the last piece's GEMM runs after every copy: split along k it runs on every SM
+        parts = ctx.edge_parts(rows.stop - rows.start, i == last > 0, B.shape[1], k)
+        if parts > 1:
+            split_k_mm(a_dev[rows], B, out[rows], parts)
+        else:
+            torch.mm(a_dev[rows], B, out=out[rows])
 
 
 def matmul_to_host(A: torch.Tensor, B: torch.Tensor, *, out: torch.Tensor | None = None, plan=None,
@@ -442,24 +447,47 @@ def _to_host(ctx: OffloadContext, A: torch.Tensor, B: torch.Tensor, out: torch.T
     m, n = A.shape[0], B.shape[1]
     c_dev = ctx.staged.device_buffer("to_host.C", (m, n), A.dtype)
     current = torch.cuda.current_stream(ctx.device)
-    done = None
-    if plan.strategy == "sequential":
-        torch.mm(A, B, out=c_dev)
-        out.copy_(c_dev, non_blocking=True)
-    elif plan.strategy == "chunked":
-        offsets = piece_offsets(plan, m, align=CHUNK_ALIGN_ROWS, direction="to_host")
-        for i in range(len(offsets) - 1):
-            rows = slice(offsets[i], offsets[i + 1])
-            # the first copy waits for the first piece's GEMM: split along k it runs on every SM
-            parts = ctx.edge_parts(rows.stop - rows.start, i == 0 < len(offsets) - 2, n, A.shape[1])
-            if parts > 1:
-                split_k_mm(A[rows], B, c_dev[rows], parts)
-            else:
-                torch.mm(A[rows], B, out=c_dev[rows])
-            # issued right behind its GEMM: from an idle GPU the first copy is queued before the
-            # later GEMMs are issued, not after all of them
-            done = ctx.staged.d2h_groups(c_dev, out, offsets[i:i + 2], events=[current.record_event()])[-1]
-    else:
-        fused_to_host(ctx, A, B, c_dev, out, plan)
+    done = executor_for("mm_d2h", plan.strategy)(ctx, A, B, c_dev, out, plan)
     if done is not None:
         current.wait_event(done)
+
+
+def _to_host_sequential(ctx: OffloadContext, A, B, c_dev, out, plan: Plan) -> None:
+    torch.mm(A, B, out=c_dev)
+    out.copy_(c_dev, non_blocking=True)
+
+
+def _to_host_chunked(ctx: OffloadContext, A, B, c_dev, out, plan: Plan):
+    """Each piece's GEMM, then its copy; returns the last copy's event (the caller's stream waits on it)."""
+    m, n = A.shape[0], B.shape[1]
+    current = torch.cuda.current_stream(ctx.device)
+    done = None
+    offsets = piece_offsets(plan, m, align=CHUNK_ALIGN_ROWS, direction="to_host")
+    for i in range(len(offsets) - 1):
+        rows = slice(offsets[i], offsets[i + 1])
+        # the first copy waits for the first piece's GEMM: split along k it runs on every SM
+        parts = ctx.edge_parts(rows.stop - rows.start, i == 0 < len(offsets) - 2, n, A.shape[1])
+        if parts > 1:
+            split_k_mm(A[rows], B, c_dev[rows], parts)
+        else:
+            torch.mm(A[rows], B, out=c_dev[rows])
+        # issued right behind its GEMM: from an idle GPU the first copy is queued before the
+        # later GEMMs are issued, not after all of them
+        done = ctx.staged.d2h_groups(c_dev, out, offsets[i:i + 2], events=[current.record_event()])[-1]
+    return done
+
+
+def _to_host_fused(ctx: OffloadContext, A, B, c_dev, out, plan: Plan) -> None:
+    fused_to_host(ctx, A, B, c_dev, out, plan)
+
+
+def _from_host_fused(ctx: OffloadContext, A_host, a_dev, B, out, plan: Plan) -> None:
+    fused_from_host(ctx, A_host, a_dev, B, out, plan)
+
+
+for _name, _from, _to in (("sequential", _from_host_sequential, _to_host_sequential),
+                          ("chunked", _from_host_chunked, _to_host_chunked),
+                          ("tile_fused", _from_host_fused, _to_host_fused)):
+    register_executor(_name, "h2d_mm", _from)
+    register_executor(_name, "mm_d2h", _to)
+del _name, _from, _to

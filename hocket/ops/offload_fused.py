@@ -11,22 +11,19 @@ front end (``copy_wait="stream"``), or behind bounded spin kernels on the flag s
 events (``"side_kernel"``), or behind spin kernels on the D2H stream (``"copy_kernel"``).
 
 Both return a :class:`FusedEvents`; ``timing=True`` makes every event a timing event,
-which ``hocket.ops.offload_timeline`` reads to show where a pipeline waits.
+which ``hocket.ops.offload_timeline`` reads to show where a pipeline waits. ``ctx`` is the
+caller's ``hocket.ops.offload.OffloadContext`` (its streams, staging buffers and workspaces).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-from hocket.kernels.workspace import signature
 from hocket.core.plan import Plan
+from hocket.kernels.workspace import signature
 from hocket.transport.stream_switch import on_stream
-
-if TYPE_CHECKING:
-    from hocket.ops.offload import OffloadContext
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +51,7 @@ def _event(stream: torch.cuda.Stream, timing: bool) -> torch.cuda.Event:
     return event
 
 
-def fused_from_host(ctx: "OffloadContext", A_host: torch.Tensor, a_dev: torch.Tensor, B: torch.Tensor,
+def fused_from_host(ctx, A_host: torch.Tensor, a_dev: torch.Tensor, B: torch.Tensor,
                     out: torch.Tensor, plan: Plan, *, timing: bool = False) -> FusedEvents:
     from hocket.kernels.launch import consumer_gemm, reset_consumer, warmup_consumer
 
@@ -82,7 +79,7 @@ def fused_from_host(ctx: "OffloadContext", A_host: torch.Tensor, a_dev: torch.Te
                        done=landed[ws.schedule.arrival[-1]], row_offsets=offsets)
 
 
-def _copy_streams(ctx: "OffloadContext", first: torch.cuda.Stream, start) -> list[torch.cuda.Stream]:
+def _copy_streams(ctx, first: torch.cuda.Stream, start) -> list[torch.cuda.Stream]:
     """``first`` and, with ``copy_streams=2``, the context's second copy stream; each waits for ``start``."""
     streams = [first] if ctx.second_copy_stream is None else [first, ctx.second_copy_stream]
     for stream in streams:
@@ -90,7 +87,7 @@ def _copy_streams(ctx: "OffloadContext", first: torch.cuda.Stream, start) -> lis
     return streams
 
 
-def _h2d_with_side_flags(ctx: "OffloadContext", A_host, a_dev, ws, start, timing: bool):
+def _h2d_with_side_flags(ctx, A_host, a_dev, ws, start, timing: bool):
     """Chunks back to back on the H2D stream(s) (an event after each); the flag stream raises
     each chunk's flag after its event, except the last chunk's, raised on the H2D stream
     right behind it (nothing follows it there). Returns (events by chunk, flag stream's end)."""
@@ -117,7 +114,7 @@ def _h2d_with_side_flags(ctx: "OffloadContext", A_host, a_dev, ws, start, timing
     return landed, flags_done
 
 
-def fused_to_host(ctx: "OffloadContext", A: torch.Tensor, B: torch.Tensor, c_dev: torch.Tensor, out: torch.Tensor,
+def fused_to_host(ctx, A: torch.Tensor, B: torch.Tensor, c_dev: torch.Tensor, out: torch.Tensor,
                   plan: Plan, *, timing: bool = False) -> FusedEvents:
     from hocket.kernels.launch import producer_gemm, reset_producer, warmup_producer
 
@@ -146,7 +143,7 @@ def fused_to_host(ctx: "OffloadContext", A: torch.Tensor, B: torch.Tensor, c_dev
                        done=copied[-1], row_offsets=offsets)  # with two copy streams: see every copied event
 
 
-def _d2h_after_events(ctx: "OffloadContext", c_dev, out, offsets, ready, start, timing: bool):
+def _d2h_after_events(ctx, c_dev, out, offsets, ready, start, timing: bool):
     """Each group's copy after its ready event, on the D2H stream (or alternating between
     two copy streams, ``copy_streams=2``). Returns the events after each copy."""
     if ctx.second_copy_stream is None:
@@ -163,7 +160,7 @@ def _d2h_after_events(ctx: "OffloadContext", c_dev, out, offsets, ready, start, 
     return copied
 
 
-def _d2h_stream_waits(ctx: "OffloadContext", c_dev, out, ws, start, timing: bool):
+def _d2h_stream_waits(ctx, c_dev, out, ws, start, timing: bool):
     """On the D2H stream, per group: hold until its flag rises (driver wait-value; the
     producer enqueued before raises every flag), then copy it. Returns (events after
     each wait, events after each copy)."""

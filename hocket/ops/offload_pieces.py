@@ -14,9 +14,9 @@ default the first (``to_host``) or last (``from_host``) ``EDGE_PIECES`` pieces (
 
 from __future__ import annotations
 
-from hocket.kernels.schedule import cdiv, even_row_offsets, offsets_from_sizes, ramp_row_offsets
 from hocket.core.pieces import piece_sizes
 from hocket.core.plan import Plan
+from hocket.kernels.schedule import cdiv, even_row_offsets, offsets_from_sizes, ramp_row_offsets
 
 DIRECTIONS = ("to_host", "from_host")
 EDGE_PIECES = 1

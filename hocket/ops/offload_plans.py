@@ -11,10 +11,12 @@ import warnings
 
 import torch
 
-from hocket.kernels.schedule import cdiv
 from hocket.core.plan import Plan, as_plan
+from hocket.kernels.schedule import cdiv
+from hocket.strategies import strategies_for
 
-OFFLOAD_STRATEGIES = ("sequential", "chunked", "tile_fused")
+OFFLOAD_STRATEGIES = strategies_for("h2d_mm")
+"""the strategies whose specs serve the offload operators (``hocket.strategies``)."""
 DEFAULT_CHUNKS = 8
 CHUNK_ALIGN_ROWS = 128
 """chunked pieces start on multiples of this many rows (whole GEMM tiles)."""
@@ -46,9 +48,9 @@ def planned(kind: str, m: int, k: int, n: int, dtype: torch.dtype) -> Plan:
     key = (kind, m, k, n, dtype)
     if key in _FITTED:
         return _FITTED[key]
+    from hocket.core.site import Site
     from hocket.plan.bucket import bucket_m
     from hocket.plan.offload import fit_offload_plan
-    from hocket.core.site import Site
 
     name = str(dtype).replace("torch.", "")
     bucket = (kind, bucket_m(m), k, n, dtype)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hocket.ops.offload_fused import FusedEvents, fused_from_host, fused_to_host
 from hocket.core.plan import Plan
+from hocket.ops.offload_fused import FusedEvents, fused_from_host, fused_to_host
 
 HEAD_START_CYCLES = 2_000_000
 """GPU sleep (about 1 ms) enqueued before the call so the host is ahead of the GPU."""

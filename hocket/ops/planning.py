@@ -16,22 +16,19 @@ from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 
-from hocket.env import disabled
 from hocket.core.plan import SEQUENTIAL, Plan, as_plan
 from hocket.core.site import Site
+from hocket.env import disabled
+from hocket.ops.executors import OP_NAMES, supported
 
-SUPPORTED: dict[str, tuple[str, ...]] = {
-    "ag_mm": ("sequential", "bulk", "chunked", "ring", "bidir_ring"),
-    "mm_rs": ("sequential", "bulk", "chunked", "ring", "bidir_ring"),
-    "mm_ar": ("sequential", "bulk", "chunked", "ring", "bidir_ring", "substituted"),
-}
-"""(operator kind) -> strategies it has an executor for."""
+__all__ = ["OP_NAMES", "captured_planning", "check_supported", "choose_plan", "clear_plan_cache", "default_plan",
+           "explicit_plan", "parse_plan", "plan_text", "planning_captured", "resolve_plan", "set_call_planner",
+           "supported"]
 
-OP_NAMES = {"ag_mm": "all_gather_matmul", "mm_rs": "matmul_reduce_scatter", "mm_ar": "matmul_all_reduce"}
 
 _CHOSEN: dict[str, Plan] = {}
 
@@ -68,6 +65,22 @@ _CHOSEN_GRAPHED: dict[tuple[str, str], Plan] = {}
 """the same for eager calls hocket may replay from its own CUDA graphs: (mode, site key) -> plan"""
 
 
+_CALL_PLANNER: list[Callable[..., Plan]] = []
+"""the process planner's ``plan_for_call`` (:func:`hocket.ops.live.plan_for_call` installs itself on import:
+the planner, issue 4: bucketed, cached, never slower)."""
+
+
+def set_call_planner(fn: Callable[..., Plan]) -> None:
+    """Make ``fn(site, *, captured=False, eager_graphs="off") -> Plan`` what :func:`choose_plan` asks."""
+    _CALL_PLANNER[:] = [fn]
+
+
+def _plan_for_call(site: Site, **options) -> Plan:
+    if not _CALL_PLANNER:
+        raise RuntimeError("no call planner is installed: import hocket.ops (which imports hocket.ops.live)")
+    return _CALL_PLANNER[0](site, **options)
+
+
 def choose_plan(site: Site, *, eager_graphs: str = "off") -> Plan:
     """The plan for ``site``; cached per ``site.key`` (apart for calls planned for CUDA graphs, and for
     eager calls under ``eager_graphs`` ``auto`` / ``on``: :mod:`hocket.ops.eager_graph`)."""
@@ -75,16 +88,12 @@ def choose_plan(site: Site, *, eager_graphs: str = "off") -> Plan:
     if not captured and eager_graphs != "off":
         plan = _CHOSEN_GRAPHED.get((eager_graphs, site.key))
         if plan is None:
-            from hocket.ops.live import plan_for_call
-
-            plan = _CHOSEN_GRAPHED[(eager_graphs, site.key)] = plan_for_call(site, eager_graphs=eager_graphs)
+            plan = _CHOSEN_GRAPHED[(eager_graphs, site.key)] = _plan_for_call(site, eager_graphs=eager_graphs)
         return plan
     chosen = _CHOSEN_CAPTURED if captured else _CHOSEN
     plan = chosen.get(site.key)
     if plan is None:
-        from hocket.ops.live import plan_for_call  # the planner (issue 4): bucketed, cached, never slower
-
-        plan = plan_for_call(site, captured=True) if captured else plan_for_call(site)
+        plan = _plan_for_call(site, captured=True) if captured else _plan_for_call(site)
         chosen[site.key] = plan
     return plan
 
@@ -109,11 +118,13 @@ def plan_text(plan: object) -> str:
 
 
 def check_supported(kind: str, plan: Plan) -> Plan:
-    supported = SUPPORTED[kind]
-    if plan.strategy not in supported:
+    """``plan``, after checking an executor of its strategy is registered for ``kind``
+    (:func:`hocket.ops.executors.supported`)."""
+    strategies = supported(kind)
+    if plan.strategy not in strategies:
         raise ValueError(
             f"plan strategy {plan.strategy!r} is not available for {OP_NAMES[kind]} ({kind}); "
-            f"it supports {supported}"
+            f"it supports {strategies}"
         )
     return plan
 

@@ -7,11 +7,11 @@ sequential by the margin); ``autotune`` measures candidates with runners the cal
 :mod:`hocket.ops.live`; a model step's plan is :func:`hocket.sim.model_plan.plan_model`).
 """
 
+from hocket.core.plan import PLAN_VERSION, SEQUENTIAL, STRATEGIES, TRANSPORTS, Plan, as_plan
 from hocket.plan.autotune import AutotuneConfig, autotune, autotune_enabled
 from hocket.plan.bucket import BucketPolicy, bucket_m, bucket_site, fit_plan
 from hocket.plan.cache import CacheEnvironment, PlanCache, PlanCacheWarning
 from hocket.plan.memory import MemoryEstimate, estimate_extra_memory
-from hocket.core.plan import PLAN_VERSION, SEQUENTIAL, STRATEGIES, TRANSPORTS, Plan, as_plan
 from hocket.plan.search import SearchConfig, SearchResult, search, search_sites, select
 from hocket.plan.space import GroupFacts, PlanSpace, SpaceConfig, enumerate_plans, group_facts
 
@@ -19,6 +19,6 @@ __all__ = [
     "PLAN_VERSION", "SEQUENTIAL", "STRATEGIES", "TRANSPORTS", "AutotuneConfig", "BucketPolicy", "CacheEnvironment",
     "GroupFacts", "MemoryEstimate", "Plan", "PlanCache", "PlanCacheWarning",
     "PlanSpace", "SearchConfig", "SearchResult", "SpaceConfig", "as_plan", "autotune", "autotune_enabled",
-    "bucket_m", "bucket_site", "enumerate_plans", "estimate_extra_memory", "fit_plan", "group_facts", 
-    "search", "search_sites", "select", 
+    "bucket_m", "bucket_site", "enumerate_plans", "estimate_extra_memory", "fit_plan", "group_facts",
+    "search", "search_sites", "select",
 ]

@@ -18,10 +18,10 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hocket.plan.cache import PlanCache
 from hocket.core.plan import Plan
-from hocket.plan.search import DEFAULT_MARGIN, SearchResult, select
 from hocket.core.site import Site
+from hocket.plan.cache import PlanCache
+from hocket.plan.search import DEFAULT_MARGIN, SearchResult, select
 
 RunnerFactory = Callable[[Plan], Callable[[], object]]
 """Given a plan, a no-argument callable that runs the operator once with it (on every rank)."""

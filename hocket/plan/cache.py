@@ -63,7 +63,7 @@ class CacheEnvironment:
                 "torch_version": self.torch_version}
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "CacheEnvironment":
+    def from_dict(cls, data: Mapping) -> CacheEnvironment:
         return cls(fingerprint=data["fingerprint"], hocket_version=data["hocket_version"],
                    torch_version=data["torch_version"])
 
@@ -112,7 +112,7 @@ class CacheEntry:
                 "source": self.source, "timings_ms": dict(self.timings_ms), "created_unix_s": self.created_unix_s}
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "CacheEntry":
+    def from_dict(cls, data: Mapping) -> CacheEntry:
         return cls(site_key=data["site_key"], plan=Plan.from_dict(data["plan"]),
                    environment=CacheEnvironment.from_dict(data["environment"]), source=data["source"],
                    timings_ms=data.get("timings_ms", {}), created_unix_s=float(data.get("created_unix_s", 0.0)))

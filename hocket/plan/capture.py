@@ -8,7 +8,8 @@ every replay:
 * transports of ``CAPTURABLE_TRANSPORTS``: NCCL's collectives and point-to-point (PyTorch captures
   them) and the host-staged relay with device signals (constant per-slot flags);
 * ``chunked`` over ``copy_engine`` where :mod:`hocket.core.peer_protocol` runs a barrier protocol
-  (``pull`` or ``put``: the all-gather by rows, and the one-piece reduce-scatter): the order between
+  (``Plan.protocol``, else the automatic choice: ``pull`` or ``put``, the all-gather by rows and the
+  one-piece reduce-scatter; the rule is the ``chunked`` spec's): the order between
   ranks is one device-side barrier of the group, and inside ``CapturedCall`` the call uses slots of its
   own with a second barrier at its end (``hocket.ops.lowering.peer_pull``), so a replay never writes a
   slot a peer may still read;
@@ -18,30 +19,24 @@ every replay:
 
 from __future__ import annotations
 
+from hocket.core.peer_protocol import BARRIER_PROTOCOLS
 from hocket.core.plan import CAPTURABLE_TRANSPORTS, Plan
 from hocket.core.site import Site
-from hocket.core.peer_protocol import peer_protocol_for
+from hocket.strategies import spec
 
-BARRIER_PROTOCOLS = ("pull", "put")
-"""copy-engine protocols whose calls a graph captures (inside ``hocket.ops.CapturedCall`` only)."""
+__all__ = ["BARRIER_PROTOCOLS", "capturable", "capture_refusal", "needs_captured_call"]
 
 
 def capture_refusal(site: Site, plan: Plan) -> str | None:
-    """None when a CUDA graph can capture ``plan`` for ``site``, else why not (one sentence)."""
+    """None when a CUDA graph can capture ``plan`` for ``site``, else why not (one sentence): the
+    transports of ``CAPTURABLE_TRANSPORTS`` always capture; otherwise the strategy's spec decides
+    (``StrategySpec.capture_refusal``), given the generic refusal."""
     if plan.transport in CAPTURABLE_TRANSPORTS or site.world == 1:
         return None
-    if plan.transport == "copy_engine" and plan.strategy == "chunked" and site.kind in ("ag_mm", "mm_rs", "mm_ar"):
-        if site.kind == "ag_mm" and site.dim == -1:
-            return ("copy_engine gathering the last dim (K) runs the mailbox pipeline, which is not captured; "
-                    "gather rows (dim 0) or use a NCCL transport")
-        protocol = peer_protocol_for(site.kind, plan.chunks)
-        if protocol in BARRIER_PROTOCOLS:
-            return None
-        return (f"copy_engine {site.kind} with chunks={plan.chunks} runs the push protocol, whose flag timeouts "
-                f"are checked from the host; the barrier protocols ({', '.join(BARRIER_PROTOCOLS)}) capture: "
-                f"all-gather by rows, or reduce-scatter with chunks=1")
-    return (f"transport={plan.transport!r} with strategy={plan.strategy!r} reports its waits through error "
-            f"buffers the host checks after each call")
+    refusal = (f"transport={plan.transport!r} with strategy={plan.strategy!r} reports its waits through error "
+               f"buffers the host checks after each call")
+    rule = spec(plan.strategy).capture_refusal
+    return refusal if rule is None else rule(site, plan, refusal)
 
 
 def capturable(site: Site, plan: Plan) -> bool:

@@ -17,9 +17,9 @@ pieces, which the host could not keep fed, replayed.
 
 from __future__ import annotations
 
-from hocket.plan.capture import capture_refusal
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.plan.capture import capture_refusal
 
 MODES = ("off", "auto", "on")
 
@@ -51,8 +51,8 @@ def graph_copy_bytes(site: Site) -> tuple[int, int]:
 def graph_copy_ms(site: Site, cluster: object) -> float:
     """Device ms of one replayed call's copies on the group's slowest device: each byte read and written
     once at ``memory_gbps * MEMORY_EFFICIENCY`` (:func:`hocket.cost.compute.memory_ms`), a launch per copy."""
+    from hocket.cost.builder import group_facts
     from hocket.cost.compute import memory_ms
-    from hocket.cost.pipeline import group_facts
 
     device = group_facts(cluster, site.group_ranks, site.dtype)[1]
     nbytes, copies = graph_copy_bytes(site)
@@ -61,14 +61,8 @@ def graph_copy_ms(site: Site, cluster: object) -> float:
 
 def replayable(site: Site, plan: Plan) -> bool:
     """Whether hocket can replay ``plan``'s calls from a graph: a plan a CUDA graph captures
-    (:func:`hocket.plan.capture.capture_refusal`), and the host-staged relay with device signals."""
-    if capture_refusal(site, plan) is not None:
-        return False
-    if plan.transport == "host_staged" and site.world > 1:
-        from hocket.env import host_stage_signal
-
-        return host_stage_signal() == "device"
-    return True
+    (:func:`hocket.plan.capture.capture_refusal`; the host-staged relay signals on the device, so it does)."""
+    return capture_refusal(site, plan) is None
 
 
 def eager_graph_cost_fn(cluster: object, profile: object = None, *, steady_state: bool = False,

@@ -14,16 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hocket.core.plan import Plan
-from hocket.core.site import Site
 from hocket.core.relay_layout import SCRATCH_RING
-from hocket.core.peer_protocol import peer_protocol_for
+from hocket.core.site import Site
+from hocket.strategies import spec
+from hocket.strategies.memory import SIGNAL_BYTES, ceil_div, full_bytes, product_bytes, symmetric_bytes
 
 GIB = 1 << 30
 DEFAULT_BUDGET_FRACTION = 0.25
 """Share of a device's free (or, for a described cluster, total) memory a plan may add."""
 
-SIGNAL_BYTES = 4
-"""One flag per (peer, piece) in a signal pad."""
+__all__ = ["DEFAULT_BUDGET_FRACTION", "GIB", "SIGNAL_BYTES", "MemoryEstimate", "budget_from_memory",
+           "estimate_extra_memory", "live_free_memory_bytes", "over_budget_reason"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,70 +55,25 @@ def _fmt(nbytes: int) -> str:
     return f"{nbytes / (1 << 20):.1f} MiB"
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def estimate_extra_memory(site: Site, plan: Plan) -> MemoryEstimate:
-    """Extra per-rank bytes ``plan`` needs for ``site`` (buffers, symmetric memory, pinned host)."""
-    s, w, c = site.itemsize, site.world, plan.chunks
-    gathered = site.m * site.k * s  # ag_mm: the gathered A
-    product = site.m * site.n * site.num_b * s  # mm_rs/mm_ar: the full partial product
-    full = gathered if site.kind == "ag_mm" else product
-    if site.kind == "ag_mm":
-        # Sequential gathers straight into the returned A: nothing extra. Pipelines
-        # stage two pieces (one in flight, one being multiplied).
-        piece = _ceil_div(site.m, c) * site.k * s
-        workspace = {
-            "sequential": 0, "bulk": 0, "chunked": 2 * piece,
-            "ring": 2 * _ceil_div(site.m, w * c) * site.k * s,
-            "bidir_ring": 4 * _ceil_div(site.m, w * c) * site.k * s,
-            "tile_fused": 0, "substituted": 2 * piece,
-        }[plan.strategy]
-    elif site.kind == "mm_rs":
-        # The reduce-scatter consumes a partial product the caller never sees.
-        piece = _ceil_div(site.m, c) * site.n * site.num_b * s
-        shard_piece = _ceil_div(site.m, w * c) * site.n * site.num_b * s
-        workspace = {
-            "sequential": product, "bulk": product, "chunked": 2 * piece,
-            "ring": 2 * shard_piece, "bidir_ring": 4 * shard_piece,
-            "tile_fused": 0, "substituted": 2 * piece,
-        }[plan.strategy]
-    else:
-        # mm_ar (and the all-to-all kinds): reductions run in place on the output;
-        # substituted (reduce-scatter + all-gather) stages one reduced shard per piece.
-        piece = _ceil_div(site.m, c) * site.n * site.num_b * s
-        workspace = {
-            "sequential": 0, "bulk": 0, "chunked": 0, "ring": 0, "bidir_ring": 0,
-            "tile_fused": 0, "substituted": 2 * _ceil_div(piece, w),
-        }[plan.strategy]
-    if plan.split_sizes is not None and plan.strategy == "chunked" and site.kind in ("ag_mm", "mm_rs"):
-        # uneven pieces: the staging slots hold pieces of each distinct size (largest and smallest)
-        total = max(1, sum(plan.split_sizes))
-        largest, smallest = max(plan.split_sizes), min(plan.split_sizes)
-        staged = full if site.kind == "ag_mm" else product
-        workspace = 2 * _ceil_div(staged * largest, total) + 2 * _ceil_div(staged * smallest, total)
+    """Extra per-rank bytes ``plan`` needs for ``site`` (buffers, symmetric memory, pinned host): the
+    strategy's own buffers and symmetric memory (its spec's ``workspace`` / ``symmetric``), plus what
+    the hierarchy and the host-staged transport add."""
+    strategy = spec(plan.strategy)
+    w, c = site.world, plan.chunks
+    full = full_bytes(site)
+    workspace = strategy.workspace(site, plan)
     if plan.hierarchy == "intra_first":
-        workspace += _ceil_div(full, 2)  # the node-reduced (or node-gathered) intermediate
-    symmetric = 0
-    if plan.transport == "copy_engine" or plan.strategy == "tile_fused":
-        symmetric = full + w * max(c, 1) * SIGNAL_BYTES
-        if plan.strategy == "chunked" and w > 1 and site.kind in ("ag_mm", "mm_rs", "mm_ar"):
-            # the barrier protocols keep two slots (call parity): pull stages this rank's shard (all-gather)
-            # or its partials for every rank (reduce-scatter); put receives every peer's shard
-            protocol = peer_protocol_for(site.kind, max(c, 1))
-            if protocol == "pull":
-                symmetric = 2 * (_ceil_div(full, w) if site.kind == "ag_mm" else full)
-            elif protocol == "put":
-                symmetric = 2 * full
+        workspace += ceil_div(full, 2)  # the node-reduced (or node-gathered) intermediate
+    symmetric = strategy.symmetric(site, plan) if strategy.symmetric is not None else symmetric_bytes(site, plan)
     host = 2 * full if plan.transport == "host_staged" else 0
-    if plan.transport == "host_staged" and plan.strategy != "sequential":
-        workspace += 2 * _ceil_div(full, max(c, 1))  # device side of the staging copies
+    if plan.transport == "host_staged" and strategy.host_staging:
+        workspace += 2 * ceil_div(full, max(c, 1))  # device side of the staging copies
     if plan.transport == "host_staged" and w > 1 and site.kind in ("mm_rs", "mm_ar"):
         # the relay's reduction scratch (hocket.transport.host_relay): every rank's part of each
         # collective, summed once after its copies; a ring of SCRATCH_RING buffers per size that the
         # calls in flight take turns on (a pipeline of one call per piece: pieces of the product each)
-        workspace += SCRATCH_RING * product * (w if site.kind == "mm_ar" else 1)
+        workspace += SCRATCH_RING * product_bytes(site) * (w if site.kind == "mm_ar" else 1)
     return MemoryEstimate(workspace_bytes=int(workspace), symmetric_bytes=int(symmetric),
                           host_pinned_bytes=int(host))
 

@@ -17,7 +17,7 @@ candidates (:func:`offload_candidates`), all ``transport="host_staged"``:
   tile_fused(8) and 2.253 for even chunked(16);
 * ``tile_fused`` (``FUSED_CHUNKS`` flag groups).
 
-:func:`choose_offload_plan` prices them with :func:`hocket.cost.predict` and chooses as the collective
+:func:`choose_offload_plan` prices them with :func:`hocket.strategies.predict` and chooses as the collective
 planner does (``hocket.plan.search.select`` with the per-class and per-piece model error of
 ``hocket.plan.uncertainty``): sequential unless a plan still wins by the margin once its error is counted.
 """
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from hocket.core.pieces import ramp_row_offsets
 from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.plan.search import DEFAULT_MARGIN, select
 from hocket.plan.uncertainty import Uncertainty, uncertainty_from_profile
-from hocket.core.site import Site
 
 OFFLOAD_KINDS = ("h2d_mm", "mm_d2h")
 ALIGN = 128
@@ -92,7 +92,7 @@ def fit_offload_plan(plan: Plan, site: Site) -> Plan:
 def choose_offload_plan(site: Site, cluster=None, profile=None, *, cost=None, margin: float = DEFAULT_MARGIN,
                         fused: bool = True, uncertainty: Uncertainty | None = None) -> tuple[Plan, float, float]:
     """``(plan, predicted_ms, sequential_ms)``: the candidates priced by ``cost(site, plan)`` (ms; default
-    :func:`hocket.cost.predict` on ``cluster`` with ``profile``) and chosen by the planner's rule
+    :func:`hocket.strategies.predict` on ``cluster`` with ``profile``) and chosen by the planner's rule
     (:func:`hocket.plan.search.select`): a plan must beat sequential by more than ``margin`` after its
     prediction is inflated by its class's model error and its pieces' (``uncertainty``; default the
     documented constants, with the classes ``profile`` measured where there is one), and the lowest inflated
@@ -103,7 +103,7 @@ def choose_offload_plan(site: Site, cluster=None, profile=None, *, cost=None, ma
         if cluster is None:
             raise ValueError("choose_offload_plan needs a cluster (hocket.hardware.load_cluster or probe()) "
                              "or a cost function")
-        from hocket.cost.predict import predict
+        from hocket.strategies import predict
 
         def cost(s, p):
             return predict(s, p, cluster, profile).total_ms

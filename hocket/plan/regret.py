@@ -30,10 +30,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.plan.labels import plan_label
 from hocket.plan.search import DEFAULT_MARGIN, CostFn, drop_unmodelled_splits, select, tuning_shortlist
 from hocket.plan.uncertainty import Uncertainty
-from hocket.core.site import Site
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,7 @@
 
 :func:`select` is the solver and takes plain data (plans and their predicted times);
 :func:`search` builds the space for a Site on a cluster and prices it with
-``hocket.cost.predict`` (or any ``cost_fn``); :func:`search_sites` plans many Sites,
+``hocket.strategies.predict`` (or any ``cost_fn``); :func:`search_sites` plans many Sites,
 searching once per group signature (same shapes on a structurally equal group).
 
 Pricing walks each *family* (a plan minus its chunk count) up the chunk ladder and
@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 
 from hocket.core.pieces import split_pattern
 from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.plan.space import PlanSpace, Pruned, SpaceConfig, enumerate_plans, group_facts, simplicity
 from hocket.plan.uncertainty import NO_UNCERTAINTY, Uncertainty, uncertainty_from_profile
-from hocket.core.site import Site
 
 DEFAULT_MARGIN = 0.03
 
@@ -43,7 +43,7 @@ class PricedMs(float):
 
     host_ms: float
 
-    def __new__(cls, ms: float, *, host_ms: float = 0.0) -> "PricedMs":
+    def __new__(cls, ms: float, *, host_ms: float = 0.0) -> PricedMs:
         value = super().__new__(cls, ms)
         value.host_ms = float(host_ms)
         return value
@@ -327,17 +327,18 @@ def price_space(space: PlanSpace, cost_fn: CostFn, *, config: SearchConfig | Non
 
 def predict_cost_fn(cluster: object, profile: object = None, *, steady_state: bool = False,
                     captured: bool = False) -> CostFn:
-    """A CostFn equal to ``hocket.cost.predict(site, plan, cluster, profile, steady_state=..., captured=...).total_ms``.
+    """A CostFn equal to ``hocket.strategies.predict(site, plan, cluster, profile, steady_state=..., captured=...).total_ms``.
 
     It runs predict's two steps itself (``pipeline_stages`` then ``schedule``) so that the
     calibration view and each group's topology are built once, not once per candidate;
     ``tests/unit/test_plan_search.py`` checks it against ``predict``.
     """
-    from hocket.cost import pipeline_stages, schedule
+    from hocket.cost import schedule
     from hocket.cost.calibration import calibration_view
     from hocket.cost.comm import group_topology
     from hocket.cost.predict import prediction_from
     from hocket.cost.steady import host_issue_ms, steady_state_total
+    from hocket.strategies import pipeline_stages
 
     view = calibration_view(profile)
     topologies: dict[tuple[int, ...], object] = {}

@@ -5,8 +5,13 @@ plans; :mod:`hocket.plan.search` prices and picks. The enumerator works on plain
 a :class:`GroupFacts` (what the cluster offers between the group's ranks), built from a
 ClusterSpec by :func:`group_facts`, so tests can hand it a toy group.
 
+Each strategy's rules (the kinds and transports it is enumerated for, its chunk counts, orders,
+hierarchy, uneven pieces, and the variants one plan stands for such as the copy-engine peer
+protocols) are its spec's (:class:`hocket.strategies.StrategySpec`); this module applies them.
+
 Dimensions: strategy x transport x chunks (powers of two and divisors of the split
-rows, up to ``max_chunks``) x order x hierarchy x comm SM budget, plus uneven pieces
+rows, up to ``max_chunks``) x order x hierarchy x comm SM budget (x peer protocol with
+``SpaceConfig.variants``), plus uneven pieces
 (``split_sizes``: a small first piece to fill the pipeline, a small last one to drain
 it, or both; :mod:`hocket.core.pieces`) where the executor honours them: today the
 ``chunked`` executors of ag_mm, mm_rs and mm_ar (``hocket.ops.lowering.chunked``; the
@@ -22,41 +27,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hocket.plan.memory import GIB, budget_from_memory, estimate_extra_memory, over_budget_reason
 from hocket.core.pieces import SPLIT_PATTERNS, ramp_sizes
 from hocket.core.plan import ORDERS, STRATEGIES, TRANSPORTS, Plan
 from hocket.core.site import Site
+from hocket.plan.memory import GIB, budget_from_memory, estimate_extra_memory, over_budget_reason
+from hocket.strategies import StrategySpec, spec, specs
 
 SM_TRANSPORTS = ("collective", "p2p")
 """Transports driven by SMs (NCCL kernels); only these take a ``comm_sms`` budget."""
 
-STRATEGY_KINDS: dict[str, tuple[str, ...]] = {
-    "sequential": ("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a"),
-    "bulk": ("ag_mm", "mm_rs", "mm_ar"),
-    "chunked": ("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a"),
-    "ring": ("ag_mm", "mm_rs"),
-    "bidir_ring": ("ag_mm", "mm_rs"),
-    "tile_fused": ("ag_mm", "mm_rs"),
-    "substituted": ("mm_ar",),
-}
-_KIND_REASONS = {
-    "bulk": "bulk is the one-piece pipeline of ag_mm, mm_rs and mm_ar (hocket.ops.lowering.bulk)",
-    "ring": "a ring passes shards between peers; it needs a sharded operand (ag_mm or mm_rs)",
-    "bidir_ring": "a ring passes shards between peers; it needs a sharded operand (ag_mm or mm_rs)",
-    "tile_fused": "tile_fused kernels exist for ag_mm and mm_rs",
-    "substituted": "substitution replaces an all-reduce by reduce-scatter + all-gather (mm_ar only); "
-                   "ag_mm's P2P-ring substitute is strategy='ring'",
-}
-
-STRATEGY_TRANSPORTS: dict[str, tuple[str, ...]] = {
-    "sequential": ("collective", "copy_engine", "host_staged"),
-    "bulk": ("collective", "copy_engine", "host_staged"),
-    "chunked": ("collective", "copy_engine", "host_staged"),
-    "ring": ("p2p",),
-    "bidir_ring": ("p2p",),
-    "tile_fused": ("copy_engine",),
-    "substituted": ("collective", "copy_engine", "host_staged"),
-}
 _TRANSPORT_REASONS = {
     "collective": "it moves shards peer to peer, not as one collective call",
     "p2p": "it runs whole collectives, not peer-to-peer sends",
@@ -64,15 +43,7 @@ _TRANSPORT_REASONS = {
     "copy_engine": "the copy-engine transport offers collectives (rings post receives before their sends "
                    "exist, which a pull from symmetric memory cannot serve)",
 }
-
-ORDERED_STRATEGIES = ("chunked", "ring", "tile_fused")
-HIERARCHICAL_STRATEGIES = ("sequential", "bulk", "chunked", "substituted")
 HIERARCHICAL_TRANSPORTS = ("collective", "host_staged")
-MIN_CHUNKS = {"sequential": 1, "bulk": 1, "chunked": 2, "substituted": 2,
-              "ring": 1, "bidir_ring": 1, "tile_fused": 1}
-FIXED_CHUNKS = ("sequential", "bulk")
-SPLIT_STRATEGIES = ("chunked",)
-"""strategies whose executor cuts its pieces by ``Plan.split_sizes`` (hocket.ops.lowering.chunked)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +98,14 @@ class SpaceConfig:
     captured: bool = False
     """plans for calls replayed from CUDA graphs: those a graph cannot capture are pruned, with
     :func:`hocket.plan.capture.capture_refusal`'s reason."""
+    variants: bool = False
+    """also enumerate the variants a plan stands for (``StrategySpec.variants``: each named copy-engine peer
+    protocol of ``chunked`` besides the automatic choice, ``Plan.protocol``). The rule: variants are
+    enumerated where a measurement decides (the live planner turns this on when it autotunes, and
+    ``hocket predict --variants`` lists them); a choice by prediction alone keeps the automatic order
+    (:data:`hocket.core.peer_protocol.AUTO_ORDER`, the measured one), because the model's protocol prices
+    are not checked against measurements: on the preset sites it prices a named protocol below the
+    automatic one in 28 of 648 decisions (ag_mm and mm_rs on 2 and 8 H100/H200/A100 ranks)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_chunks, int) or not 1 <= self.max_chunks <= 4096:
@@ -151,6 +130,8 @@ class SpaceConfig:
                 raise ValueError(f"SpaceConfig.{name}={value!r} must be an int >= 1")
         if not isinstance(self.captured, bool):
             raise ValueError(f"SpaceConfig.captured={self.captured!r} must be True or False")
+        if not isinstance(self.variants, bool):
+            raise ValueError(f"SpaceConfig.variants={self.variants!r} must be True or False")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes < 0:
             raise ValueError(f"SpaceConfig.memory_budget_bytes={self.memory_budget_bytes!r} must be >= 0 or None")
 
@@ -215,31 +196,26 @@ def chunk_options(rows: int, max_chunks: int = 64) -> tuple[int, ...]:
 
 
 def split_rows(site: Site, strategy: str) -> int:
-    """Rows of the dimension ``strategy`` cuts into ``chunks`` pieces.
+    """Rows of the dimension ``strategy`` cuts into ``chunks`` pieces (its spec's ``split_rows``).
 
     Pipelines over a row-sharded operand cut each rank's shard (``m / world`` rows);
     a chunked all-reduce, and sites that shard the last dim (``Site.dim == -1``: K
     gathered, N scattered), cut the whole ``m``.
     """
-    if (site.kind == "mm_ar" and strategy != "substituted") or site.dim == -1:
-        return site.m
-    return max(1, site.m // site.world)
+    return spec(strategy).split_rows(site)
 
 
 def gemm_rows(site: Site, strategy: str, chunks: int) -> int:
     """Rows of each GEMM the plan issues (ring steps over row shards multiply one shard piece)."""
-    if strategy in ("ring", "bidir_ring") and site.dim != -1:
-        return site.m // (site.world * chunks)
-    if strategy == "tile_fused":
-        return site.m
-    return site.m // chunks
+    return spec(strategy).gemm_rows(site, chunks)
 
 
 def simplicity(plan: Plan) -> tuple:
     """Tie-break key: among equally fast plans, prefer the simpler one."""
     return (STRATEGIES.index(plan.strategy), plan.chunks, ORDERS.index(plan.order),
             TRANSPORTS.index(plan.transport), plan.hierarchy is not None, plan.comm_sms or 0,
-            plan.substitute or "", plan.split_sizes is not None, plan.split_sizes or ())
+            plan.substitute or "", plan.split_sizes is not None, plan.split_sizes or (), plan.protocol is not None,
+            plan.protocol or "")
 
 
 def baseline_plan(facts: GroupFacts, site: Site) -> Plan:
@@ -263,7 +239,7 @@ def enumerate_plans(site: Site, facts: GroupFacts, config: SpaceConfig | None = 
     candidates: list[Plan] = [baseline]
     pruned: list[Pruned] = []
     for strategy in config.strategies:
-        _enumerate_strategy(site, facts, config, budget, strategy, baseline, candidates, pruned)
+        _enumerate_strategy(site, facts, config, budget, spec(strategy), baseline, candidates, pruned)
     if config.captured:
         from hocket.plan.capture import capture_refusal
 
@@ -274,29 +250,25 @@ def enumerate_plans(site: Site, facts: GroupFacts, config: SpaceConfig | None = 
                      memory_budget_bytes=budget)
 
 
-def _strategy_reason(site: Site, strategy: str) -> str | None:
+def _strategy_reason(site: Site, strategy: StrategySpec) -> str | None:
     if site.world == 1:
         return "world=1: the group has one rank, nothing to communicate; only the baseline runs"
-    if site.kind not in STRATEGY_KINDS[strategy]:
-        return f"{strategy} does not apply to {site.kind}: {_KIND_REASONS.get(strategy, '')}".rstrip(": ")
-    if strategy == "bidir_ring" and site.world == 2:
-        return "world=2: both ring directions reach the same single peer, so bidir_ring is ring"
-    return None
+    if site.kind not in strategy.planned_kinds:
+        return f"{strategy.name} does not apply to {site.kind}: {strategy.kind_reason}".rstrip(": ")
+    return strategy.site_reason(site) if strategy.site_reason is not None else None
 
 
-def _transport_reason(site: Site, facts: GroupFacts, strategy: str, transport: str) -> str | None:
-    if transport not in STRATEGY_TRANSPORTS[strategy]:
-        why = _TRANSPORT_REASONS.get(transport, f"it needs one of {STRATEGY_TRANSPORTS[strategy]}")
-        if strategy == "tile_fused":
-            why = "its kernels read peers' symmetric memory, which needs the copy_engine transport"
-        return f"{strategy} cannot use transport={transport!r}: {why}"
+def _transport_reason(site: Site, facts: GroupFacts, strategy: StrategySpec, transport: str) -> str | None:
+    if transport not in strategy.transports:
+        why = strategy.transport_reason or _TRANSPORT_REASONS.get(transport, f"it needs one of {strategy.transports}")
+        return f"{strategy.name} cannot use transport={transport!r}: {why}"
     if transport not in facts.transports:
         note = facts.notes.get(transport)
         offered = ", ".join(sorted(facts.transports)) or "none"
         return (f"the cluster offers no {transport!r} transport between ranks {_ranks(site)} "
                 f"(offered: {offered})" + (f": {note}" if note else ""))
-    if strategy == "tile_fused" and facts.nodes > 1:
-        return "tile_fused needs every rank's symmetric memory in reach, but the group spans nodes"
+    if strategy.one_node and facts.nodes > 1:
+        return f"{strategy.name} needs every rank's symmetric memory in reach, but the group spans nodes"
     return None
 
 
@@ -307,22 +279,22 @@ def _ranks(site: Site) -> str:
     return str(list(ranks)) if len(ranks) <= 6 else f"{list(ranks[:4])}+{len(ranks) - 4} more"
 
 
-def _chunk_reason(site: Site, config: SpaceConfig, strategy: str, chunks: int) -> str | None:
-    rows = split_rows(site, strategy)
+def _chunk_reason(site: Site, config: SpaceConfig, strategy: StrategySpec, chunks: int) -> str | None:
+    rows = strategy.split_rows(site)
     if chunks > rows:
         return f"chunks={chunks} > {rows} rows to split: some pieces would be empty"
-    if strategy == "tile_fused":
+    if not strategy.checks_gemm_rows:
         return None
-    piece = gemm_rows(site, strategy, chunks)
+    piece = strategy.gemm_rows(site, chunks)
     if piece < config.min_gemm_rows:
         return (f"chunks={chunks} gives GEMM pieces of {piece} rows, under min_gemm_rows={config.min_gemm_rows} "
                 f"(tiny GEMMs waste the device)")
     return None
 
 
-def _hierarchy_options(site: Site, facts: GroupFacts, strategy: str, transport: str,
+def _hierarchy_options(site: Site, facts: GroupFacts, strategy: StrategySpec, transport: str,
                        template: Plan, pruned: list[Pruned]) -> tuple[str | None, ...]:
-    if strategy not in HIERARCHICAL_STRATEGIES or transport not in HIERARCHICAL_TRANSPORTS:
+    if not strategy.hierarchical or transport not in HIERARCHICAL_TRANSPORTS:
         return (None,)
     if facts.nodes == 1:
         reason = "hierarchy='intra_first' needs a group that spans nodes; this one lies in one node"
@@ -334,9 +306,9 @@ def _hierarchy_options(site: Site, facts: GroupFacts, strategy: str, transport: 
     return (None,)
 
 
-def _sms_options(facts: GroupFacts, config: SpaceConfig, strategy: str, transport: str,
+def _sms_options(facts: GroupFacts, config: SpaceConfig, strategy: StrategySpec, transport: str,
                  template: Plan, pruned: list[Pruned]) -> tuple[int | None, ...]:
-    if strategy == "sequential" or transport not in SM_TRANSPORTS or facts.sm_count is None:
+    if not strategy.comm_sms or transport not in SM_TRANSPORTS or facts.sm_count is None:
         return (None,)
     options: list[int | None] = []
     for sms in config.comm_sms_options:
@@ -348,8 +320,8 @@ def _sms_options(facts: GroupFacts, config: SpaceConfig, strategy: str, transpor
     return tuple(options)
 
 
-def _orders(site: Site, strategy: str, template: Plan, pruned: list[Pruned]) -> tuple[str, ...]:
-    if strategy not in ORDERED_STRATEGIES:
+def _orders(site: Site, strategy: StrategySpec, template: Plan, pruned: list[Pruned]) -> tuple[str, ...]:
+    if not strategy.ordered:
         return ("natural",)
     if site.kind == "mm_ar":
         pruned.append(Pruned(plan=template.with_(order="local_first"),
@@ -359,26 +331,23 @@ def _orders(site: Site, strategy: str, template: Plan, pruned: list[Pruned]) -> 
 
 
 def runs_single_piece_pipeline(site: Site, plan: Plan) -> bool:
-    """Whether ``chunked`` with one piece is a pipeline of its own rather than ``bulk``: the
-    executors that multiply this rank's own data beside the transfer (the copy-engine peer pipe,
-    ``order="local_first"``: hocket.ops.lowering.peer_chunked) overlap even with one piece, so
-    ``chunks=1`` is enumerated for them (2xH200 run9: chunked(1)/copy_engine was the fastest plan
-    of ag_mm 8192x8192x7168 and mm_rs 8192x14336x8192)."""
-    return plan.strategy == "chunked" and site.world > 1 and (plan.transport == "copy_engine"
-                                                             or plan.order == "local_first")
+    """Whether ``plan`` with one piece is a pipeline of its own rather than ``bulk`` (its spec's
+    ``single_piece``: for ``chunked``, the executors that multiply this rank's own data beside the
+    transfer, so ``chunks=1`` is enumerated for them)."""
+    strategy = spec(plan.strategy)
+    return strategy.single_piece is not None and strategy.single_piece(site, plan)
 
 
-def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budget: int | None, strategy: str,
-                        baseline: Plan, candidates: list[Plan], pruned: list[Pruned]) -> None:
-    substitute = "rs_ag" if strategy == "substituted" else None
-    head = Plan(strategy=strategy, substitute=substitute, chunks=MIN_CHUNKS[strategy])
+def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budget: int | None,
+                        strategy: StrategySpec, baseline: Plan, candidates: list[Plan], pruned: list[Pruned]) -> None:
+    head = strategy.head()
     reason = _strategy_reason(site, strategy)
     if reason:
         if head != baseline:
             pruned.append(Pruned(plan=head, reason=reason))
         return
-    chunk_list = (1,) if strategy in FIXED_CHUNKS else tuple(
-        c for c in chunk_options(split_rows(site, strategy), config.max_chunks) if c >= MIN_CHUNKS[strategy])
+    chunk_list = (1,) if strategy.fixed_chunks else tuple(
+        c for c in chunk_options(strategy.split_rows(site), config.max_chunks) if c >= strategy.min_chunks)
     valid_chunks = []
     for chunks in chunk_list:
         reason = _chunk_reason(site, config, strategy, chunks)
@@ -386,7 +355,8 @@ def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budg
             pruned.append(Pruned(plan=head.with_(chunks=chunks), reason=reason))
         else:
             valid_chunks.append(chunks)
-    one_piece = strategy == "chunked" and 1 not in valid_chunks and _chunk_reason(site, config, strategy, 1) is None
+    one_piece = (strategy.single_piece is not None and 1 not in valid_chunks
+                 and _chunk_reason(site, config, strategy, 1) is None)
     orders = _orders(site, strategy, head, pruned)
     splits = _split_options(site, config, strategy, head, valid_chunks, pruned)
     for transport in config.transports:
@@ -399,19 +369,21 @@ def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budg
         sms_list = _sms_options(facts, config, strategy, transport, plan_t, pruned)
         for chunks in ([1] if one_piece else []) + valid_chunks:
             for order in orders:
-                if chunks == 1 and one_piece and not runs_single_piece_pipeline(site, plan_t.with_(order=order)):
+                if chunks == 1 and one_piece and not strategy.single_piece(site, plan_t.with_(order=order)):
                     continue
-                if order != "natural" and strategy == "chunked" and transport == "copy_engine" and site.world > 1:
-                    if chunks == valid_chunks[0]:
-                        pruned.append(Pruned(plan=plan_t.with_(order=order), reason=(
-                            "the copy-engine peer pipe (hocket.ops.lowering.peer_chunked) runs one order whatever "
-                            "plan.order says: its other orders are the natural plan again")))
-                    continue
+                if order != "natural" and strategy.order_reason is not None:
+                    why = strategy.order_reason(site, plan_t.with_(order=order))
+                    if why:
+                        if chunks == valid_chunks[0]:
+                            pruned.append(Pruned(plan=plan_t.with_(order=order), reason=why))
+                        continue
                 for hierarchy in hierarchies:
                     for sms in sms_list:
                         plan = plan_t.with_(chunks=chunks, order=order, hierarchy=hierarchy, comm_sms=sms)
-                        if plan != baseline:
-                            _add(site, plan, budget, candidates, pruned)
+                        variants = strategy.variants(site, plan) if config.variants and strategy.variants else (plan,)
+                        for variant in variants:
+                            if variant != baseline:
+                                _add(site, variant, budget, candidates, pruned)
                         if order != "natural":
                             continue
                         for sizes in splits.get(chunks, ()):
@@ -426,22 +398,22 @@ def _add(site: Site, plan: Plan, budget: int | None, candidates: list[Plan], pru
         candidates.append(plan)
 
 
-def _split_options(site: Site, config: SpaceConfig, strategy: str, head: Plan, valid_chunks: list[int],
+def _split_options(site: Site, config: SpaceConfig, strategy: StrategySpec, head: Plan, valid_chunks: list[int],
                    pruned: list[Pruned]) -> dict[int, list[tuple[int, ...]]]:
     """chunks -> uneven ``split_sizes`` to try with it (order 'natural' only: the ramp is in
     processing order); the shapes that do not fit are pruned with the reason, once per strategy."""
-    if not config.split_patterns or strategy in FIXED_CHUNKS:
+    if not config.split_patterns or strategy.fixed_chunks:
         return {}
-    rows = split_rows(site, strategy)
-    if strategy not in SPLIT_STRATEGIES:
-        sizes = ramp_sizes(rows, max(2, MIN_CHUNKS[strategy]), "fill", align=1)
+    rows = strategy.split_rows(site)
+    if not strategy.split:
+        sizes = ramp_sizes(rows, max(2, strategy.min_chunks), "fill", align=1)
         if sizes is not None:
             pruned.append(Pruned(plan=head.with_(chunks=len(sizes), split_sizes=sizes),
-                                 reason=f"the {strategy} executor cuts its pieces evenly and ignores split_sizes; "
-                                        f"uneven pieces are enumerated for {SPLIT_STRATEGIES} only"))
+                                 reason=f"the {strategy.name} executor cuts its pieces evenly and ignores "
+                                        f"split_sizes; uneven pieces are enumerated for {split_strategies()} only"))
         return {}
     options: dict[int, list[tuple[int, ...]]] = {}
-    rows_per_gemm_row = site.m / rows if strategy == "chunked" and site.kind != "mm_ar" and site.dim != -1 else 1
+    rows_per_gemm_row = site.m / rows if site.kind != "mm_ar" and site.dim != -1 else 1
     for chunks in valid_chunks:
         if chunks > config.split_max_chunks:
             pruned.append(Pruned(plan=head.with_(chunks=chunks, split_sizes=(rows,)),
@@ -466,3 +438,8 @@ def _split_options(site: Site, config: SpaceConfig, strategy: str, head: Plan, v
                 continue
             options.setdefault(chunks, []).append(sizes)
     return options
+
+
+def split_strategies() -> tuple[str, ...]:
+    """Strategies whose executor cuts its pieces by ``Plan.split_sizes`` (their spec's ``split``)."""
+    return tuple(s.name for s in specs() if s.split)

@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hocket.core.plan import Plan
+from hocket.strategies import spec
 
 PLAN_CLASSES = ("sequential", "pipelined", "copy_engine", "ring", "tile_fused", "host_staged")
 
@@ -138,15 +139,15 @@ over the relay lines of runs 22-28 and 31, old profile) against 0.04 with the pr
 
 
 def plan_class(plan: Plan) -> str:
-    """The class of ``plan`` (one of ``PLAN_CLASSES``) whose error applies to it."""
-    if plan.strategy == "sequential":
+    """The class of ``plan`` (one of ``PLAN_CLASSES``) whose error applies to it: its spec's
+    ``error_class``; a pipelined plan (and any but the baseline over ``host_staged``) by its transport."""
+    error_class = spec(plan.strategy).error_class
+    if error_class == "sequential":
         return "sequential"
     if plan.transport == "host_staged":
         return "host_staged"
-    if plan.strategy in ("ring", "bidir_ring"):
-        return "ring"
-    if plan.strategy == "tile_fused":
-        return "tile_fused"
+    if error_class != "pipelined":
+        return error_class
     if plan.transport == "copy_engine":
         return "copy_engine"
     return "pipelined"

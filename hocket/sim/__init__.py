@@ -1,7 +1,7 @@
 """hocket.sim: discrete-event simulation of plans, sites and whole training steps.
 
 * ``engine``: tasks on exclusive in-order resources, dependencies, contention (``simulate``);
-* ``site``: one Site under one Plan from ``hocket.cost.pipeline_stages`` (``simulate_site``);
+* ``site``: one Site under one Plan from ``hocket.strategies.pipeline_stages`` (``simulate_site``);
 * ``step``: a ``hocket.models.StepGraph`` under 1F1B across rank classes (``simulate_step``);
 * ``layout``: rank placement and the symmetry reduction (``rank_classes``);
 * ``trace`` / ``plot``: Chrome-trace JSON and PNG timeline; ``metrics``: utilisation, exposed comm.

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 NO_SLOWDOWN: Mapping[str, float] = {}
 

@@ -8,8 +8,8 @@ communication that no computation hides. *Idle* is time with nothing running at 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from hocket.sim.engine import Timeline
 

@@ -31,10 +31,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from hocket.core.site import Site
 from hocket.plan.labels import plan_label
 from hocket.plan.search import SearchConfig, SearchResult, search_sites
 from hocket.plan.space import SpaceConfig
-from hocket.core.site import Site
 
 REPORT_VERSION = 2
 """2: predicted_step_ms is a step time (sites + compute + pipeline fill/drain); sites_only added."""
@@ -126,8 +126,8 @@ def plan_model(model: object, cluster: object, *, tp: int, pp: int = 1, dp: int 
 
 def _add_compute(graph, cluster, profile, per_stage: list[dict]) -> None:
     """Add each stage's non-communicating compute (per micro-batch, per step) and step time."""
-    from hocket.models.graph import ComputeOp
     from hocket.core.plan import Plan
+    from hocket.models.graph import ComputeOp
     from hocket.sim.pricing import Pricer
 
     pricer = Pricer(cluster, profile=profile, choose_plan=lambda site: Plan())

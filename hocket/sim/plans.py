@@ -17,9 +17,9 @@ default plan. ``per_stage`` layer counts, when present, fix the pipeline partiti
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from hocket.core.plan import Plan
 from hocket.core.site import canonical_dtype

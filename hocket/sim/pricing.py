@@ -1,7 +1,7 @@
 """Durations and contention factors of a StepGraph's nodes on one rank class.
 
 Everything here is a thin mapping onto ``hocket.cost`` so that the simulator and the cost
-model agree: a ``Site`` becomes ``hocket.cost.pipeline_stages`` (the very stage list
+model agree: a ``Site`` becomes ``hocket.strategies.pipeline_stages`` (the very stage list
 ``predict`` schedules); a ``ComputeOp`` is priced with ``hocket.cost.compute`` (GEMM wave
 model, memory roofline); a ``CommOp`` with ``hocket.cost.comm`` (alpha-beta per algorithm
 and topology) and ``hocket.cost.contention`` (slowdown factors).
@@ -13,8 +13,8 @@ roughly 0.5-0.75 of peak on Hopper/Ampere), bounded below by its memory traffic.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping
 
 from hocket.core.plan import Plan
 
@@ -64,8 +64,8 @@ class Pricer:
     # -- sites ----------------------------------------------------------------------
     def site(self, site, ranks: tuple[int, ...]) -> SitePricing:
         """Stage list of ``site`` run by the TP group ``ranks`` (the class's representative)."""
-        from hocket.cost import pipeline_stages
         from hocket.cost.candidates import sequential_plan
+        from hocket.strategies import pipeline_stages
 
         plan = self.choose_plan(site)  # asked with the StepGraph's own site (its key names DP replica 0)
         if ranks and tuple(site.group_ranks) != tuple(ranks):
@@ -88,8 +88,8 @@ class Pricer:
 
     # -- compute ops ----------------------------------------------------------------
     def compute(self, op, device) -> Priced:
-        from hocket.cost.compute import achievable_tflops, gemm_ms, launch_ms, memory_ms
         from hocket.core.site import DTYPE_BYTES
+        from hocket.cost.compute import achievable_tflops, gemm_ms, launch_ms, memory_ms
 
         key = ("compute", op, device)
         hit = self._ops.get(key)

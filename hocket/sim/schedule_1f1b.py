@@ -8,7 +8,7 @@ stage; every backward needs the backward on the next stage and its own forward.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 
 def _check(num_stages: int, num_microbatches: int) -> None:

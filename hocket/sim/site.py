@@ -1,6 +1,6 @@
 """One Site under one Plan: the cost model's stage pipeline, run by the engine.
 
-``add_stages`` puts a stage list (``hocket.cost.pipeline_stages``) into a TaskGraph for a
+``add_stages`` puts a stage list (``hocket.strategies.pipeline_stages``) into a TaskGraph for a
 group of owners: each compute stage runs on every member's ``compute`` resource, each
 transfer stage is *one* task across every member's transfer resource (so the slowest
 member gates it). With one member standing for a class of identical ranks, the result
@@ -11,8 +11,8 @@ is the class-reduced simulation; with one member per rank, the explicit one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from hocket.sim.engine import TaskGraph, Timeline, simulate
 
@@ -152,10 +152,9 @@ def simulate_site(site, plan, cluster, profile=None, *, explicit_ranks: bool = F
     ``explicit_ranks=True`` every rank of the group is simulated as its own owner and the
     transfers span all of them (same answer for identical ranks; slower, for checking).
     """
-    from hocket.cost import pipeline_stages
     from hocket.core.plan import Plan, as_plan
-
     from hocket.core.site import Site
+    from hocket.strategies import pipeline_stages
 
     if not isinstance(site, Site):
         raise TypeError(f"site={site!r} must be a hocket.Site")

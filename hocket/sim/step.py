@@ -3,7 +3,7 @@
 For every replica class (``layout.rank_classes``) and pipeline stage, the stage's nodes of
 one micro-batch (``hocket.models.StepGraph``) are repeated per micro-batch in 1F1B order:
 
-* a ``Site`` becomes its plan's stage list (``hocket.cost.pipeline_stages``), compute on
+* a ``Site`` becomes its plan's stage list (``hocket.strategies.pipeline_stages``), compute on
   the class's ``compute`` resource, transfers on ``link``/``copy_engine``/``host``;
 * a ``ComputeOp`` is one compute task; a TP-axis ``CommOp`` one task on ``link``;
 * a pipeline ``send_recv`` is one task on the sender's ``pp.send_next``/``pp.send_prev``
@@ -20,17 +20,17 @@ result is the same for identical ranks, which the tests check).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
-from hocket.models.graph import CommOp, ComputeOp
 from hocket.core.plan import Plan, as_plan
+from hocket.core.site import Site
+from hocket.models.graph import CommOp, ComputeOp
 from hocket.sim.engine import TaskGraph, Timeline, simulate
 from hocket.sim.layout import ParallelLayout, ReplicaClass, rank_classes
 from hocket.sim.pricing import Pricer
 from hocket.sim.schedule_1f1b import global_order
 from hocket.sim.site import CompiledStages
-from hocket.core.site import Site
 
 EXPLICIT_RANK_LIMIT = 4096
 """Refuse explicit per-rank simulation above this many ranks (use the class reduction)."""

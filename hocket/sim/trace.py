@@ -10,8 +10,8 @@ metadata events (``ph: "M"``), as the format expects.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from hocket.sim.engine import Timeline
 

@@ -1,1 +1,32 @@
-"""The strategy registry (filled in by the registry change)."""
+"""hocket.strategies: one spec per strategy, and the registry that holds them (plain Python: no
+torch.distributed, no Triton, no transport or operator code).
+
+A :class:`StrategySpec` says which site kinds a strategy serves, how the plan space enumerates it, how
+the cost model prices it (its cost builder over :class:`hocket.cost.builder.StageBuilder`), its extra
+memory and whether a CUDA graph captures it. Executors in :mod:`hocket.ops` register against a spec's
+name. :func:`predict` / :func:`pipeline_stages` price a plan with its spec's cost builder. Importing the
+package registers the built-in specs, one per name of :data:`hocket.core.plan.STRATEGIES`.
+"""
+
+from hocket.strategies import bidir_ring, bulk, chunked, ring, sequential, substituted, tile_fused
+from hocket.strategies.pricing import pipeline_stages, predict
+from hocket.strategies.registry import (
+    REGISTRY,
+    Registry,
+    planned_for,
+    priced_for,
+    register_spec,
+    spec,
+    specs,
+    strategies_for,
+)
+from hocket.strategies.spec import OFFLOAD_KINDS, OPERATOR_KINDS, StrategySpec
+
+for _module in (sequential, bulk, chunked, ring, bidir_ring, tile_fused, substituted):
+    register_spec(_module.SPEC)
+del _module
+
+__all__ = [
+    "OFFLOAD_KINDS", "OPERATOR_KINDS", "REGISTRY", "Registry", "StrategySpec", "pipeline_stages", "planned_for",
+    "predict", "priced_for", "register_spec", "spec", "specs", "strategies_for",
+]

@@ -3,7 +3,8 @@ through symmetric memory (no SMs for the data, no NCCL kernels).
 
 This is the transport object the stream-level executors call (``all_gather``,
 ``reduce_scatter``, ``all_reduce``). Each (group, device) gets one :class:`Mailbox`: a
-symmetric staging area of ``HOCKET_SYMM_MAILBOX_MB`` and a copy stream, created on the
+symmetric staging area of :attr:`~hocket.core.sizes.TransportSizes.mailbox_bytes` (default 256 MiB, the
+sizes in force when the transport was made) and a copy stream, created on the
 first transfer (every rank reaches it at the same call: the operators agree first) and
 freed by :func:`close_mailboxes`. A transfer is *pull*-based, on the copy stream:
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from hocket import env
+from hocket.core.sizes import DEFAULT_SIZES, TransportSizes, sizes_in_force
 from hocket.transport.group import GroupHandle
 from hocket.transport.per_group import PerGroup, require_cuda, require_nccl, rounds
 from hocket.transport.stream_pending import StreamPending
@@ -34,7 +35,10 @@ from hocket.transport.symm_mem import SymmBuffer
 class Mailbox:
     """Symmetric staging area, copy stream and scratch buffers of one (group, device)."""
 
-    def __init__(self, group: GroupHandle, device: torch.device, nbytes: int) -> None:
+    def __init__(self, group: GroupHandle, device: torch.device, nbytes: int = DEFAULT_SIZES.mailbox_bytes) -> None:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
+            raise ValueError(f"nbytes={nbytes!r} must be a positive int: the mailbox's bytes "
+                             f"(TransportSizes.mailbox_bytes, default {DEFAULT_SIZES.mailbox_bytes})")
         self.rank, self.world = group.rank, group.world
         self.device = device
         self.buf = SymmBuffer(group=group, device=device, regions=[("mail", (nbytes,), torch.uint8)])
@@ -71,12 +75,20 @@ class Mailbox:
         self.buf.close()
 
 
-MAILBOXES: PerGroup[Mailbox] = PerGroup(lambda group, device: Mailbox(group, device, env.symm_mailbox_bytes()))
+MAILBOXES: dict[int, PerGroup[Mailbox]] = {}
+"""One mailbox per (group, device) and size in bytes (every rank switches sizes alike: they are agreed)."""
+
+
+def mailboxes_for(nbytes: int = DEFAULT_SIZES.mailbox_bytes) -> PerGroup[Mailbox]:
+    """The mailboxes of ``nbytes`` bytes (made on first use)."""
+    if nbytes not in MAILBOXES:
+        MAILBOXES[nbytes] = PerGroup(lambda group, device: Mailbox(group, device, nbytes))
+    return MAILBOXES[nbytes]
 
 
 def close_mailboxes(group_name: str | None = None) -> int:
     """Free the mailboxes (all, or those of one group); call on every rank. Returns how many."""
-    return MAILBOXES.close(group_name)
+    return sum(boxes.close(group_name) for boxes in MAILBOXES.values())
 
 
 class CopyEngineTransport:
@@ -84,13 +96,18 @@ class CopyEngineTransport:
 
     name = "copy_engine"
 
-    def __init__(self, group: GroupHandle) -> None:
+    def __init__(self, group: GroupHandle, sizes: TransportSizes | None = None) -> None:
         require_nccl(group, self.name, "needs a NCCL group of GPUs on one node")
+        if sizes is not None and not isinstance(sizes, TransportSizes):
+            raise TypeError(f"sizes={sizes!r} must be a hocket.core.sizes.TransportSizes, or None for the sizes "
+                            f"in force (hocket.core.sizes.sizes_in_force())")
         self.group = group
+        self.sizes = sizes_in_force() if sizes is None else sizes
+        """its mailbox's size (default: the sizes in force when it was made)"""
 
     def _box(self, t: torch.Tensor) -> Mailbox:
         require_cuda(t, self.name)
-        return MAILBOXES.get(self.group, t.device)
+        return mailboxes_for(self.sizes.mailbox_bytes).get(self.group, t.device)
 
     def _begin(self, box: Mailbox, *tensors: torch.Tensor) -> None:
         """The copy stream follows the caller's stream; ``tensors`` (used on it) stay allocated until it is done."""

@@ -190,7 +190,7 @@ class HostStagedContext:
         self._buffers.clear()
         self._closed = True
 
-    def __enter__(self) -> "HostStagedContext":
+    def __enter__(self) -> HostStagedContext:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -33,9 +33,11 @@ SM_DRIVEN = ("collective", "p2p")
 """transports whose kernels run on SMs (NCCL): a plan's ``comm_sms`` picks their communicator."""
 
 
-def get_transport(name: str, group: GroupHandle, *, comm_sms: int | None = None):
+def get_transport(name: str, group: GroupHandle, *, comm_sms: int | None = None, sizes: object = None):
     """The transport ``name`` on ``group``; for SM-driven transports with ``comm_sms`` set, on the
-    capped communicator that :mod:`hocket.transport.sm_budget` made for the group (if any)."""
+    capped communicator that :mod:`hocket.transport.sm_budget` made for the group (if any). ``sizes``
+    (a :class:`hocket.core.sizes.TransportSizes`, for the copy-engine and host-staged transports) is passed
+    to the factory as ``sizes=``; None leaves it out (the transport then uses the sizes in force)."""
     try:
         factory = _FACTORIES[name]
     except KeyError:
@@ -49,4 +51,4 @@ def get_transport(name: str, group: GroupHandle, *, comm_sms: int | None = None)
         picked = budget_group(group, comm_sms)
         if picked is not None:
             group = picked[1]
-    return factory(group)
+    return factory(group) if sizes is None else factory(group, sizes=sizes)

@@ -1,6 +1,6 @@
 """A watchdog that bounds the stream waits of the host-staged relay's device signals.
 
-With ``HOCKET_HOST_STAGE_SIGNAL=device`` the relay's copy streams wait for the peers' slot
+The relay's copy streams wait for the peers' slot
 flags with ``cuStreamWaitValue32`` (``hocket.kernels.stream_memops``), which has no timeout: a
 peer that stops would leave this rank's streams, and any host sync behind them, waiting forever.
 
@@ -46,7 +46,7 @@ class RelayWatchdog:
         self._on_start = on_start
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "RelayWatchdog":
+    def start(self) -> RelayWatchdog:
         self._thread = threading.Thread(target=self._run, name=f"hocket-watchdog-{self.name}", daemon=True)
         self._thread.start()
         return self

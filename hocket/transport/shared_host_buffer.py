@@ -78,7 +78,7 @@ class SharedHostBuffer:
             self._registered = True
 
     @classmethod
-    def create(cls, path: str | os.PathLike, *, nbytes: int, num_chunks: int) -> "SharedHostBuffer":
+    def create(cls, path: str | os.PathLike, *, nbytes: int, num_chunks: int) -> SharedHostBuffer:
         if not isinstance(nbytes, int) or nbytes < 1:
             raise ValueError(f"nbytes={nbytes!r} must be a positive int (data bytes of the largest message)")
         if not isinstance(num_chunks, int) or num_chunks < 1:
@@ -95,7 +95,7 @@ class SharedHostBuffer:
         return cls(path, owner=True)
 
     @classmethod
-    def attach(cls, path: str | os.PathLike, *, timeout_s: float | None = None) -> "SharedHostBuffer":
+    def attach(cls, path: str | os.PathLike, *, timeout_s: float | None = None) -> SharedHostBuffer:
         """Map a buffer another process created (waits for the file to appear)."""
         path = Path(path)
         deadline = time.monotonic() + (env.wait_timeout_s() if timeout_s is None else timeout_s)
@@ -212,7 +212,7 @@ class SharedHostBuffer:
         if self.owner and self.path.exists():
             self.path.unlink()
 
-    def __enter__(self) -> "SharedHostBuffer":
+    def __enter__(self) -> SharedHostBuffer:
         return self
 
     def __exit__(self, *exc) -> None:

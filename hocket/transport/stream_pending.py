@@ -24,7 +24,7 @@ class StreamPending:
         skips torch's lookup of the current device, ~10 us of host time per wait)"""
 
     @classmethod
-    def after(cls, stream: torch.cuda.Stream, *, what: str) -> "StreamPending":
+    def after(cls, stream: torch.cuda.Stream, *, what: str) -> StreamPending:
         """A pending transfer that ends with the work enqueued on ``stream`` so far."""
         return cls(stream.record_event(), what=what)
 

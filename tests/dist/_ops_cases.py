@@ -10,6 +10,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import hocket.ops as H
 from hocket.launch.same_case import rank_generator
 from hocket.ops.reference import all_gather_matmul_global, matmul_all_reduce_global, matmul_reduce_scatter_global
+from hocket.ops.executors import supported
 
 
 def operand(seed: int, rank: int, shape, dtype: str, *, salt: int = 0) -> torch.Tensor:
@@ -82,7 +83,7 @@ def sweep(kind: str, dtype: str, seed: int) -> int:
     """Every strategy x dim x a few chunk counts for ``kind`` on uneven shapes; returns the number of checks."""
     w = dist.get_world_size()
     count = 0
-    for strategy in H.SUPPORTED[kind]:
+    for strategy in supported(kind):
         for chunks in (1, 3):
             for shape, dim, ns, extra in _sweep_shapes(kind, w):
                 case = dict(kind=kind, strategy=strategy, chunks=chunks, shape=shape, dim=dim, ns=ns, dtype=dtype,

@@ -55,10 +55,13 @@ def bad_on_one_rank(which: str, bad_rank: int) -> None:
 def disagree(which: str, odd_rank: int) -> None:
     """Locally valid calls that differ on ``odd_rank``, as first calls: the pool's ranks may have agreed on
     the other ranks' call in an earlier test (random shapes elsewhere can hit these), and a cached agreement
-    skips the exchange by design (hocket.ops.agreement), which here would leave the odd rank exchanging alone."""
+    skips the exchange by design (hocket.ops.agreement), which here would leave the odd rank exchanging alone;
+    so does a call prepared before (hocket.ops.dispatch), so both caches are cleared."""
+    from hocket.ops import dispatch
     from hocket.ops.agreement import clear_agreement_cache
 
     clear_agreement_cache()
+    dispatch.clear_prepared_cache()
     g = dist.group.WORLD
     odd = dist.get_rank() == odd_rank
     if which == "k":

@@ -6,8 +6,10 @@ import random
 
 import pytest
 
-from hocket.ops.planning import SUPPORTED
+from hocket.ops.executors import supported_table
 from _eager_cases import compare_paths
+
+SUPPORTED = supported_table()
 
 STRATEGIES = sorted(set(SUPPORTED["ag_mm"]) & set(SUPPORTED["mm_rs"]) & set(SUPPORTED["mm_ar"]))
 

@@ -7,8 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hocket.ops.planning import SUPPORTED
+from hocket.ops.executors import supported_table
 from _ops_cases import run_case, sweep
+
+SUPPORTED = supported_table()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from _nccl_cases import _case_sizes, _operand  # every rank draws every rank's operands from one seed
 
 import hocket.ops as H
-from _nccl_cases import _operand  # every rank draws every rank's operands from one seed
+from hocket.core.sizes import using_sizes
 from hocket.env import overridden
 from hocket.ops.reference import all_gather_matmul_global, matmul_all_reduce_global, matmul_reduce_scatter_global
 
@@ -50,7 +51,7 @@ def _call(kind: str, plan: dict):
 def run_captured(case: dict) -> int:
     """Capture one call of ``case["plan"]``, then ``case["calls"]`` times: replay it with fresh operands,
     and (every other time) run an eager call too, no sync between calls; checks every result at the end."""
-    with overridden(case.get("env") or {}):
+    with overridden(case.get("env") or {}), using_sizes(_case_sizes(case)):
         device = torch.device("cuda", torch.cuda.current_device())
         fn = _call(case["kind"], case["plan"])
         inputs, _ = _operands(case, case["seed"], device)
@@ -66,14 +67,6 @@ def run_captured(case: dict) -> int:
         for got, expected, what in results:
             H.assert_close(got, expected, world=w, what=f"{what} {case['plan']} {case['kind']}")
         return len(results)
-
-
-def run_captured_host_signal(case: dict) -> None:
-    """A relay call with host handshakes cannot be captured: the error says which setting to change."""
-    with overridden({"HOCKET_HOST_STAGE_SIGNAL": "host"}):
-        device = torch.device("cuda", torch.cuda.current_device())
-        inputs, _ = _operands(case, case["seed"], device)
-        H.CapturedCall(_call(case["kind"], case["plan"]), *inputs)
 
 
 def run_bare_graph(case: dict) -> None:
@@ -97,13 +90,13 @@ def run_captured_copy_engine(case: dict) -> None:
 def run_captured_autotuned(case: dict) -> tuple[str, int]:
     """``plan=None`` in a CapturedCall with ``HOCKET_AUTOTUNE=1``: the warm-up's first call times the captured
     planner's shortlist as graph replays; returns (the decision's source, results checked)."""
-    from hocket.ops.planning import clear_plan_cache
     from hocket.ops.live import captured_planner, set_process_planner
+    from hocket.ops.planning import clear_plan_cache
 
     set_process_planner(None)
     clear_plan_cache()
     try:
-        with overridden({"HOCKET_AUTOTUNE": "1", **(case.get("env") or {})}):
+        with overridden({"HOCKET_AUTOTUNE": "1", **(case.get("env") or {})}), using_sizes(_case_sizes(case)):
             device = torch.device("cuda", torch.cuda.current_device())
             fn = _call(case["kind"], None)
             inputs, _ = _operands(case, case["seed"], device)

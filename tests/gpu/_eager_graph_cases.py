@@ -4,14 +4,19 @@ every result kept as returned and checked against the one-process reference at t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.distributed as dist
+from _captured_cases import _call, _operands
+from _nccl_cases import _case_sizes
 
 import hocket.ops as H
-from _captured_cases import _call, _operands
+from hocket.core.sizes import using_sizes
 from hocket.env import overridden
 from hocket.ops import dispatch
-from hocket.ops.eager_graph import graphs_in_use
+from hocket.ops.eager_graph import graphs_in_use, set_max_graphs
 from hocket.ops.planning import clear_plan_cache
 
 
@@ -20,13 +25,26 @@ def _fresh() -> None:
     clear_plan_cache()
 
 
+@contextmanager
+def _graph_limit(count: int | None) -> Iterator[None]:
+    """``set_max_graphs(count)`` for the block (None: the limit as it is)."""
+    previous = set_max_graphs(count) if count is not None else None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            set_max_graphs(previous)
+
+
 def run_eager_graphs(case: dict) -> tuple[bool, int]:
     """``case["calls"]`` eager calls of ``case["plan"]`` under ``case["mode"]``, no sync between them and no
     clone of any output (a later replay must leave an earlier result alone). Returns (whether the call's
-    signature was replayed from a graph, results checked)."""
+    signature was replayed from a graph, results checked). ``case["env"]``: variables set meanwhile,
+    ``case["sizes"]``: the transports' sizes, ``case["max_graphs"]``: the process's graph limit."""
     _fresh()
     try:
-        with overridden({"HOCKET_EAGER_GRAPHS": case["mode"], **(case.get("env") or {})}):
+        with overridden({"HOCKET_EAGER_GRAPHS": case["mode"], **(case.get("env") or {})}), \
+                using_sizes(_case_sizes(case)), _graph_limit(case.get("max_graphs")):
             device = torch.device("cuda", torch.cuda.current_device())
             fn = _call(case["kind"], case["plan"])
             results = []

@@ -8,9 +8,11 @@ import torch
 import torch.distributed as dist
 
 import hocket.ops as H
+from hocket.core.peer_protocol import available
+from hocket.core.sizes import TransportSizes, using_sizes
 from hocket.env import overridden
 from hocket.launch.same_case import rank_generator
-from hocket.ops.planning import SUPPORTED
+from hocket.ops.executors import supported_table
 from hocket.ops.reference import all_gather_matmul_global, matmul_all_reduce_global, matmul_reduce_scatter_global
 from hocket.transport.registry import available_transports
 
@@ -23,6 +25,7 @@ STRATEGY_TRANSPORTS = {
     "substituted": ("collective", "copy_engine", "host_staged"),
     "tile_fused": ("copy_engine", "peer_read"),
 }
+SUPPORTED = supported_table()
 KIND_ONLY_TRANSPORTS = {"peer_read": ("ag_mm",)}
 """transports a strategy offers for some operators only."""
 CHUNKS = (1, 3)
@@ -50,17 +53,28 @@ def _operand(seed: int, rank: int, shape, dtype: str, device, *, salt: int = 0) 
 
 def run_plans(case: dict) -> list[tuple[str, float]]:
     """``case``: kind, shape, dim, ns, dtype, seed (+ reduce_op / return_A); every plan of ``plans_for``
-    (or only ``case["plans"]`` when given); ``case["protocol"]`` sets ``HOCKET_PEER_PROTOCOL`` meanwhile,
-    ``case["env"]`` any other variables."""
-    with overridden(_case_env(case)):
+    (or only ``case["plans"]`` when given); ``case["protocol"]`` is the ``Plan.protocol`` of every chunked
+    copy-engine plan that has that protocol (the others run the automatic one),
+    ``case["env"]`` any other variables, ``case["sizes"]`` the transports' sizes (TransportSizes fields)."""
+    with overridden(_case_env(case)), using_sizes(_case_sizes(case)):
         return _run_plans(case)
 
 
+def _case_sizes(case: dict) -> TransportSizes | None:
+    return TransportSizes(**case["sizes"]) if case.get("sizes") else None
+
+
 def _case_env(case: dict) -> dict:
-    values = dict(case.get("env") or {})
-    if case.get("protocol"):
-        values["HOCKET_PEER_PROTOCOL"] = case["protocol"]
-    return values
+    return dict(case.get("env") or {})
+
+
+def with_protocol(plan: dict, kind: str, protocol: str | None) -> dict:
+    """``plan`` with ``protocol`` as its ``Plan.protocol`` where it is a chunked copy-engine plan whose call
+    has that protocol; else ``plan`` as it is (it runs the automatic protocol)."""
+    if (protocol and plan.get("strategy") == "chunked" and plan.get("transport") == "copy_engine"
+            and available(protocol, kind, plan.get("chunks", 1))):
+        return {**plan, "protocol": protocol}
+    return plan
 
 
 def _run_plans(case: dict) -> list[tuple[str, float]]:
@@ -78,6 +92,7 @@ def _run_plans(case: dict) -> list[tuple[str, float]]:
         As = [_operand(seed, r, shape, dtype, device) for r in range(w)]
         Bs = [_operand(seed, r, (shape[-1], case["ns"][0]), dtype, device, salt=1) for r in range(w)]
     for plan in case.get("plans") or plans_for(kind):
+        plan = with_protocol(plan, kind, case.get("protocol"))
         label = f"{plan} {case}"
         for call in range(2):
             if kind == "ag_mm":
@@ -117,15 +132,17 @@ def run_back_to_back(case: dict) -> int:
     """``case["calls"]`` calls of one plan with fresh operands each, two shape classes interleaved and
     no synchronisation between calls (the copy-engine protocols reuse their buffers across calls:
     a missing ordering shows up as a wrong result here); every result is checked at the end.
-    ``case["protocol"]``: ``HOCKET_PEER_PROTOCOL`` meanwhile (default auto), ``case["env"]``: others."""
-    with overridden({"HOCKET_PEER_PROTOCOL": "auto", **_case_env(case)}):
+    ``case["protocol"]``: the plan's ``Plan.protocol`` where it has it (default: the automatic one),
+    ``case["env"]``: environment variables, ``case["sizes"]``: the transports' sizes."""
+    with overridden(_case_env(case)), using_sizes(_case_sizes(case)):
         return _run_back_to_back(case)
 
 
 def _run_back_to_back(case: dict) -> int:
     w, rank = dist.get_world_size(), dist.get_rank()
     device = torch.device("cuda", torch.cuda.current_device())
-    kind, dtype, plan = case["kind"], case["dtype"], case["plan"]
+    kind, dtype = case["kind"], case["dtype"]
+    plan = with_protocol(case["plan"], kind, case.get("protocol"))
     results = []
     for call in range(case["calls"]):
         rows = case["rows"][call % len(case["rows"])]

@@ -1,21 +1,29 @@
 """Operator calls captured in CUDA graphs (hocket.ops.CapturedCall) on 2 GPUs with NCCL: the
 host-staged relay's device signals and NCCL collectives replayed with fresh operands, interleaved
-with eager calls, against the reference; and the refusal of a relay with host handshakes.
+with eager calls, against the reference; and the refusals of plans a graph cannot capture.
 
 Run on a machine with >= 2 GPUs: ``python -m pytest tests/gpu/test_captured_nccl.py -q``."""
 
 from __future__ import annotations
 
 import pytest
-
 from _two_gpus import SEED, require_two_gpus
 
 require_two_gpus()
 
-from _captured_cases import (CAPTURABLE_PLANS, RELAY, run_bare_graph, run_captured, run_captured_after_context_churn,  # noqa: E402
-                             run_captured_autotuned, run_captured_copy_engine, run_captured_host_signal)
+from _captured_cases import (  # noqa: E402
+    CAPTURABLE_PLANS,
+    RELAY,
+    run_bare_graph,
+    run_captured,
+    run_captured_after_context_churn,
+    run_captured_autotuned,
+    run_captured_copy_engine,
+)
 
 pytestmark = pytest.mark.timeout(600)
+TINY_PIECE_BYTES = 10485
+"""relay messages of 0.01 MiB: several per call, slots reused within one"""
 PLANS = [
     *CAPTURABLE_PLANS,
     {"strategy": "sequential", "transport": "host_staged"},
@@ -28,15 +36,9 @@ PLANS = [
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_captured_call_matches_the_reference(pool2, kind, rows, k, n, plan, dtype):
     case = dict(kind=kind, rows=rows, k=k, n=n, dtype=dtype, plan=plan, seed=SEED, calls=5,
-                env={"HOCKET_HOST_STAGE_PIECE_MB": "0.01"})  # several relay messages, slots reused within a call
+                sizes={"piece_bytes": TINY_PIECE_BYTES})  # several relay messages, slots reused within a call
     counts = pool2.run(run_captured, case)
     assert counts[0] == counts[1] == 7
-
-
-def test_a_relay_with_host_handshakes_is_not_captured(pool2):
-    case = dict(kind="ag_mm", rows=64, k=32, n=32, dtype="bfloat16", plan={**RELAY, "chunks": 2}, seed=SEED)
-    pool2.run_expect_error(run_captured_host_signal, case, exc_type=RuntimeError,
-                           match="HOCKET_HOST_STAGE_SIGNAL=device")
 
 
 def test_a_copy_engine_push_plan_is_refused_with_the_reason(pool2):
@@ -68,7 +70,7 @@ def test_a_bare_torch_graph_of_a_copy_engine_call_is_refused(pool2):
 @pytest.mark.parametrize("kind,rows,k,n", [("ag_mm", 256, 128, 192), ("mm_rs", 97, 64, 80)])
 def test_plan_none_autotunes_over_replays(pool2, kind, rows, k, n):
     case = dict(kind=kind, rows=rows, k=k, n=n, dtype="bfloat16", seed=SEED, calls=3,
-                env={"HOCKET_HOST_STAGE_PIECE_MB": "0.01"})
+                sizes={"piece_bytes": TINY_PIECE_BYTES})
     results = pool2.run(run_captured_autotuned, case)
     assert results[0] == results[1] == ("autotune", 3)
 

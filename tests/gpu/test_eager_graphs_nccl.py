@@ -7,7 +7,6 @@ Run on a machine with >= 2 GPUs: ``python -m pytest tests/gpu/test_eager_graphs_
 from __future__ import annotations
 
 import pytest
-
 from _two_gpus import SEED, require_two_gpus
 
 require_two_gpus()
@@ -24,7 +23,7 @@ SHAPES = [("ag_mm", 200, 96, 136), ("mm_rs", 130, 64, 96), ("mm_ar", 70, 48, 40)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_every_capturable_plan_replays_and_matches_the_reference(pool2, kind, rows, k, n, plan, dtype):
     case = dict(kind=kind, rows=rows, k=k, n=n, dtype=dtype, plan=plan, seed=SEED, calls=5, mode="on",
-                env={"HOCKET_HOST_STAGE_PIECE_MB": "0.01"})  # several relay messages per call
+                sizes={"piece_bytes": 10485})  # 0.01 MiB: several relay messages per call
     assert pool2.run(run_eager_graphs, case) == [(True, 5), (True, 5)]
 
 
@@ -52,7 +51,7 @@ def test_plan_none_under_auto_matches_the_reference(pool2, kind, rows, k, n):
 
 def test_past_the_process_limit_calls_are_issued(pool2):
     case = dict(kind="ag_mm", rows=200, k=96, n=136, dtype="bfloat16", seed=SEED, calls=4, mode="on",
-                plan={**RELAY, "chunks": 2, "order": "local_first"}, env={"HOCKET_EAGER_GRAPHS_MAX": "0"})
+                plan={**RELAY, "chunks": 2, "order": "local_first"}, max_graphs=0)
     assert pool2.run(run_eager_graphs, case) == [(False, 4), (False, 4)]
 
 

@@ -16,9 +16,21 @@ if not torch.cuda.is_available():
 if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
     pytest.skip("TRITON_INTERPRET is set: run GPU tests in their own process", allow_module_level=True)
 
-from hocket.kernels import (ConsumerWorkspace, FlagTimeoutError, ProducerWorkspace, consumer_gemm,  # noqa: E402
-                            even_row_offsets, producer_gemm, raise_on_timeout, reset_consumer, reset_producer,
-                            stream_write_available, wait_flag_on_stream, warmup_consumer, warmup_producer)
+from hocket.kernels import (  # noqa: E402
+    ConsumerWorkspace,
+    FlagTimeoutError,
+    ProducerWorkspace,
+    consumer_gemm,
+    even_row_offsets,
+    producer_gemm,
+    raise_on_timeout,
+    reset_consumer,
+    reset_producer,
+    stream_write_available,
+    wait_flag_on_stream,
+    warmup_consumer,
+    warmup_producer,
+)
 from hocket.kernels.config import default_config  # noqa: E402
 from hocket.kernels.descriptors import uses_descriptors  # noqa: E402
 from hocket.kernels.schedule import ramp_row_offsets  # noqa: E402

@@ -18,13 +18,13 @@ if not torch.cuda.is_available():
 if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
     pytest.skip("TRITON_INTERPRET is set: run GPU tests in their own process", allow_module_level=True)
 
+from hocket.core.plan import Plan  # noqa: E402
+from hocket.core.site import Site  # noqa: E402
 from hocket.kernels import ConsumerWorkspace, consumer_gemm, raise_on_timeout, reset_consumer, warmup_consumer  # noqa: E402
 from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host  # noqa: E402
 from hocket.ops.offload_timeline import offload_timeline  # noqa: E402
 from hocket.ops.tolerance import tolerance  # noqa: E402
 from hocket.plan.offload import ramp_sizes  # noqa: E402
-from hocket.core.plan import Plan  # noqa: E402
-from hocket.core.site import Site  # noqa: E402
 from hocket.transport.shared_host_buffer import SharedHostBuffer  # noqa: E402
 
 DEV = torch.device("cuda", torch.cuda.current_device())

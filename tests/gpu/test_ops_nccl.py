@@ -7,7 +7,6 @@ Run on a machine with >= 2 GPUs: ``python -m pytest tests/gpu/test_ops_nccl.py -
 from __future__ import annotations
 
 import pytest
-
 from _two_gpus import SEED, require_two_gpus
 
 require_two_gpus()
@@ -53,8 +52,8 @@ COPY_ENGINE_PLANS = [{"strategy": "chunked", "transport": "copy_engine", "chunks
 @pytest.mark.parametrize("kind,shape,dim,ns,extra", CASES[:6], ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}-d{c[2]}"
                                                                     for c in CASES[:6]])
 def test_copy_engine_protocols(pool2, kind, shape, dim, ns, extra, protocol):
-    """Every peer protocol of chunked/copy_engine (HOCKET_PEER_PROTOCOL; where a call has no form of
-    it, the auto choice runs), against the reference."""
+    """Every peer protocol of chunked/copy_engine (``Plan.protocol``; where a call has no form of it, the
+    automatic choice runs), against the reference."""
     case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype="bfloat16", seed=SEED, plans=COPY_ENGINE_PLANS,
                 protocol=protocol, **extra)
     results = pool2.run(run_plans, case)
@@ -81,21 +80,19 @@ EPILOGUE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("own_block_sum", ["epilogue", "pass"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("kind,shape,dim,ns,extra", EPILOGUE_CASES, ids=[f"{'x'.join(map(str, c[1]))}-d{c[2]}"
                                                                        for c in EPILOGUE_CASES])
-def test_pull_scatter_sums_in_the_gemm_epilogue(pool2, kind, shape, dim, ns, extra, dtype, own_block_sum):
-    """The one-piece pull mm_rs with its own block cut into plain and fused rows (HOCKET_OWN_BLOCK_SUM=epilogue,
-    the default: the fused rows' partials pulled into the output, added by addmm_) or summed in one pass,
-    against the reference, on blocks big enough to be cut."""
+def test_pull_scatter_sums_in_the_gemm_epilogue(pool2, kind, shape, dim, ns, extra, dtype):
+    """The one-piece pull mm_rs with its own block cut into plain and fused rows (the fused rows' partials
+    pulled into the output, added by addmm_), against the reference, on blocks big enough to be cut."""
     from hocket.cost.epilogue import epilogue_split
 
     rows = shape[0] // 2 if dim == 0 else shape[0]
     cols = ns[0] if dim == 0 else ns[0] // 2
     assert epilogue_split(rows, shape[-1], cols, sources=1, itemsize=2, tflops=989.0, gbps=450.0, sms=132)[1] > 0
     case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype=dtype, seed=SEED, plans=PULL_SCATTER, protocol="pull",
-                env={"HOCKET_OWN_BLOCK_SUM": own_block_sum}, **extra)
+                **extra)
     results = pool2.run(run_plans, case)
     assert len(results[0]) == len(results[1]) == 2
 
@@ -105,40 +102,31 @@ HOST_STAGED_PLANS = [{"strategy": "sequential", "transport": "host_staged", "chu
                      {"strategy": "chunked", "transport": "host_staged", "chunks": 2, "order": "local_first"}]
 
 
-RELAY_MODES = [("device", "message"), ("device", "batch"), ("host", "message")]
-"""(HOCKET_HOST_STAGE_SIGNAL, HOCKET_HOST_STAGE_PIPELINE): the pipeline only changes the device-signalled relay."""
+HALF_MIB = 2**19
 
 
-@pytest.mark.parametrize("signal,pipeline", RELAY_MODES)
 @pytest.mark.parametrize("kind,shape,dim,ns,extra", CASES, ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}-d{c[2]}"
                                                               for c in CASES])
-def test_host_staged_signals(pool2, kind, shape, dim, ns, extra, signal, pipeline):
-    """The host-staged relay with stream-written/awaited sequence numbers (device, the default; receives
-    pipelined per message, the default, or per batch) and with the host handshake
-    (HOCKET_HOST_STAGE_SIGNAL=host), against the reference."""
+def test_host_staged_relay(pool2, kind, shape, dim, ns, extra):
+    """The host-staged relay (stream-written and stream-awaited slot flags, receives pipelined per
+    message), against the reference."""
     plans = [p for p in HOST_STAGED_PLANS if kind != "mm_ar" or "order" not in p]
-    case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype="bfloat16", seed=SEED, plans=plans,
-                env={"HOCKET_HOST_STAGE_SIGNAL": signal, "HOCKET_HOST_STAGE_PIPELINE": pipeline}, **extra)
+    case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype="bfloat16", seed=SEED, plans=plans, **extra)
     results = pool2.run(run_plans, case)
     assert len(results[0]) == len(results[1]) > 0
 
 
 LOCAL_FIRST_PLANS = [{"strategy": "chunked", "transport": "host_staged", "chunks": c, "order": "local_first"}
                      for c in (1, 3, 5)]
-RELAY_CALL_MODES = [("one", "device", "0"), ("one", "host", "0"), ("one", "host", "1"), ("piece", "device", "0")]
-"""(HOCKET_HOST_STAGE_CALLS, HOCKET_HOST_STAGE_SIGNAL, HOCKET_HOST_STAGE_THREAD): one relay call per pipeline with
-each signalling (on the issue thread the pieces' marks are the whole call's end), and one call per piece."""
 
 
-@pytest.mark.parametrize("calls,signal,thread", RELAY_CALL_MODES)
 @pytest.mark.parametrize("kind,shape,dim,ns,extra", [c for c in CASES if c[0] != "mm_ar"],
                          ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}-d{c[2]}" for c in CASES if c[0] != "mm_ar"])
-def test_host_staged_local_first_calls(pool2, kind, shape, dim, ns, extra, calls, signal, thread):
+def test_host_staged_local_first_calls(pool2, kind, shape, dim, ns, extra):
     """Own-data-first pipelines over the relay in one call (messages cut at the pieces' edges, 0.25 MiB
-    messages so a piece spans several) or one call per piece, 1, 3 and 5 pieces, against the reference."""
+    messages so a piece spans several), 1, 3 and 5 pieces, against the reference."""
     case = dict(kind=kind, shape=shape, dim=dim, ns=ns, dtype="bfloat16", seed=SEED, plans=LOCAL_FIRST_PLANS,
-                env={"HOCKET_HOST_STAGE_CALLS": calls, "HOCKET_HOST_STAGE_SIGNAL": signal,
-                     "HOCKET_HOST_STAGE_THREAD": thread, "HOCKET_HOST_STAGE_PIECE_MB": "0.25"}, **extra)
+                sizes={"piece_bytes": HALF_MIB // 2}, **extra)
     results = pool2.run(run_plans, case)
     assert len(results[0]) == len(results[1]) > 0
 
@@ -150,7 +138,7 @@ def test_host_staged_one_call_back_to_back(pool2, kind, chunks):
     case = dict(kind=kind, dtype="bfloat16", plan={"strategy": "chunked", "transport": "host_staged",
                                                    "chunks": chunks, "order": "local_first"},
                 rows=(1536, 96), k=1024, n=320, calls=12, seed=SEED,
-                env={"HOCKET_HOST_STAGE_CALLS": "one", "HOCKET_HOST_STAGE_PIECE_MB": "0.5"})
+                sizes={"piece_bytes": HALF_MIB})
     counts = pool2.run(run_back_to_back, case)
     assert counts[0] == counts[1] == (24 if kind == "ag_mm" else 12)
 
@@ -158,25 +146,23 @@ def test_host_staged_one_call_back_to_back(pool2, kind, chunks):
 @pytest.mark.parametrize("slots", [1, 8])
 @pytest.mark.parametrize("kind,chunks", [("ag_mm", 3), ("mm_rs", 2)])
 def test_host_staged_slot_counts(pool2, kind, chunks, slots):
-    """HOCKET_HOST_STAGE_SLOTS: one slot (every message waits for the peers' read of the one before) and
+    """TransportSizes.slots: one slot (every message waits for the peers' read of the one before) and
     eight (a batch of up to eight messages), twelve calls back to back, against the reference."""
     case = dict(kind=kind, dtype="bfloat16", plan={"strategy": "chunked", "transport": "host_staged",
                                                    "chunks": chunks},
                 rows=(1536, 96), k=1024, n=320, calls=12, seed=SEED,
-                env={"HOCKET_HOST_STAGE_SLOTS": str(slots), "HOCKET_HOST_STAGE_PIECE_MB": "0.5"})
+                sizes={"slots": slots, "piece_bytes": HALF_MIB})
     counts = pool2.run(run_back_to_back, case)
     assert counts[0] == counts[1] == (24 if kind == "ag_mm" else 12)
 
 
-@pytest.mark.parametrize("signal,pipeline", RELAY_MODES)
 @pytest.mark.parametrize("kind,chunks", [("ag_mm", 2), ("mm_rs", 3), ("mm_ar", 2)])
-def test_host_staged_back_to_back(pool2, kind, chunks, signal, pipeline):
+def test_host_staged_back_to_back(pool2, kind, chunks):
     """Twelve calls (more messages than the relay has slots, so slots are reused behind the peers'
-    reads), two shape classes interleaved, 2 MiB pieces so large calls cut into several messages."""
+    reads), two shape classes interleaved, 0.5 MiB messages so large calls cut into several."""
     case = dict(kind=kind, dtype="bfloat16", plan={"strategy": "chunked", "transport": "host_staged",
                                                    "chunks": chunks},
                 rows=(1536, 96), k=1024, n=320, calls=12, seed=SEED,
-                env={"HOCKET_HOST_STAGE_SIGNAL": signal, "HOCKET_HOST_STAGE_PIPELINE": pipeline,
-                     "HOCKET_HOST_STAGE_PIECE_MB": "0.5"})
+                sizes={"piece_bytes": HALF_MIB})
     counts = pool2.run(run_back_to_back, case)
     assert counts[0] == counts[1] == (24 if kind == "ag_mm" else 12)

@@ -10,7 +10,6 @@ Run on a machine with >= 2 GPUs: ``python -m pytest tests/gpu/test_peer_read_ncc
 from __future__ import annotations
 
 import pytest
-
 from _two_gpus import SEED, require_two_gpus
 
 require_two_gpus()

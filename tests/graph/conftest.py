@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch.distributed as dist
 
-from hocket.graph import GraphPlanner
 from hocket.core.plan import Plan
+from hocket.graph import GraphPlanner
 
 GRAPH_CLUSTER = "cpu-host"
 """A described cluster, so planning never depends on what this machine's probe finds."""

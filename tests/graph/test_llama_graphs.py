@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import torch
-from torch._dynamo.backends.common import aot_autograd
 from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
 
 from hocket.graph import Explanation, overlap_pass
 from hocket.models.llama_block import LlamaBlock, LlamaBlockConfig, parallelize_llama_block

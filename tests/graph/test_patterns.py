@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from hocket.core.plan import Plan
 from hocket.graph import GraphPlanner, PassConfig, overlap_pass
 from hocket.graph.planning import Choice
 from hocket.graph.transplant import on_copy
-from hocket.core.plan import Plan
 
 c10d = torch.ops._c10d_functional
 RAW = ("all_gather_into_tensor", "reduce_scatter_tensor", "_c10d_functional.all_reduce")

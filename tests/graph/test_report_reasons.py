@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hocket.graph.report import Explanation, GraphReport, LeftAlone, SiteRecord
 from hocket.core.plan import SEQUENTIAL, Plan
 from hocket.core.site import Site
+from hocket.graph.report import Explanation, GraphReport, LeftAlone, SiteRecord
 
 SITE = Site(kind="ag_mm", m=64, k=32, n=48, world=2)
 

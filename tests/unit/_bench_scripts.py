@@ -1,34 +1,40 @@
-"""Helpers for the tests of the analysis scripts under benchmarks/ (not a package): load a
-script by path, and write synthetic results lines in the ``hocket.bench.record`` schema."""
+"""Helpers for the tests of the analysis scripts under benchmarks/ (a package of scripts, not installed): load a
+script as ``benchmarks.<name>``, and write synthetic results lines in the ``hocket.bench.record`` schema."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
 
 from hocket.bench.record import Baselines, BenchRecord, write_records
-from hocket.timing.stats import Summary
-from hocket.hardware import load_preset
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.hardware import load_preset
+from hocket.timing.stats import Summary
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+def _benchmarks_package():
+    """The ``benchmarks`` package of this checkout, registered from its folder (the scripts import each other as
+    ``benchmarks.<name>``), without touching ``sys.path``."""
+    loaded = sys.modules.get("benchmarks")
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == BENCHMARKS / "__init__.py":
+        return loaded
+    spec = importlib.util.spec_from_file_location("benchmarks", BENCHMARKS / "__init__.py",
+                                                  submodule_search_locations=[str(BENCHMARKS)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["benchmarks"] = package
+    spec.loader.exec_module(package)
+    return package
+
+
 def load_script(name: str):
-    """``benchmarks/<name>.py`` as a module. ``line_modes`` and ``validate_cost`` are loaded first and registered
-    under their own names: the other scripts import them as siblings (``from validate_cost import``)."""
-    for needed in dict.fromkeys(("line_modes", "validate_cost", name)):
-        path = BENCHMARKS / f"{needed}.py"
-        loaded = sys.modules.get(needed)
-        if loaded is not None and Path(getattr(loaded, "__file__", "")) == path:
-            continue
-        spec = importlib.util.spec_from_file_location(needed, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[needed] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """``benchmarks/<name>.py`` as the module ``benchmarks.<name>`` (its siblings load the same way)."""
+    _benchmarks_package()
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def baselines(rng, *, sequential_ms: float | None = None, comm_transport: str = "collective") -> Baselines:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hocket.hardware import load_preset
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint
 from hocket.ops import planning
+from hocket.ops.executors import supported_table
 from hocket.ops.live import LiveConfig, LivePlanner, set_process_planner
 
 
@@ -28,7 +29,7 @@ def slow_host_planner():
     host_staged)."""
     set_process_planner(LivePlanner(cluster=load_preset("h200-host-staged"), profile=slow_host_profile(),
                                     config=LiveConfig(use_disk_cache=False, autotune=False,
-                                                      supported=planning.SUPPORTED)))
+                                                      supported=supported_table())))
     planning.clear_plan_cache()
     yield
     set_process_planner(None)

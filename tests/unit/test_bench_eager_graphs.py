@@ -6,12 +6,12 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from _bench_scripts import baselines, load_script, record, write
-from hocket.env import overridden
-from hocket.plan import Plan
-from hocket.core.site import Site
+
 from hocket.core.peer_protocol import peer_protocol_for
+from hocket.core.site import Site
+from hocket.core.sizes import DEFAULT_SIZES, MIB, TransportSizes, using_sizes
+from hocket.plan import Plan
 
 bm = load_script("bench_multigpu")
 beg = load_script("bench_eager_graphs")
@@ -36,23 +36,26 @@ def test_arguments(monkeypatch, tmp_path):
         beg.parse_args(["--mode", "sometimes"])
 
 
-def test_executor_fields_follow_the_environment_of_the_measurement():
+def test_executor_fields_follow_the_plan_and_the_sizes_of_the_measurement():
     rs = FakeCase(Site(kind="mm_rs", m=512, k=64, n=96, world=2))
     ag = FakeCase(Site(kind="ag_mm", m=512, k=64, n=96, world=2))
     assert bm.executor_fields(ag, Plan()) == {}
     chunks = random.choice([1, 2, 3])
     fields = bm.executor_fields(ag, Plan(strategy="chunked", chunks=chunks, transport="copy_engine"))
     assert fields == {"peer_protocol": peer_protocol_for("ag_mm", chunks)}
-    with overridden({"HOCKET_PEER_PROTOCOL": "pull"}):
-        pull = bm.executor_fields(rs, Plan(strategy="chunked", chunks=1, transport="copy_engine"))
+    one = Plan(strategy="chunked", chunks=1, transport="copy_engine")
+    assert bm.executor_fields(ag, one.with_(protocol="push")) == {"peer_protocol": "push"}
+    pull = bm.executor_fields(rs, one)  # a one-piece mm_rs pulls unless its plan says otherwise
     assert pull == {"peer_protocol": "pull", "own_block_sum": "epilogue@512"}
-    with overridden({"HOCKET_OWN_BLOCK_ZERO": "each"}):
-        assert bm.executor_fields(rs, Plan(strategy="chunked", chunks=2, order="local_first")) == \
-            {"own_block_zero": "each"}
-    with overridden({"HOCKET_HOST_STAGE_SIGNAL": "host", "HOCKET_HOST_STAGE_SLOTS": "8", "HOCKET_HOST_STAGE_CALLS": "piece"}):
-        relay = bm.executor_fields(ag, Plan(strategy="chunked", chunks=4, transport="host_staged", order="local_first"))
-    assert relay == {"host_stage_signal": "host", "host_stage_pipeline": "message", "host_stage_slots": 8,
-                     "host_stage_calls": "piece"}
+    assert bm.executor_fields(rs, one.with_(protocol="push")) == {"peer_protocol": "push"}
+    assert bm.executor_fields(rs, Plan(strategy="chunked", chunks=2, order="local_first")) == \
+        {"own_block_zero": "once"}
+    relay_plan = Plan(strategy="chunked", chunks=4, transport="host_staged", order="local_first")
+    with using_sizes(TransportSizes(piece_bytes=2 * MIB, slots=8)):
+        relay = bm.executor_fields(ag, relay_plan)
+    assert relay == {"host_stage_signal": "device", "host_stage_pipeline": "message", "host_stage_slots": 8,
+                     "host_stage_calls": "one", "host_stage_piece_bytes": 2 * MIB}
+    assert bm.executor_fields(ag, relay_plan)["host_stage_slots"] == DEFAULT_SIZES.slots
     assert set(relay) | set(pull) <= set(bm.EXECUTOR_FIELDS)
 
 

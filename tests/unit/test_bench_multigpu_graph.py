@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from _bench_scripts import load_script
 
 bm = load_script("bench_multigpu")

@@ -5,12 +5,11 @@ import pytest
 
 from hocket.bench.outcome import PlanOutcome, SiteOutcome
 from hocket.bench.provenance import Provenance, command_line, git_hash, versions
-from hocket.bench.record import (REQUIRED_KEYS, SITE_KEYS, BenchRecord, read_records, records_from_outcome,
-                                 write_records)
-from hocket.timing.stats import summarize
+from hocket.bench.record import REQUIRED_KEYS, SITE_KEYS, BenchRecord, read_records, records_from_outcome, write_records
 from hocket.bench.table import outcome_rows, results_table
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.timing.stats import summarize
 
 
 def _timing():

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from _bench_scripts import load_script
 
 from hocket.bench.provenance import Provenance
 from hocket.core.plan import Plan
-from _bench_scripts import load_script
 
 load_script("bench_multigpu")  # bench_captured imports it as a sibling
 bc = load_script("bench_captured")

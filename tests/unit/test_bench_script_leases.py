@@ -1,5 +1,5 @@
-"""validate_cost prices each line as it ran and, with ``--lease-profiles``/``--lease-only``, with the
-profile calibrated on its own lease: own-block-last mm_rs lines written before ``run.own_block_zero``
+"""validate_cost tells each line's executor apart and, with ``--lease-profiles``/``--lease-only``, prices it
+with the profile calibrated on its own lease: own-block-last mm_rs lines written before ``run.own_block_zero``
 ran a fill per piece (``each``); a results file beside a ``profile.json`` is priced with that profile,
 one without it with the shared one (or skipped). Synthetic records on the h200x2 preset."""
 
@@ -11,14 +11,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _bench_scripts import BENCHMARKS, baselines, load_script, record, write
 
-from hocket.cost import predict
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.cost.calibration import CalibrationView
 from hocket.hardware import load_preset
 from hocket.hardware.profile import load_profile
-from hocket.core.plan import Plan
-from hocket.core.site import Site
-from _bench_scripts import BENCHMARKS, baselines, load_script, record, write
+from hocket.strategies import predict
 
 vc = load_script("validate_cost")
 LEASE_PROFILE = BENCHMARKS / "results" / "h200x2" / "run60" / "profile.json"
@@ -32,24 +32,15 @@ def _line(site, plan, run=None, rng=None):
     return record(site=site, plan=plan, median_ms=base.sequential_ms * rng.uniform(0.8, 1.1), base=base, run=run)
 
 
-def test_line_own_zero_of_old_new_and_other_lines(monkeypatch):
+def test_line_own_zero_of_old_new_and_other_lines():
     assert vc.line_own_zero(_line(MM_RS, OWN_LAST)) == "each"  # written before the field: a fill per piece
     assert vc.line_own_zero(_line(MM_RS, OWN_LAST, {"own_block_zero": "once"})) == "once"
     assert vc.line_own_zero(_line(MM_RS, Plan(strategy="chunked", chunks=2))) is None
     assert vc.line_own_zero(_line(MM_RS, OWN_LAST.with_(transport="copy_engine"))) is None
     ag = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
     assert vc.line_own_zero(_line(ag, OWN_LAST)) is None
-    cluster = load_preset("h200x2")
-    prices = {}
-    for zero in ("each", "once"):
-        monkeypatch.setenv("HOCKET_OWN_BLOCK_ZERO", zero)
-        prices[zero] = predict(MM_RS, OWN_LAST, cluster, captured=True).total_ms
-    monkeypatch.delenv("HOCKET_OWN_BLOCK_ZERO")
-    assert prices["each"] != prices["once"]
-    for zero, line in (("each", _line(MM_RS, OWN_LAST)), ("once", _line(MM_RS, OWN_LAST, {"own_block_zero": "once"}))):
-        with vc.priced_as_ran(line):
-            assert predict(MM_RS, OWN_LAST, cluster, captured=True).total_ms == pytest.approx(prices[zero])
-    assert "HOCKET_OWN_BLOCK_ZERO" not in __import__("os").environ  # restored
+    assert vc.implementation(_line(MM_RS, OWN_LAST)) != vc.implementation(
+        _line(MM_RS, OWN_LAST, {"own_block_zero": "once"}))
 
 
 def _two_leases(tmp_path: Path) -> tuple[Path, Path]:
@@ -97,7 +88,7 @@ def test_lease_only_prices_every_line_with_its_leases_profile_and_skips_the_rest
     assert "1 site runs of leases that left no profile skipped" in capsys.readouterr().out
 
 
-def test_line_own_sum_of_old_new_and_other_lines(monkeypatch):
+def test_line_own_sum_of_old_new_and_other_lines():
     """One-piece pull mm_rs lines written before ``run.own_block_sum`` summed in a pass after the GEMM."""
     pull = Plan(strategy="chunked", chunks=1, transport="copy_engine")
     assert vc.line_own_sum(_line(MM_RS, pull, {"peer_protocol": "pull"})) == "pass"
@@ -106,19 +97,6 @@ def test_line_own_sum_of_old_new_and_other_lines(monkeypatch):
     assert vc.line_own_sum(_line(MM_RS, OWN_LAST)) is None
     ag = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
     assert vc.line_own_sum(_line(ag, pull, {"peer_protocol": "pull"})) is None
-    cluster = load_preset("h200x2")
-    prices = {}
-    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "pull")
-    for total in ("pass", "epilogue"):
-        monkeypatch.setenv("HOCKET_OWN_BLOCK_SUM", total)
-        prices[total] = predict(MM_RS, pull, cluster, steady_state=True).total_ms
-    monkeypatch.delenv("HOCKET_OWN_BLOCK_SUM")
-    monkeypatch.delenv("HOCKET_PEER_PROTOCOL")
-    assert prices["pass"] != prices["epilogue"]
     for total, run in (("pass", {"peer_protocol": "pull"}),
                        ("epilogue", {"peer_protocol": "pull", "own_block_sum": "epilogue"})):
-        line = _line(MM_RS, pull, run)
-        with vc.priced_as_ran(line):
-            assert predict(MM_RS, pull, cluster, steady_state=True).total_ms == pytest.approx(prices[total])
-        assert vc.implementation(line)[-1] == total
-    assert "HOCKET_OWN_BLOCK_SUM" not in __import__("os").environ  # restored
+        assert vc.implementation(_line(MM_RS, pull, run))[-1] == total

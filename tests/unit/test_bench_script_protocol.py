@@ -1,23 +1,22 @@
 """The analysis scripts under benchmarks/ price each copy-engine line with the peer protocol it ran
-(validate_cost.line_protocol / priced_with_protocol): lines written before ``run.peer_protocol``
-existed are push, a line that names its protocol is priced with it, the environment is restored,
-and lines of other transports are priced as before. Synthetic records on the h200x2 preset."""
+(validate_cost.line_protocol / plan_as_ran, as ``Plan.protocol``): lines written before ``run.peer_protocol``
+existed are push, a line that names its protocol is priced with it, and lines of other transports are
+priced as before. Synthetic records on the h200x2 preset."""
 
 from __future__ import annotations
 
 import json
-import os
 import random
 
 import pytest
+from _bench_scripts import baselines, load_script, record, write
 
-from hocket.cost import predict
-from hocket.hardware import load_preset
 from hocket.core.plan import Plan
+from hocket.core.site import Site
+from hocket.hardware import load_preset
 from hocket.plan.search import predict_cost_fn
 from hocket.plan.uncertainty import DEFAULT_PER_PIECE_ERROR, plan_pieces
-from hocket.core.site import Site
-from _bench_scripts import baselines, load_script, record, write
+from hocket.strategies import predict
 
 vc = load_script("validate_cost")
 du = load_script("derive_uncertainty")
@@ -27,7 +26,6 @@ SEQ = Plan()
 PEER_ONE = Plan(strategy="chunked", chunks=1, transport="copy_engine")
 """ag_mm in one piece over copy_engine: push, pull and put all exist and are priced differently."""
 NCCL_TWO = Plan(strategy="chunked", chunks=2)
-ENV = "HOCKET_PEER_PROTOCOL"
 
 
 def _site(rng: random.Random, *, calibration: bool = False) -> Site:
@@ -38,15 +36,16 @@ def _site(rng: random.Random, *, calibration: bool = False) -> Site:
             return site
 
 
-def _priced_under(monkeypatch, protocol, site, plan, *, view=None) -> float:
-    """predict() with ``HOCKET_PEER_PROTOCOL=protocol`` set by hand (the reference the scripts must meet)."""
-    with monkeypatch.context() as m:
-        m.setenv(ENV, protocol)
-        return predict(site, plan, load_preset("h200x2"), view).total_ms
+def _priced_under(protocol, site, plan, *, view=None) -> float:
+    """predict() of ``plan`` with ``Plan.protocol=protocol`` set by hand where the plan runs a peer protocol
+    (the reference the scripts must meet)."""
+    if plan.strategy == "chunked" and plan.transport == "copy_engine":
+        plan = plan.with_(protocol=protocol)
+    return predict(site, plan, load_preset("h200x2"), view).total_ms
 
 
-def _by_protocol(monkeypatch, site, plan=PEER_ONE) -> dict[str, float]:
-    prices = {p: _priced_under(monkeypatch, p, site, plan) for p in ("push", "pull", "put")}
+def _by_protocol(site, plan=PEER_ONE) -> dict[str, float]:
+    prices = {p: _priced_under(p, site, plan) for p in ("push", "pull", "put")}
     assert len(set(prices.values())) == 3, f"the test needs a shape where the protocols differ: {prices}"
     return prices
 
@@ -72,31 +71,10 @@ def test_line_protocol_of_old_new_and_other_lines():
             vc.line_protocol(line(PEER_ONE, {"peer_protocol": bad}))
 
 
-@pytest.mark.parametrize("before", [None, "pull"])
-def test_priced_with_protocol_restores_the_environment(monkeypatch, before):
-    if before is None:
-        monkeypatch.delenv(ENV, raising=False)
-    else:
-        monkeypatch.setenv(ENV, before)
-    with vc.priced_with_protocol("put"):
-        assert os.environ[ENV] == "put"
-    assert os.environ.get(ENV) == before
-    with pytest.raises(RuntimeError, match="inside"):
-        with vc.priced_with_protocol("push"):
-            raise RuntimeError("inside")
-    assert os.environ.get(ENV) == before
-    with vc.priced_with_protocol(None):
-        assert os.environ.get(ENV) == before
-    with pytest.raises(ValueError, match="protocol='sideways'"):
-        with vc.priced_with_protocol("sideways"):
-            pass
-    assert os.environ.get(ENV) == before
-
-
-def test_evaluate_prices_each_line_with_its_protocol(monkeypatch):
+def test_evaluate_prices_each_line_with_its_protocol():
     rng = random.Random(52)
     site, base = _site(rng), baselines(rng)
-    prices = _by_protocol(monkeypatch, site)
+    prices = _by_protocol(site)
     lines = {
         "seq": record(site=site, plan=SEQ, median_ms=base.sequential_ms, base=base),
         "old": record(site=site, plan=PEER_ONE, median_ms=base.sequential_ms * rng.uniform(0.7, 0.9), base=base),
@@ -107,9 +85,7 @@ def test_evaluate_prices_each_line_with_its_protocol(monkeypatch):
     }
     groups, notes = vc.group_sites(list(lines.values()), None)
     assert len(groups) == 1 and not notes
-    monkeypatch.setenv(ENV, "pull")  # what the caller's environment says must not leak into the lines
     result = vc.evaluate(groups, None)
-    assert os.environ[ENV] == "pull"
     points = {(p["plan"], p["measured_ms"]): p for p in result["points"]}
     old = points[(PEER_ONE.describe(), lines["old"].median_ms)]
     assert old["predicted_ms"] == pytest.approx(prices["push"], rel=1e-12) and old["peer_protocol"] == "push"
@@ -117,8 +93,8 @@ def test_evaluate_prices_each_line_with_its_protocol(monkeypatch):
     put = points[(PEER_ONE.describe() + " ~put", lines["put"].median_ms)]
     assert put["predicted_ms"] == pytest.approx(prices["put"], rel=1e-12) and put["peer_protocol"] == "put"
     nccl = points[(NCCL_TWO.describe(), lines["nccl"].median_ms)]
-    for protocol in ("push", "pull", "put"):  # no peer protocol: the same price whatever the variable says
-        assert nccl["predicted_ms"] == pytest.approx(_priced_under(monkeypatch, protocol, site, NCCL_TWO), rel=1e-12)
+    for protocol in ("push", "pull", "put"):  # no peer protocol: the same price whatever the protocol
+        assert nccl["predicted_ms"] == pytest.approx(_priced_under(protocol, site, NCCL_TWO), rel=1e-12)
     assert nccl["peer_protocol"] is None
     # the best plan is a line, protocol included: the two copy-engine lines are different choices
     best = result["bests"][0]
@@ -148,29 +124,28 @@ def test_run_to_run_pairs_push_lines_old_and_new_but_not_other_protocols():
     assert vc.implementation(lines[0]) == vc.implementation(lines[1]) != vc.implementation(lines[2])
 
 
-def test_derive_uncertainty_prices_each_line_with_its_protocol(monkeypatch):
+def test_derive_uncertainty_prices_each_line_with_its_protocol():
     rng = random.Random(54)
     site, base = _site(rng, calibration=True), baselines(rng)
-    prices = _by_protocol(monkeypatch, site)
-    seq_price = _priced_under(monkeypatch, "push", site, SEQ)
+    prices = _by_protocol(site)
+    seq_price = _priced_under("push", site, SEQ)
     lines = [record(site=site, plan=SEQ, median_ms=base.sequential_ms, base=base),
              record(site=site, plan=PEER_ONE, median_ms=base.sequential_ms * rng.uniform(0.7, 0.95), base=base),
              record(site=site, plan=PEER_ONE, median_ms=base.sequential_ms * rng.uniform(0.7, 0.95), base=base,
                     run={"peer_protocol": "put"})]
     groups, _ = vc.group_sites(lines, None)
-    monkeypatch.setenv(ENV, "pull")
     errors, uncalibrated, notes = du.class_errors(groups, [], per_piece_error=DEFAULT_PER_PIECE_ERROR)
-    assert os.environ[ENV] == "pull" and not notes and not uncalibrated
+    assert not notes and not uncalibrated
     allowance = DEFAULT_PER_PIECE_ERROR * (plan_pieces(PEER_ONE) - 1)
     expected = [(r.median_ms / base.sequential_ms) / (prices[p] / seq_price) - 1.0 - allowance
                 for r, p in ((lines[1], "push"), (lines[2], "put"))]
     assert errors["copy_engine"] == pytest.approx(expected, rel=1e-9)
 
 
-def test_planner_regret_scores_a_site_with_its_newest_protocol(tmp_path, capsys, monkeypatch):
+def test_planner_regret_scores_a_site_with_its_newest_protocol(tmp_path, capsys):
     rng = random.Random(55)
     mixed, pushed = _site(rng), _site(rng)
-    prices = _by_protocol(monkeypatch, mixed)
+    prices = _by_protocol(mixed)
     base = baselines(rng)
     old_ms, pull_ms = base.sequential_ms * rng.uniform(0.5, 0.6), base.sequential_ms * rng.uniform(0.8, 0.9)
     lines = [record(site=mixed, plan=SEQ, median_ms=base.sequential_ms, base=base),
@@ -183,15 +158,13 @@ def test_planner_regret_scores_a_site_with_its_newest_protocol(tmp_path, capsys,
     assert protocols == {pr.site_machine(lines[0]): "pull", pr.site_machine(lines[3]): "push"}
     assert kept == [lines[0], lines[2], *lines[3:]]
     assert len(notes) == 1 and mixed.key in notes[0] and "['pull', 'push']" in notes[0] and "1 lines" in notes[0]
-    # candidates are priced under the site's protocol, whatever the caller's environment says
-    monkeypatch.setenv(ENV, "put")
+    # candidates are priced with the site's protocol
     finder = pr.ClusterFinder("h200x2", None, protocols)
     reference = predict_cost_fn(load_preset("h200x2"))
     assert finder.cost_for(lines[0])(mixed, PEER_ONE) == pytest.approx(prices["pull"], rel=1e-9)
     assert finder.cost_for(lines[3])(pushed, PEER_ONE) == pytest.approx(
-        _priced_under(monkeypatch, "push", pushed, PEER_ONE), rel=1e-9)
+        _priced_under("push", pushed, PEER_ONE), rel=1e-9)
     assert finder.cost_for(lines[0])(mixed, SEQ) == pytest.approx(reference(mixed, SEQ), rel=1e-12)
-    assert os.environ[ENV] == "put"
     # end to end: the chosen copy-engine plan's measured time is the pull line's, never the older push one's
     path = write(tmp_path / "lines.jsonl", lines)
     out_json = tmp_path / "rows.json"
@@ -205,4 +178,3 @@ def test_planner_regret_scores_a_site_with_its_newest_protocol(tmp_path, capsys,
     assert f"{pr.plan_label(PEER_ONE)} ~pull" in out
     assert old_ms not in (mine["best_ms"], mine["best_ms"] * mine["predicted_regret"])
     assert next(r for r in rows if Site.from_dict(r["site"]).key == pushed.key)["peer_protocol"] == "push"
-    assert os.environ[ENV] == "put"

@@ -7,14 +7,14 @@ import random
 import re
 
 import pytest
+from _bench_scripts import baselines, load_script, record, write
 
-from hocket.cost import predict
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.cost.calibration import calibration_view
 from hocket.hardware import load_preset
-from hocket.core.plan import Plan
 from hocket.plan.uncertainty import DEFAULT_MAX_ERROR, DEFAULT_PER_PIECE_ERROR, DEFAULT_REL_ERROR, plan_pieces
-from hocket.core.site import Site
-from _bench_scripts import baselines, load_script, record, write
+from hocket.strategies import predict
 
 du = load_script("derive_uncertainty")
 vc = load_script("validate_cost")

@@ -9,10 +9,10 @@ import random
 import statistics
 
 import pytest
+from _bench_scripts import baselines, load_script, record, write
 
 from hocket.core.plan import Plan
 from hocket.core.site import Site
-from _bench_scripts import baselines, load_script, record, write
 
 vc = load_script("validate_cost")
 

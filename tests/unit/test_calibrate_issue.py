@@ -9,14 +9,14 @@ import random
 import pytest
 import torch
 
-from hocket.cost import predict
-from hocket.hardware import load_preset
 from hocket.calibrate import build_profile, default_config
 from hocket.calibrate.issue import measure_issue_us
 from hocket.calibrate.runner import Measurements
-from hocket.hardware.profile import CalibrationProfile, ProfileFormatError, load_profile, save_profile
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.hardware import load_preset
+from hocket.hardware.profile import CalibrationProfile, ProfileFormatError, load_profile, save_profile
+from hocket.strategies import predict
 
 
 def test_issue_us_round_trips_through_disk(tmp_path):

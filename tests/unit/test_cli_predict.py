@@ -79,8 +79,8 @@ def test_steady_state_prices_every_candidate_at_most_as_a_cold_call(capsys):
 
 @pytest.mark.parametrize("kind", ["mm_d2h", "h2d_mm"])
 def test_offload_kinds_list_the_offload_candidates(capsys, kind):
-    from hocket.plan.offload import offload_candidates
     from hocket.core.site import Site
+    from hocket.plan.offload import offload_candidates
 
     m = random.choice([4096, 8192])
     code, out, _ = _run(capsys, kind, "--m", str(m), "--k", "8192", "--n", "7168", "--cluster", "h200x1", "--json")
@@ -120,11 +120,11 @@ def test_pricing_and_planning_commands_never_import_torch(args):
 
 
 def test_eager_graphs_prices_each_candidate_replayed(capsys):
-    from hocket.cost import predict
+    from hocket.core.site import Site
     from hocket.hardware import load_cluster
     from hocket.plan import Plan
     from hocket.plan.eager_graphs import graph_copy_ms
-    from hocket.core.site import Site
+    from hocket.strategies import predict
 
     m = random.choice([4096, 8192])
     base = ["ag_mm", "--m", str(m), "--k", "4096", "--n", "1536", "--world", "2", "--cluster", "h200x2"]
@@ -145,3 +145,47 @@ def test_eager_graphs_prices_each_candidate_replayed(capsys):
     assert code == 0 and "replayed_ms" in out and "auto would replay" in out
     code, _, err = _run(capsys, "h2d_mm", "--m", "64", "--k", "64", "--n", "64", "--cluster", "h200x1", "--eager-graphs")
     assert code == 2 and "--eager-graphs" in err and "h2d_mm" in err
+
+
+def test_candidates_priced_alike_are_one_row_naming_the_variants(capsys):
+    from hocket.graph.report import ALIKE_REL_TOL
+
+    base = ["ag_mm", "--m", "4096", "--k", "12288", "--n", "6144", "--world", "8", "--cluster", "h800x8"]
+    code, out, _ = _run(capsys, *base, "--json")
+    assert code == 0
+    result = json.loads(out)
+    rows = result["candidates"]
+    labels = [r["label"] for r in rows]
+    assert len(set(labels)) == len(labels)  # every candidate is still listed, once
+
+    def price(row):
+        return (row["total_ms"], row["compute_ms"], row["comm_ms"], row["exposed_comm_ms"])
+
+    heads = [i for i, r in enumerate(rows) if r["group"] == i]
+    for i, row in enumerate(rows):
+        head = rows[row["group"]]
+        assert row["group"] <= i and head["group"] == row["group"]
+        assert price(row) == pytest.approx(price(head), rel=ALIKE_REL_TOL, abs=0)
+        assert sorted(row["also"]) == sorted(r["label"] for j, r in enumerate(rows)
+                                             if r["group"] == row["group"] and j != i)
+    for a in heads:  # two groups never share a price
+        for b in heads:
+            assert a == b or price(rows[a]) != pytest.approx(price(rows[b]), rel=ALIKE_REL_TOL, abs=0)
+    ring = rows[labels.index("ring(1)/p2p")]
+    assert ring["group"] == labels.index("ring(1)/p2p")
+    assert {"ring(1)/p2p/sms=16", "ring(1)/p2p/sms=32", "ring(1)/p2p[local_first]",
+            "ring(1)/p2p[reverse]"} <= set(ring["also"])
+    assert result["best_group"] == rows[labels.index(result["best_label"])]["group"]
+
+    code, out, _ = _run(capsys, *base)
+    assert code == 0
+    table = out.splitlines()
+    plan_rows = table[2:2 + len(heads)]
+    assert [line.split()[0] for line in plan_rows] == [labels[i] for i in heads]
+    assert table[2 + len(heads)].startswith("sequential:")
+    ring_line = next(line for line in plan_rows if line.startswith("ring(1)/p2p "))
+    also = ring_line.split("also: ", 1)[1].split(", ")
+    assert {"/sms=16", "/sms=32", "[local_first]", "[reverse]"} <= set(also)
+    assert len(also) == len(ring["also"])
+    assert not any(line.startswith(("ring(1)/p2p/sms=16", "ring(1)/p2p[reverse]")) for line in table)
+    assert sum(" *" in line.split("  ")[0] for line in plan_rows) == 1

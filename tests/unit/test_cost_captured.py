@@ -6,15 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from hocket.cost import pipeline_stages, predict, schedule
+from hocket.core.plan import Plan
+from hocket.core.site import Site
+from hocket.cost import schedule
+from hocket.cost.builder import CAPTURED_REPLAY_US
 from hocket.cost.contention import held_gemm_sms, persistent_ctas
-from hocket.cost.pipeline import CAPTURED_REPLAY_US
 from hocket.cost.stages import Stage
 from hocket.cost.steady import host_issue_ms
 from hocket.hardware import load_preset
-from hocket.core.plan import Plan
 from hocket.plan.search import SearchConfig, predict_cost_fn
-from hocket.core.site import Site
+from hocket.strategies import pipeline_stages, predict
 
 SITE = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
 CLUSTER = load_preset("h200-host-staged")

@@ -7,8 +7,16 @@ import random
 
 import pytest
 
-from hocket.cost.comm import (FIRST_TOUCH_US_PER_PAGE, GLOO_MMAP_THRESHOLD_BYTES, LINK_EFFICIENCY, PAGE_BYTES,
-                              collective, gloo_memory_traffic, group_topology, ring_step)
+from hocket.cost.comm import (
+    FIRST_TOUCH_US_PER_PAGE,
+    GLOO_MMAP_THRESHOLD_BYTES,
+    LINK_EFFICIENCY,
+    PAGE_BYTES,
+    collective,
+    gloo_memory_traffic,
+    group_topology,
+    ring_step,
+)
 from hocket.hardware import load_preset
 
 CPU = load_preset("cpu-host")

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hocket.cost import predict
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.cost.comm import (
     DEFAULT_HOST_STAGE_MESSAGE_BYTES,
     DEVICES_PER_HOST_UPLINK,
@@ -20,8 +21,7 @@ from hocket.cost.comm import (
     relay_messages,
 )
 from hocket.hardware import load_preset
-from hocket.core.plan import Plan
-from hocket.core.site import Site
+from hocket.strategies import predict
 
 STAGED = load_preset("h200-host-staged")
 MIB = 2**20

@@ -7,12 +7,13 @@ import random
 
 import pytest
 
-from hocket.cost import pipeline_stages, predict, schedule
+from hocket.core.plan import Plan
+from hocket.core.site import Site
+from hocket.cost import schedule
 from hocket.cost.issue import DEFAULT_ISSUE_US, ISSUE_OPS, issue_ms, issue_table
 from hocket.hardware import load_preset
 from hocket.hardware.profile import CalibrationProfile
-from hocket.core.plan import Plan
-from hocket.core.site import Site
+from hocket.strategies import pipeline_stages, predict
 
 H200X2 = load_preset("h200x2")
 CPU = load_preset("cpu-host")
@@ -138,8 +139,9 @@ def test_bulk_is_priced_for_mm_rs_and_mm_ar_and_overlaps_nothing(kind):
 def test_an_operator_on_a_group_pays_its_entry_once_before_the_gpu_starts():
     # group_entry (the schema dispatch, lookups and agreement check of a multi-rank operator) delays the
     # first device stage of every multi-rank plan by the same amount; a single-device site does not pay it
-    from hocket.cost import pipeline_stages, schedule
+    from hocket.cost import schedule
     from hocket.cost.issue import DEFAULT_ISSUE_US
+    from hocket.strategies import pipeline_stages
     h200x2, h200 = load_preset("h200x2"), load_preset("h200x1")
     for site, cluster, extra_us in ((Site(kind="ag_mm", m=4096, k=4096, n=4096, world=2), h200x2,
                                      DEFAULT_ISSUE_US["group_entry"]),

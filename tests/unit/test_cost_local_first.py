@@ -1,8 +1,7 @@
 """``chunked`` with ``order="local_first"``: the cost model prices what ``peer_chunked`` runs (own
 shard multiplied while every piece travels; own block last beside the last transfers; over
-``host_staged`` the GEMM launched before the relay calls, whose later messages are issued while
-the earlier ones move: one call per piece with ``HOCKET_HOST_STAGE_CALLS=piece``, one call for all
-pieces with ``one``, the default)."""
+``host_staged`` the GEMM launched before the one relay call that moves every piece, whose later
+messages are issued while the earlier ones move)."""
 
 from __future__ import annotations
 
@@ -10,11 +9,11 @@ import random
 
 import pytest
 
-from hocket.cost import pipeline_stages, predict, schedule
-from hocket.env import overridden
-from hocket.hardware import load_preset
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.cost import schedule
+from hocket.hardware import load_preset
+from hocket.strategies import pipeline_stages, predict
 
 STAGED = load_preset("h200-host-staged")
 RNG = random.Random()
@@ -22,13 +21,6 @@ RNG = random.Random()
 
 def _shape() -> tuple[int, int, int]:
     return RNG.choice([2048, 4096, 8192]), RNG.choice([2048, 4096, 8192, 12288]), RNG.choice([1536, 4096, 8192])
-
-
-@pytest.fixture(autouse=True)
-def relay_call_per_piece():
-    """The tests below price one relay call per piece unless they say otherwise."""
-    with overridden({"HOCKET_HOST_STAGE_CALLS": "piece"}):
-        yield
 
 
 def _timeline(site, plan, cluster=STAGED):
@@ -42,8 +34,7 @@ def _one_call_timeline(kind: str, chunks: int):
     m, k, n = _shape()
     site = Site(kind=kind, m=m, k=k, n=n, world=2)
     plan = Plan(strategy="chunked", chunks=chunks, transport="host_staged", order="local_first")
-    with overridden({"HOCKET_HOST_STAGE_CALLS": "one"}):
-        return _timeline(site, plan)
+    return _timeline(site, plan)
 
 
 @pytest.mark.parametrize("chunks", [1, 3, 8])
@@ -116,9 +107,9 @@ def test_mm_rs_own_block_last_beside_the_last_transfer(chunks):
     moves = [by_name[f"reduce_scatter[{i}]"] for i in range(chunks)]
     assert any(start < own_end and own_start < end for start, end, _ in moves)  # the own block hides a transfer
     assert moves[-1][1] > own_start  # the last piece is still moving when the own GEMM starts
-    # the last piece's relay call is issued after the own GEMM is launched (deferred by one GEMM)
+    # the relay call is issued after the own GEMM is launched
     assert by_name[f"issue:reduce_scatter[{chunks - 1}]"][0] >= by_name["issue:gemm_own"][1] - 1e-9
-    add_start = by_name["add_own"][0]
+    add_start = by_name["sum"][0]
     assert add_start >= max(own_end, *(by_name[f"reduce_scatter[{i}]"][1] for i in range(chunks))) - 1e-9
     assert not any(name.startswith("zero") for name in by_name)  # the staging's own block stays zero
     if chunks == 1:  # the own GEMM hides behind the relay

@@ -7,12 +7,13 @@ import random
 
 import pytest
 
-from hocket.cost import pipeline_stages, predict, schedule
-from hocket.cost.compute import FUSED_BLOCK_M
-from hocket.hardware import load_preset
 from hocket.core.pieces import fused_offload_sizes, ramp_row_offsets
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.cost import schedule
+from hocket.cost.compute import FUSED_BLOCK_M
+from hocket.hardware import load_preset
+from hocket.strategies import pipeline_stages, predict
 
 H200 = load_preset("h200x1")
 

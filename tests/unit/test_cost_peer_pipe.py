@@ -1,4 +1,4 @@
-"""chunked over copy_engine with the push protocol (HOCKET_PEER_PROTOCOL=push) is priced as
+"""chunked over copy_engine with the push protocol (``Plan.protocol="push"``) is priced as
 hocket.ops.lowering.peer_chunked runs it: one DMA push per piece straight into each peer's
 symmetric region (no mailbox collective), the own rows multiplied beside the pushes (ag_mm) or
 last (mm_rs), and the protocol's host work (begin, a flag wait per peer piece, end) on the issue
@@ -8,17 +8,14 @@ import random
 
 import pytest
 
-from hocket.cost import pipeline_stages, predict, schedule
-from hocket.hardware import load_preset
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.cost import schedule
+from hocket.hardware import load_preset
+from hocket.strategies import pipeline_stages, predict
 
 H200X2 = load_preset("h200x2")
 
-
-@pytest.fixture(autouse=True)
-def _push_protocol(monkeypatch):
-    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "push")
 H200X8 = load_preset("h200x8")
 
 
@@ -39,7 +36,7 @@ def test_gather_pushes_the_own_shard_and_multiplies_it_beside_the_pushes(world):
     cluster = H200X2 if world == 2 else H200X8
     site = _site("ag_mm", world, rng)
     chunks = rng.randint(1, 4)
-    stages, at, _ = _timeline(site, Plan(strategy="chunked", chunks=chunks, transport="copy_engine"), cluster)
+    stages, at, _ = _timeline(site, Plan(strategy="chunked", chunks=chunks, transport="copy_engine", protocol="push"), cluster)
     names = [s.name for s in stages if not s.is_issue]
     assert not any(name.startswith("all_gather") for name in names), "no mailbox collective on the peer pipe"
     pushes = [s for s in stages if s.op == "push"]
@@ -56,7 +53,7 @@ def test_gather_pushes_the_own_shard_and_multiplies_it_beside_the_pushes(world):
 def test_scatter_pushes_each_partial_after_its_gemm_and_sums_last():
     rng = random.Random()
     site = _site("mm_rs", 2, rng)
-    stages, at, timeline = _timeline(site, Plan(strategy="chunked", chunks=2, transport="copy_engine"), H200X2)
+    stages, at, timeline = _timeline(site, Plan(strategy="chunked", chunks=2, transport="copy_engine", protocol="push"), H200X2)
     for i in range(2):
         assert at[f"push[0.{i}]"][0] >= at[f"gemm[0.{i}]"][1] - 1e-12
     assert at["gemm_own"][0] >= at["gemm[0.1]"][1] - 1e-12, "this rank's own block is computed last"
@@ -67,7 +64,7 @@ def test_scatter_pushes_each_partial_after_its_gemm_and_sums_last():
 
 def test_all_reduce_pushes_every_piece_to_every_peer_then_sums():
     site = Site(kind="mm_ar", m=4096, k=4096, n=4096, world=8)
-    stages, at, _ = _timeline(site, Plan(strategy="chunked", chunks=2, transport="copy_engine"), H200X8)
+    stages, at, _ = _timeline(site, Plan(strategy="chunked", chunks=2, transport="copy_engine", protocol="push"), H200X8)
     pushes = [s for s in stages if s.op == "push"]
     assert len(pushes) == 7 * 2
     assert at["reduce[final]"][0] >= max(at[s.name][1] for s in pushes) - 1e-12
@@ -81,7 +78,7 @@ def test_own_rows_beside_the_push_beat_sequential_when_contention_is_mild():
     mild = CalibrationProfile(fingerprint="x", contention={"copy_engine": ContentionPoint(gemm_slowdown=1.0,
                                                                                          transfer_slowdown=1.5)})
     site = Site(kind="ag_mm", m=8192, k=8192, n=7168, world=2)
-    plan = Plan(strategy="chunked", chunks=1, transport="copy_engine")
+    plan = Plan(strategy="chunked", chunks=1, transport="copy_engine", protocol="push")
     stages, at, _ = _timeline(site, plan, H200X2)
     assert at["gemm_own"][0] < at["push[0.0]"][1], "the own shard is multiplied while the push runs"
     steady = predict(site, plan, H200X2, mild, steady_state=True).total_ms
@@ -93,10 +90,10 @@ def test_own_rows_beside_the_push_beat_sequential_when_contention_is_mild():
 def test_the_protocol_costs_the_host_more_than_a_sequential_call():
     site = Site(kind="mm_rs", m=8192, k=2048, n=4096, world=2)
     host = {}
-    for label, plan in (("sequential", Plan()), ("pipe", Plan(strategy="chunked", chunks=1, transport="copy_engine"))):
+    for label, plan in (("sequential", Plan()), ("pipe", Plan(strategy="chunked", chunks=1, transport="copy_engine", protocol="push"))):
         host[label] = sum(s.duration_ms for s in pipeline_stages(site, plan, H200X2) if s.is_issue)
     assert host["pipe"] > host["sequential"]
-    names = [s.name for s in pipeline_stages(site, Plan(strategy="chunked", chunks=1, transport="copy_engine"),
+    names = [s.name for s in pipeline_stages(site, Plan(strategy="chunked", chunks=1, transport="copy_engine", protocol="push"),
                                              H200X2)]
     assert names.index("issue:pipe.begin") < names.index("push[0.0]") and names[-1] == "issue:pipe.end"
 

@@ -6,16 +6,17 @@ import math
 from dataclasses import replace
 
 import pytest
+from _cost_helpers import sites, with_island_link
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from _cost_helpers import sites, with_island_link
-from hocket.cost import candidate_plans, pipeline_stages, predict, schedule
+from hocket.core.plan import Plan
+from hocket.core.site import Site
+from hocket.cost import candidate_plans, schedule
 from hocket.cost.contention import SM_STARVED_SLOWDOWN, sms_left_to_gemm
 from hocket.hardware import load_preset
 from hocket.hardware.profile import CalibrationProfile, CurvePoint
-from hocket.core.plan import Plan
-from hocket.core.site import Site
+from hocket.strategies import pipeline_stages, predict
 
 H200X2 = load_preset("h200x2")
 H800X8 = load_preset("h800x8")
@@ -239,8 +240,8 @@ def test_offload_pieces_stream_at_the_whole_copys_measured_rate(kind, log_m, log
                                                                  big_slow):
     # a host-link curve whose small copies (timed alone) run slower than its large ones
     from hocket.cost import comm as comm_model
+    from hocket.cost.builder import group_facts
     from hocket.cost.calibration import CalibrationView
-    from hocket.cost.pipeline import group_facts
     h200 = load_preset("h200x1")
     site = Site(kind=kind, m=1 << log_m, k=1 << log_k, n=1 << log_n, world=1)
     topo = group_facts(h200, (0,), site.dtype)[0]

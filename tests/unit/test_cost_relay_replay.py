@@ -9,13 +9,13 @@ import random
 
 import pytest
 
+from hocket.core.site import Site
 from hocket.cost import comm as C
-from hocket.cost import pipeline_stages
 from hocket.cost.calibration import calibration_view
 from hocket.hardware import load_preset
 from hocket.hardware.profile import CalibrationProfile, CurvePoint
 from hocket.plan import Plan
-from hocket.core.site import Site
+from hocket.strategies import pipeline_stages
 
 CURVE = ((1 << 20, 0.055), (4 << 20, 0.111), (16 << 20, 0.346), (64 << 20, 0.953), (256 << 20, 3.589))
 

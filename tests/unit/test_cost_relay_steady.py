@@ -1,4 +1,4 @@
-"""The relay's back-to-back curve (``host_relay_steady``) and its per-piece pipeline cost (``relay_piece``)."""
+"""The relay's back-to-back curve (``host_relay_steady``) in the steady-state price."""
 
 from __future__ import annotations
 
@@ -6,16 +6,14 @@ from dataclasses import replace
 
 import pytest
 
-from hocket.cost import pipeline_stages, predict
-from hocket.cost.calibration import calibration_view
-from hocket.cost.steady import host_issue_ms
-from hocket.env import overridden
-from hocket.hardware import load_preset
 from hocket.calibrate.config import default_config
 from hocket.calibrate.runner import Measurements, build_profile
-from hocket.hardware.profile import CalibrationProfile, CurvePoint
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.cost.calibration import calibration_view
+from hocket.hardware import load_preset
+from hocket.hardware.profile import CalibrationProfile, CurvePoint
+from hocket.strategies import predict
 
 CLUSTER = load_preset("h200-host-staged")
 SITE = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
@@ -49,22 +47,6 @@ def test_calibration_keeps_the_relay_apart_from_the_steady_collectives():
     profile = build_profile(measured, config=default_config(quick=True, device_type="cuda"),
                             fingerprint={"hash": "toy"})
     assert set(profile.collectives_steady) == {"all_gather"} and profile.host_relay_steady == STEADY
-
-
-@pytest.mark.parametrize("calls", ["piece", "one"])
-def test_a_per_piece_pipeline_pays_relay_piece_for_every_call(calls):
-    costs = {"relay_call": 100.0, "relay_message": 40.0, "launch": 20.0}
-    base, extra = _profile(issue_us=costs), _profile(issue_us={**costs, "relay_piece": 150.0})
-    pipelined = Plan(strategy="chunked", chunks=4, transport="host_staged", order="local_first")
-    natural = replace(pipelined, order="natural")
-    with overridden({"HOCKET_HOST_STAGE_CALLS": calls}):
-        def host(plan, profile):
-            return host_issue_ms(pipeline_stages(SITE, plan, CLUSTER, profile, steady_state=True))
-
-        added = host(pipelined, extra) - host(pipelined, base)
-        # one relay call per piece pays it 4 times; one call for every piece, or the natural order, never
-        assert added == pytest.approx(4 * 0.150 if calls == "piece" else 0.0)
-        assert host(natural, extra) == pytest.approx(host(natural, base))
 
 
 REPLAYED = tuple(CurvePoint(bytes=b * MiB, ms=ms) for b, ms in ((1, 0.07), (4, 0.12), (16, 0.33), (64, 0.97)))

@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from hocket.cost.calibration import CalibrationView
-from hocket.cost.predict import predict
-from hocket.hardware import load_cluster
-from hocket.hardware.profile import CalibrationProfile, CurvePoint
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.cost.calibration import CalibrationView
+from hocket.hardware import load_cluster
+from hocket.hardware.profile import CalibrationProfile, CurvePoint
+from hocket.strategies import predict
 
 
 def _curve(floor_ms: float, gbps: float) -> tuple[CurvePoint, ...]:

@@ -6,13 +6,12 @@ import random
 
 import pytest
 
-from hocket.cost.pipeline import pipeline_stages
-from hocket.cost.predict import predict
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.cost.stages import Stage, schedule
 from hocket.cost.steady import steady_state_total
 from hocket.hardware import load_cluster
-from hocket.core.plan import Plan
-from hocket.core.site import Site
+from hocket.strategies import pipeline_stages, predict
 
 
 def chain(issue_ms: list[float], gemm_ms: list[float]) -> list[Stage]:

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from hocket.cost.calibration import CalibrationView
-from hocket.cost.predict import predict
-from hocket.hardware import load_cluster
 from hocket.calibrate import CalibrateConfig, default_config
 from hocket.calibrate.runner import CAPTURED_TRANSFERS, STEADY_P2P, STEADY_TRANSFERS, _steps, captured_sizes
-from hocket.hardware.profile import CalibrationProfile, CurvePoint, load_profile, save_profile
 from hocket.core.plan import Plan
-from hocket.plan.search import predict_cost_fn
 from hocket.core.site import Site
+from hocket.cost.calibration import CalibrationView
+from hocket.hardware import load_cluster
+from hocket.hardware.profile import CalibrationProfile, CurvePoint, load_profile, save_profile
+from hocket.plan.search import predict_cost_fn
+from hocket.strategies import predict
 
 V3 = Path(__file__).resolve().parents[2] / "benchmarks/results/calibration/h200x2-nccl-full-v3.json"
 MiB = 2 ** 20

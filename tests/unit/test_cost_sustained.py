@@ -5,25 +5,23 @@ from __future__ import annotations
 
 import json
 import random
-import warnings
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from hocket.timing.timer import TimingConfig
-from hocket.cost.calibration import CalibrationView
-from hocket.cost.compute import gemm_time
-from hocket.cost.pipeline import pipeline_stages
-from hocket.cost.predict import predict
-from hocket.hardware import load_cluster
 from hocket.calibrate import CalibrateConfig, default_config
 from hocket.calibrate.sustained import back_to_back_ms, measure_sustained
-from hocket.hardware.profile import CalibrationProfile, SustainedGemm, load_profile, save_profile
 from hocket.core.plan import Plan
-from hocket.plan.search import predict_cost_fn
 from hocket.core.site import Site
+from hocket.cost.calibration import CalibrationView
+from hocket.cost.compute import gemm_time
+from hocket.hardware import load_cluster
+from hocket.hardware.profile import CalibrationProfile, SustainedGemm, load_profile, save_profile
+from hocket.plan.search import predict_cost_fn
+from hocket.strategies import pipeline_stages, predict
+from hocket.timing.timer import TimingConfig
 
 V3 = Path(__file__).resolve().parents[2] / "benchmarks/results/calibration/h200x2-nccl-full-v3.json"
 

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
+from hocket.cost.builder import slowest_device
 from hocket.cost.compute import REFERENCE_MATMUL_EFFICIENCY, achievable_scale, achievable_tflops, gemm_time
-from hocket.cost.pipeline import slowest_device
 from hocket.hardware import load_cluster
 
 

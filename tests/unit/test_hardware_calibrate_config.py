@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
-from hocket.cli.main import main
 from hocket.calibrate import CalibrateConfig, default_config
 from hocket.calibrate.gemm import gemm_call, gemm_point, row_chunked_mm
 from hocket.calibrate.transfers import make_transfer
+from hocket.cli.main import main
 
 
 @pytest.mark.parametrize("device_type", ["cpu", "cuda"])

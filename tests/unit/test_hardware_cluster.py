@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hocket.core.plan import TRANSPORTS
 from hocket.hardware import load_preset
 from hocket.hardware.spec import ClusterSpec, DeviceSpec, IslandSpec, LinkSpec, NodeGroup, NodeSpec
-from hocket.core.plan import TRANSPORTS
 
 SMALL = ["h100x8", "mi250xx8", "rtx4090x8", "mixed-nvidia-amd", "h100-ib-2node", "mixed-a100-h100", "cpu-host"]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hocket.core.plan import TRANSPORTS
 from hocket.hardware import PresetError, list_presets, load_cluster, load_preset
 from hocket.hardware.catalog import CATALOG_FILES, builtin_catalog
-from hocket.core.plan import TRANSPORTS
 
 REQUIRED = ["h200x1", "h200x2", "h200x8", "h100x8", "h800x8", "a100x8", "a800x8", "l20x8", "rtx4090x8",
             "mi300xx8", "mi250xx8", "h100-ib-2node", "h100-ib-32node", "h100-16k", "mixed-a100-h100",

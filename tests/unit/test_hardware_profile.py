@@ -8,8 +8,17 @@ import warnings
 
 import pytest
 
-from hocket.hardware.profile import (CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint, ProfileWarning,
-                                     load_profile, profile_dir, profile_file, save_profile)
+from hocket.hardware.profile import (
+    CalibrationProfile,
+    ContentionPoint,
+    CurvePoint,
+    GemmPoint,
+    ProfileWarning,
+    load_profile,
+    profile_dir,
+    profile_file,
+    save_profile,
+)
 
 
 def _random_profile(fingerprint: str, rng: random.Random) -> CalibrationProfile:

@@ -1,7 +1,6 @@
 """TileConfig: narrow edge-tile width (default and validation)."""
 
 import pytest
-
 import torch
 
 from hocket.kernels.config import BF16_CONFIGS, TileConfig
@@ -33,8 +32,14 @@ def test_explicit_narrow_width_checked():
 def test_config_for_rule():
     import random
 
-    from hocket.kernels.config import (FP32_CONFIGS, NARROW_BF16, SHARED_MEMORY_BYTES, WIDE_BF16, config_for,
-                                       shared_memory_bytes)
+    from hocket.kernels.config import (
+        FP32_CONFIGS,
+        NARROW_BF16,
+        SHARED_MEMORY_BYTES,
+        WIDE_BF16,
+        config_for,
+        shared_memory_bytes,
+    )
 
     rng = random.Random()
     for _ in range(50):

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from _interpret import assert_matches_reference, run_interpreted
 
 from hocket.kernels.config import TileConfig
-from _interpret import assert_matches_reference, run_interpreted
 
 SHAPES = [  # (m, k, n): none divides the 32x32x16 blocks except where noted
     (100, 50, 70),
@@ -69,11 +69,20 @@ def _cases(rng: random.Random) -> list[dict]:
 
 def _child(cases_path: str, out_path: str) -> None:
     """Runs in the interpreter child: execute every case, save tensors and flags."""
-    from hocket.kernels import (ConsumerWorkspace, FlagTimeoutError, ProducerWorkspace, TileConfig, consumer_gemm,
-                                producer_gemm, raise_on_timeout, warmup_consumer, warmup_producer)
-    from hocket.kernels.schedule import even_row_offsets, ramp_row_offsets
+    from hocket.kernels import (
+        ConsumerWorkspace,
+        FlagTimeoutError,
+        ProducerWorkspace,
+        TileConfig,
+        consumer_gemm,
+        producer_gemm,
+        raise_on_timeout,
+        warmup_consumer,
+        warmup_producer,
+    )
     from hocket.kernels.descriptors import uses_descriptors
     from hocket.kernels.launch import _INTERPRETED
+    from hocket.kernels.schedule import even_row_offsets, ramp_row_offsets
 
     assert _INTERPRETED, "the child must run the kernels under TRITON_INTERPRET=1"
     results = []

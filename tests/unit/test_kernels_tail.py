@@ -4,12 +4,18 @@ that the schedules put narrow tiles where the model assumes (a prefix to host, a
 import random
 
 import pytest
-
 import torch
 
 from hocket.kernels.config import TileConfig
-from hocket.kernels.schedule import (TAIL_MIN_GAIN, TILE_OVERHEAD_COLUMNS, cdiv, fixed_stride_makespan,
-                                     narrow_tile_cost, ramp_row_offsets, tail_narrow_rows)
+from hocket.kernels.schedule import (
+    TAIL_MIN_GAIN,
+    TILE_OVERHEAD_COLUMNS,
+    cdiv,
+    fixed_stride_makespan,
+    narrow_tile_cost,
+    ramp_row_offsets,
+    tail_narrow_rows,
+)
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
 from hocket.ops.offload import fused_narrow_rows
 from hocket.ops.offload_pieces import edge_rows

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from hocket.core.site import Site
 from hocket.hardware import load_preset
 from hocket.models import ComputeOp, list_models, load_model, model_step_sites
-from hocket.core.site import Site
 from hocket.models.partition import balance_layers
 
 

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from hocket.ops.offload_pieces import edge_rows, piece_offsets
 from hocket.core.plan import Plan
+from hocket.ops.offload_pieces import edge_rows, piece_offsets
 
 
 def _sizes(offsets):

@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from hocket.core.plan import Plan
 from hocket.ops.offload import matmul_from_host, matmul_to_host
 from hocket.ops.offload_plans import _resolve_plan
-from hocket.core.plan import Plan
 
 
 def _rand(*shape, dtype=torch.float32):

@@ -9,12 +9,12 @@ import os
 
 import pytest
 import torch
+from _world1 import world1_group
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import hocket.ops as H
-from _world1 import world1_group
 from hocket.ops import dispatch
 from hocket.ops.eager import direct_call_ok
 

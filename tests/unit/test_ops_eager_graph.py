@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _world1 import world1_group
 
 import hocket.ops as H
-from _world1 import world1_group
 from hocket.ops import captured, dispatch, eager_graph
 from hocket.ops.eager_graph import EagerGraph, EagerGraphWarning
 

@@ -13,7 +13,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import hocket.ops as H
-from hocket.ops.planning import SUPPORTED
+from hocket.ops.executors import supported_table
+
+SUPPORTED = supported_table()
 
 
 @contextlib.contextmanager

@@ -7,11 +7,14 @@ import random
 import pytest
 import torch
 import torch.distributed as dist
+from _world1 import world1_group
 
 import hocket.ops as H
-from _world1 import world1_group
-from hocket.ops.reference import (reference_all_gather_matmul, reference_matmul_all_reduce,
-                                  reference_matmul_reduce_scatter)
+from hocket.ops.reference import (
+    reference_all_gather_matmul,
+    reference_matmul_all_reduce,
+    reference_matmul_reduce_scatter,
+)
 
 
 @pytest.fixture(scope="module")

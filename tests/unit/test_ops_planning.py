@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hocket.ops import planning
-from hocket.ops.lowering import executor_for
-from hocket.ops.planning import SUPPORTED, choose_plan, plan_text, resolve_plan
-from hocket.ops.sites import site_for_call
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.ops import planning
+from hocket.ops.executors import supported_table
+from hocket.ops.lowering import executor_for
+from hocket.ops.planning import choose_plan, plan_text, resolve_plan
+from hocket.ops.sites import site_for_call
 
 
 def _site(kind="ag_mm", **kw):
@@ -45,7 +46,7 @@ def test_unsupported_pair_names_strategy_op_and_alternatives(kind, strategy):
 
 
 def test_every_supported_pair_has_an_executor():
-    for kind, strategies in SUPPORTED.items():
+    for kind, strategies in supported_table().items():
         for strategy in strategies:
             assert callable(executor_for(kind, strategy))
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from _interpret import assert_matches_reference, run_interpreted
 
 CONFIG = dict(block_m=32, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=1)

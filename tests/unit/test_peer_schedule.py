@@ -6,8 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hocket.kernels.peer_schedule import (block_groups, fits_block_groups, local_first_arrival, receive_order,
-                                          ring_order, send_order, shard_chunk_offsets)
+from hocket.kernels.peer_schedule import (
+    block_groups,
+    fits_block_groups,
+    local_first_arrival,
+    receive_order,
+    ring_order,
+    send_order,
+    shard_chunk_offsets,
+)
 from hocket.kernels.schedule import cdiv
 
 

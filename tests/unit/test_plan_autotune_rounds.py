@@ -9,9 +9,9 @@ import random
 import pytest
 
 import hocket.timing.timer as timer
-from hocket.plan.autotune import AutotuneConfig, autotune, decide
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.plan.autotune import AutotuneConfig, autotune, decide
 
 SEQ = Plan()
 BULK = Plan(strategy="bulk")

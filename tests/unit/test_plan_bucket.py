@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from hocket.plan.bucket import BucketPolicy, bucket_m, bucket_site, fit_plan
 from hocket.core.plan import Plan
-from hocket.plan.space import split_rows
 from hocket.core.site import Site
+from hocket.plan.bucket import BucketPolicy, bucket_m, bucket_site, fit_plan
+from hocket.plan.space import split_rows
 
 POLICIES = [BucketPolicy(), BucketPolicy(mode="pow2"), BucketPolicy(mode="multiple", multiple=384),
             BucketPolicy(mode="exact")]

@@ -9,6 +9,8 @@ import uuid
 
 import pytest
 
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.plan.cache import (
     CacheEnvironment,
     PlanCache,
@@ -16,8 +18,6 @@ from hocket.plan.cache import (
     current_environment,
     parse_cache,
 )
-from hocket.core.plan import Plan
-from hocket.core.site import Site
 
 ENV = CacheEnvironment(fingerprint="abc123", hocket_version="0.1.0", torch_version="2.13.0")
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.hardware import load_preset
 from hocket.plan.capture import capturable, capture_refusal
-from hocket.core.plan import Plan
 from hocket.plan.space import SpaceConfig, enumerate_plans, group_facts
-from hocket.core.site import Site
 
 AG = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
 RS = Site(kind="mm_rs", m=8192, k=2048, n=4096, dtype="bfloat16", world=2)
@@ -21,8 +21,7 @@ CE = dict(strategy="chunked", transport="copy_engine")
     (RS, Plan(strategy="chunked", chunks=3, transport="host_staged", order="local_first")),
     (AG, Plan(**CE, chunks=1)), (AG, Plan(**CE, chunks=8)), (RS, Plan(**CE, chunks=1)),
 ])
-def test_nccl_relay_and_barrier_protocol_plans_capture(site, plan, monkeypatch):
-    monkeypatch.delenv("HOCKET_PEER_PROTOCOL", raising=False)
+def test_nccl_relay_and_barrier_protocol_plans_capture(site, plan):
     assert capturable(site, plan)
 
 
@@ -33,14 +32,13 @@ def test_nccl_relay_and_barrier_protocol_plans_capture(site, plan, monkeypatch):
     (AG, Plan(strategy="tile_fused", chunks=1, transport="peer_read"), "error buffers"),
     (Site(kind="ag_mm", m=512, k=256, n=128, dtype="bfloat16", world=2, dim=-1), Plan(**CE, chunks=2), "last dim"),
 ])
-def test_the_others_are_refused_with_the_reason(site, plan, words, monkeypatch):
-    monkeypatch.delenv("HOCKET_PEER_PROTOCOL", raising=False)
+def test_the_others_are_refused_with_the_reason(site, plan, words):
     assert words in capture_refusal(site, plan)
 
 
-def test_forcing_the_push_protocol_makes_an_all_gather_uncapturable(monkeypatch):
-    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "push")
-    assert "push protocol" in capture_refusal(AG, Plan(**CE, chunks=2))
+def test_the_push_protocol_makes_an_all_gather_uncapturable():
+    assert capture_refusal(AG, Plan(**CE, chunks=2)) is None
+    assert "push protocol" in capture_refusal(AG, Plan(**CE, chunks=2, protocol="push"))
 
 
 def test_the_captured_space_prunes_what_a_graph_cannot_replay():

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
-from hocket.hardware import load_preset
-from hocket.ops import planning
-from hocket.ops import live
-from hocket.ops.live import LiveConfig, LivePlanner, captured_planner, set_process_planner
-from hocket.core.site import Site
 from _slow_host import slow_host_planner
+
+from hocket.core.site import Site
+from hocket.hardware import load_preset
+from hocket.ops import live, planning
+from hocket.ops.live import LiveConfig, LivePlanner, captured_planner, set_process_planner
 
 SITE = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
 

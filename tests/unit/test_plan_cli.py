@@ -94,9 +94,9 @@ def test_bad_flags_fail_in_argparse(capsys):
 
 
 def test_predict_cli_prices_the_planner_space(capsys):
+    from hocket.core.site import Site
     from hocket.hardware import load_preset
     from hocket.plan.search import search
-    from hocket.core.site import Site
 
     assert main(["predict", "mm_rs", "--m", "4096", "--k", "1536", "--n", "4096", "--world", "8",
                  "--cluster", "h800x8", "--json"]) == 0

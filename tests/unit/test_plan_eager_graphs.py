@@ -7,16 +7,18 @@ import math
 from dataclasses import replace
 
 import pytest
+from _slow_host import slow_host_planner, slow_host_profile
 
-from hocket.env import eager_graphs, eager_graphs_max
+from hocket.core.site import Site
+from hocket.env import eager_graphs
 from hocket.hardware import load_preset
 from hocket.ops import planning
+from hocket.ops.eager_graph import max_graphs, set_max_graphs
+from hocket.ops.executors import supported_table
+from hocket.ops.live import LiveConfig, LivePlanner, eager_graphs_planner, set_process_planner
 from hocket.plan import Plan
 from hocket.plan.eager_graphs import eager_graph_cost_fn, graph_copy_bytes, graph_copy_ms, replayable
-from hocket.ops.live import LiveConfig, LivePlanner, eager_graphs_planner, set_process_planner
 from hocket.plan.search import predict_cost_fn
-from hocket.core.site import Site
-from _slow_host import slow_host_planner, slow_host_profile
 
 SMALL = Site(kind="ag_mm", m=8192, k=4096, n=1536, dtype="bfloat16", world=2)
 LARGE = Site(kind="mm_rs", m=8192, k=14336, n=8192, dtype="bfloat16", world=2)
@@ -39,11 +41,15 @@ def test_bad_flags_name_the_variable_and_the_choices(monkeypatch):
     monkeypatch.setenv("HOCKET_EAGER_GRAPHS", "sometimes")
     with pytest.raises(ValueError, match=r"HOCKET_EAGER_GRAPHS='sometimes' must be one of \('off', 'auto', 'on'\)"):
         eager_graphs()
-    monkeypatch.setenv("HOCKET_EAGER_GRAPHS_MAX", "-3")
-    with pytest.raises(ValueError, match="HOCKET_EAGER_GRAPHS_MAX='-3' must be a whole number"):
-        eager_graphs_max()
-    monkeypatch.setenv("HOCKET_EAGER_GRAPHS_MAX", "7")
-    assert eager_graphs_max() == 7
+    with pytest.raises(ValueError, match=r"count=-3 must be a whole number of graphs >= 0 \(default 32\)"):
+        set_max_graphs(-3)
+    assert max_graphs() == 32
+    previous = set_max_graphs(7)
+    try:
+        assert previous == 32 and max_graphs() == 7
+    finally:
+        set_max_graphs(None)
+    assert max_graphs() == 32
     with pytest.raises(ValueError, match="eager_graphs='yes' must be one of"):
         LiveConfig(eager_graphs="yes")
 
@@ -66,12 +72,10 @@ def test_copy_bytes_count_every_input_in_and_output_out():
     assert 0.01 < small < 0.2
 
 
-def test_only_plans_a_graph_captures_replay(monkeypatch):
+def test_only_plans_a_graph_captures_replay():
     assert replayable(SMALL, RELAY4) and replayable(SMALL, Plan(strategy="sequential"))
     assert not replayable(SMALL, Plan(strategy="tile_fused", chunks=2, transport="copy_engine"))
     assert not replayable(LARGE, Plan(strategy="chunked", chunks=2, transport="copy_engine"))  # push protocol
-    monkeypatch.setenv("HOCKET_HOST_STAGE_SIGNAL", "host")  # host handshakes cannot be captured
-    assert not replayable(SMALL, RELAY4)
 
 
 def test_auto_prices_the_cheaper_way_and_on_always_replays():
@@ -134,7 +138,7 @@ def test_autotune_under_eager_graphs_also_times_the_issued_leaders(monkeypatch):
 
     monkeypatch.setattr(live, "autotune", fake_autotune)
     cluster, profile = load_preset("h200-host-staged"), slow_host_profile()
-    config = LiveConfig(autotune=True, use_disk_cache=False, supported=planning.SUPPORTED, eager_graphs="auto")
+    config = LiveConfig(autotune=True, use_disk_cache=False, supported=supported_table(), eager_graphs="auto")
     planner = LivePlanner(cluster=cluster, profile=profile, config=config)
     planner.decide(SMALL, runners=lambda bucket: (lambda plan: (lambda: None)))
     issued = search(SMALL, cluster, profile=profile, config=planner.search_config(),
@@ -157,7 +161,7 @@ def test_eager_graph_decisions_have_cache_keys_of_their_own(tmp_path):
     cache = PlanCache(env, tmp_path / "plans.json")
     cluster, profile = load_preset("h200-host-staged"), slow_host_profile()
     planner = LivePlanner(cluster=cluster, profile=profile, cache=cache,
-                          config=LiveConfig(autotune=False, supported=planning.SUPPORTED, eager_graphs="auto"))
+                          config=LiveConfig(autotune=False, supported=supported_table(), eager_graphs="auto"))
     bucket = bucket_site(SMALL, planner.config.bucket)
     odd = Plan(strategy="chunked", chunks=3, transport="host_staged")
     cache.put(bucket.key, odd, source="autotune")  # an issued-calls decision: not this planner's

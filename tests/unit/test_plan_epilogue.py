@@ -5,13 +5,24 @@ over every cut, on random blocks and rates."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from hocket.cost.epilogue import (
+    DEFAULT_GBPS,
+    DEFAULT_TFLOPS,
+    EPILOGUE_ALIGN,
+    EPILOGUE_MARGIN,
+    MIN_FUSED_BYTES,
+    MIN_FUSED_ROWS,
+    cluster_rates,
+    epilogue_split,
+    waves,
+)
 from hocket.hardware import load_preset
-from hocket.cost.epilogue import (DEFAULT_GBPS, DEFAULT_TFLOPS, EPILOGUE_ALIGN, EPILOGUE_MARGIN, MIN_FUSED_BYTES,
-                                  MIN_FUSED_ROWS, cluster_rates, epilogue_split, waves)
 
 
 def _covers(plain: int, fused: int, k: int, sources: int, itemsize: int, tflops: float, gbps: float) -> bool:
@@ -104,22 +115,14 @@ def test_cluster_rates_read_the_device_peak_and_the_slowest_link():
     assert cluster_rates(cluster, 0, (0,), "float8_e5m2")[1] == DEFAULT_GBPS  # no peer: the default link
 
 
-@pytest.mark.parametrize("mode,expected", [("pass", (4096, 0)), ("epilogue@512", (512, 3584)),
-                                           ("epilogue@3968", (4096, 0))])
-def test_own_block_cut_follows_the_mode(mode, expected):
-    from hocket.cost.epilogue import own_block_cut
+def test_the_shared_own_block_split_is_the_epilogue_split_with_default_rates():
+    from hocket.strategies.pieces import own_block_split
 
-    args = dict(sources=1, itemsize=2, tflops=989.0, gbps=450.0, sms=132)
-    assert own_block_cut(4096, 14336, 8192, mode=mode, **args) == expected
-    assert own_block_cut(4096, 14336, 8192, mode="epilogue", **args) == epilogue_split(4096, 14336, 8192, **args)
-
-
-@pytest.mark.parametrize("raw", ["fused", "epilogue@", "epilogue@100", "epilogue@-128", "pass@128"])
-def test_a_bad_own_block_sum_names_the_variable_and_the_forms(raw, monkeypatch):
-    from hocket.env import own_block_sum
-
-    monkeypatch.setenv("HOCKET_OWN_BLOCK_SUM", raw)
-    with pytest.raises(ValueError, match="HOCKET_OWN_BLOCK_SUM=.*epilogue@N"):
-        own_block_sum()
-    monkeypatch.setenv("HOCKET_OWN_BLOCK_SUM", " Epilogue@256 ")
-    assert own_block_sum() == "epilogue@256"
+    rng = random.Random()
+    rows, k = rng.choice([2048, 4096, 8192]), rng.choice([4096, 14336])
+    args = dict(sources=rng.choice([1, 3, 7]), itemsize=2, sms=132)
+    tflops, gbps = rng.uniform(300.0, 1000.0), rng.uniform(100.0, 500.0)
+    assert own_block_split(rows, k, 8192, tflops=tflops, gbps=gbps, **args) == epilogue_split(
+        rows, k, 8192, tflops=tflops, gbps=gbps, **args)
+    assert own_block_split(rows, k, 8192, tflops=None, gbps=None, **args) == epilogue_split(
+        rows, k, 8192, tflops=DEFAULT_TFLOPS, gbps=DEFAULT_GBPS, **args)

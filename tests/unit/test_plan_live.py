@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from hocket.plan.cache import CacheEnvironment, PlanCache
-from hocket.ops.live import LiveConfig, LivePlanner, PlannerWarning
 from hocket.core.plan import Plan
-from hocket.plan.bucket import bucket_site
 from hocket.core.site import Site
+from hocket.ops.live import LiveConfig, LivePlanner, PlannerWarning
+from hocket.plan.bucket import bucket_site
+from hocket.plan.cache import CacheEnvironment, PlanCache
 
 hardware = pytest.importorskip("hocket.hardware")
 
@@ -84,8 +84,8 @@ def test_cluster_from_environment(tmp_path, monkeypatch):
 
 
 def test_decision_reports_measured_sequential_and_chosen_times():
-    from hocket.ops.live import Decision
     from hocket.core.plan import SEQUENTIAL, Plan
+    from hocket.ops.live import Decision
 
     ring = Plan(strategy="ring", chunks=1, transport="p2p")
     seq_p2p = Plan(strategy="sequential", transport="p2p")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.plan.memory import (
     MemoryEstimate,
     budget_from_memory,
     estimate_extra_memory,
     over_budget_reason,
 )
-from hocket.core.plan import Plan
-from hocket.core.site import Site
 from hocket.transport.host_relay import SCRATCH_RING
 
 AG = Site(kind="ag_mm", m=8192, k=4096, n=1024, world=8, dtype="bf16")
@@ -35,9 +35,9 @@ def test_pipeline_buffers_shrink_with_more_chunks():
     assert bidir.workspace_bytes == 2 * ring.workspace_bytes
 
 
-def test_symmetric_memory_and_pinned_host_are_counted_where_they_belong(monkeypatch):
-    monkeypatch.setenv("HOCKET_PEER_PROTOCOL", "push")  # the flag pipe: the whole gathered A is symmetric
-    ce = estimate_extra_memory(AG, Plan(strategy="chunked", chunks=4, transport="copy_engine"))
+def test_symmetric_memory_and_pinned_host_are_counted_where_they_belong():
+    # the flag pipe: the whole gathered A is symmetric
+    ce = estimate_extra_memory(AG, Plan(strategy="chunked", chunks=4, transport="copy_engine", protocol="push"))
     assert ce.symmetric_bytes >= AG.m * AG.k * 2
     assert ce.device_bytes == ce.workspace_bytes + ce.symmetric_bytes
     tile = estimate_extra_memory(RS, Plan(strategy="tile_fused", chunks=4, transport="copy_engine"))
@@ -84,18 +84,20 @@ def test_budget_check():
 
 
 @pytest.mark.parametrize("world", [2, 8])
-def test_the_barrier_protocols_keep_two_slots(world, monkeypatch):
+def test_the_barrier_protocols_keep_two_slots(world):
     ag = Site(kind="ag_mm", m=1024 * world, k=4096, n=1024, world=world, dtype="bf16")
     rs = Site(kind="mm_rs", m=1024 * world, k=1024, n=4096, world=world, dtype="bf16")
     gathered, product = ag.m * ag.k * 2, rs.m * rs.n * 2
     one = Plan(strategy="chunked", chunks=1, transport="copy_engine")
     symmetric = {}
-    for protocol in ("push", "pull", "put"):
-        monkeypatch.setenv("HOCKET_PEER_PROTOCOL", protocol)
-        symmetric[protocol] = (estimate_extra_memory(ag, one).symmetric_bytes,
-                               estimate_extra_memory(rs, one).symmetric_bytes)
+    for protocol in (None, "push", "pull", "put"):
+        plan = one.with_(protocol=protocol)
+        symmetric[protocol] = (estimate_extra_memory(ag, plan).symmetric_bytes,
+                               estimate_extra_memory(rs, plan).symmetric_bytes if protocol != "put" else None)
     assert symmetric["pull"][0] == 2 * gathered // world, "pull stages this rank's shard twice (parity)"
     assert symmetric["put"][0] == 2 * gathered, "put receives every peer's shard, twice"
     assert symmetric["pull"][1] == 2 * product, "a pulled reduce-scatter stages every rank's partials, twice"
     assert symmetric["push"][0] >= gathered and symmetric["push"][1] >= product
-    assert symmetric["put"][1] == symmetric["pull"][1], "put has no reduce-scatter form: auto's pull runs"
+    assert symmetric[None] == (symmetric["put"][0], symmetric["pull"][1]), "no protocol: put gathers, pull scatters"
+    with pytest.raises(ValueError, match="'put' does not exist for mm_rs"):
+        estimate_extra_memory(rs, one.with_(protocol="put"))

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import hocket.ops.offload_plans as offload
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.hardware import load_cluster
 from hocket.plan import offload as plan_offload
 from hocket.plan.offload import ALIGN, SEQUENTIAL, choose_offload_plan, offload_candidates, ramp_sizes
-from hocket.core.plan import Plan
-from hocket.core.site import Site
 
 
 def _site(kind="mm_d2h", m=8192, k=8192, n=7168, world=1):
@@ -102,8 +102,8 @@ def test_by_default_each_plan_carries_its_model_error_and_many_pieces_pay_for_th
 def test_copy_bound_offloads_choose_a_pipeline_on_h200():
     """Predicted on the 1xH200 preset: the copy is ~2x the GEMM, so a pipeline beats sequential, and
     the chosen plan is the cheapest candidate."""
-    from hocket.cost.predict import predict
     from hocket.plan.uncertainty import Uncertainty
+    from hocket.strategies import predict
 
     cluster = load_cluster("h200x1")
     for kind in ("mm_d2h", "h2d_mm"):

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from hocket.core.plan import Plan
-from hocket.plan.regret import group_records, planner_regret, site_regret
 from hocket.core.site import Site
+from hocket.plan.regret import group_records, planner_regret, site_regret
 
 record_mod = pytest.importorskip("hocket.bench.record")
 stats = pytest.importorskip("hocket.timing.stats")

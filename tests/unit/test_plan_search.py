@@ -8,9 +8,9 @@ import random
 import pytest
 
 from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.plan.search import DEFAULT_MARGIN, SearchConfig, price_space, search, search_sites, select
 from hocket.plan.space import GroupFacts, enumerate_plans
-from hocket.core.site import Site
 
 SEQ = Plan()
 CH4 = Plan(strategy="chunked", chunks=4)
@@ -167,9 +167,9 @@ def test_structurally_equal_groups_are_searched_once_and_predict_alike():
                                           ("mixed-nvidia-amd", range(4))])
 def test_predict_cost_fn_equals_hocket_cost_predict(preset, ranks):
     hardware = pytest.importorskip("hocket.hardware")
-    from hocket.cost import predict
     from hocket.plan.search import predict_cost_fn
     from hocket.plan.space import group_facts
+    from hocket.strategies import predict
 
     cluster = hardware.load_preset(preset)
     rng = random.Random()
@@ -239,9 +239,9 @@ def test_steady_state_config_prices_the_loop_and_can_change_the_choice():
     # the search prices what SearchConfig asks for: with steady_state the host's issue waits leave the
     # device's critical path (a loop runs the host ahead), so a pipeline whose saving was eaten by its host
     # orchestration (the copy-engine peer pipe's begin, flag waits and end) can win only there
-    from hocket.cost import predict
     from hocket.hardware import load_preset
     from hocket.hardware.profile import CalibrationProfile, ContentionPoint
+    from hocket.strategies import predict
 
     cluster = load_preset("h200x2")
     mild = CalibrationProfile(fingerprint="x", contention={"copy_engine": ContentionPoint(gemm_slowdown=1.0,

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from hocket.plan.memory import estimate_extra_memory
 from hocket.core.plan import ORDERS, STRATEGIES, Plan
+from hocket.core.site import Site
+from hocket.plan.memory import estimate_extra_memory
 from hocket.plan.space import (
     GroupFacts,
     SpaceConfig,
@@ -18,7 +19,6 @@ from hocket.plan.space import (
     runs_single_piece_pipeline,
     split_rows,
 )
-from hocket.core.site import Site
 
 ALL = frozenset({"collective", "p2p", "copy_engine", "host_staged"})
 GPU_NODE = GroupFacts(transports=ALL, sm_count=132, memory_bytes=80 << 30, device_models=("H100",))
@@ -265,9 +265,9 @@ def test_last_dim_sharding_splits_all_rows():
 
 @pytest.mark.parametrize("kind", ["ag_mm", "mm_rs", "mm_ar"])
 def test_bulk_is_enumerated_where_an_executor_runs_it_and_the_model_prices_it(kind):
-    from hocket.cost import predict
     from hocket.hardware import load_preset
     from hocket.ops.lowering import executor_for
+    from hocket.strategies import predict
 
     rng = random.Random()
     site = _site(kind, m=8 * 64 * rng.randint(1, 32), k=rng.randint(64, 4096), n=rng.randint(64, 4096), world=8)

@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from hocket.plan.bucket import fit_plan
 from hocket.core.pieces import piece_ranges, piece_sizes, ramp_sizes, split_pattern
 from hocket.core.plan import Plan
+from hocket.core.site import Site
+from hocket.plan.bucket import fit_plan
 from hocket.plan.search import SearchConfig, price_space
 from hocket.plan.space import GroupFacts, SpaceConfig, enumerate_plans, split_rows
-from hocket.core.site import Site
 
 FACTS = GroupFacts(transports={"collective", "p2p", "copy_engine"}, sm_count=132, memory_bytes=80 << 30)
 

@@ -6,12 +6,12 @@ import random
 
 import pytest
 
+from hocket.core.plan import Plan
 from hocket.hardware import load_cluster
 from hocket.models.graph import ComputeOp
 from hocket.models.step import model_step_sites
 from hocket.sim.model_plan import plan_model, step_totals
 from hocket.sim.pricing import Pricer
-from hocket.core.plan import Plan
 
 
 def _stage(stage: int, sites_seq: float, sites_chosen: float, per_mb: float, once: float, micro: int) -> dict:

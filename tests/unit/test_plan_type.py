@@ -3,10 +3,18 @@
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hocket.core.plan import (
-    HIERARCHIES, ORDERS, PLAN_VERSION, STRATEGIES, SUBSTITUTES, TRANSPORTS, Plan, as_plan,
+    HIERARCHIES,
+    ORDERS,
+    PLAN_VERSION,
+    STRATEGIES,
+    SUBSTITUTES,
+    TRANSPORTS,
+    Plan,
+    as_plan,
 )
 
 plans = st.builds(
@@ -77,3 +85,20 @@ def test_plan_is_frozen():
     plan = Plan()
     with pytest.raises(AttributeError):
         plan.chunks = 4  # type: ignore[misc]
+
+
+def test_the_peer_protocol_is_a_plan_field_left_out_of_the_json_when_unset():
+    import json
+
+    from hocket.core.plan import Plan as P
+
+    plain = P(strategy="chunked", chunks=1, transport="copy_engine")
+    assert "protocol" not in json.loads(plain.to_json())  # plans without one keep their JSON and hash
+    assert P.from_json(plain.to_json()) == plain and P.from_dict({**plain.to_dict(), "protocol": None}) == plain
+    pulled = plain.with_(protocol="pull")
+    assert json.loads(pulled.to_json())["protocol"] == "pull" and P.from_json(pulled.to_json()) == pulled
+    assert pulled.hash != plain.hash and pulled.describe() == "chunked(1)/copy_engine:pull"
+    with pytest.raises(ValueError, match="Plan.protocol='sideways'"):
+        P(strategy="chunked", transport="copy_engine", protocol="sideways")
+    with pytest.raises(ValueError, match="applies to strategy='chunked' over transport='copy_engine'"):
+        P(strategy="ring", transport="p2p", protocol="push")

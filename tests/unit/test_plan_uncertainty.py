@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint
 from hocket.core.plan import Plan
+from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint
 from hocket.plan.search import PricedMs, SearchConfig, select
-from hocket.plan.uncertainty import (NO_UNCERTAINTY, PLAN_CLASSES, Uncertainty, calibrated_classes, plan_class,
-                                     uncertainty_from_profile)
+from hocket.plan.uncertainty import (
+    NO_UNCERTAINTY,
+    PLAN_CLASSES,
+    Uncertainty,
+    calibrated_classes,
+    plan_class,
+    uncertainty_from_profile,
+)
 
 SEQ = Plan()
 CH4 = Plan(strategy="chunked", chunks=4)
@@ -92,10 +98,10 @@ def test_a_plan_host_bound_on_a_slower_host_keeps_sequential():
 
 
 def test_predicted_prices_carry_the_host_issue_time():
-    from hocket.cost import pipeline_stages
+    from hocket.core.site import Site
     from hocket.hardware import load_preset
     from hocket.plan.search import predict_cost_fn
-    from hocket.core.site import Site
+    from hocket.strategies import pipeline_stages
 
     cluster = load_preset("h200x2")
     site = Site(kind="mm_rs", m=8192, k=2048, n=4096, world=2)

@@ -8,13 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from hocket.cost.calibration import CalibrationView
-from hocket.cost.predict import predict
-from hocket.hardware import load_cluster
-from hocket.hardware.profile import (SUPERSEDED_BEFORE, CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint,
-                                     ProfileWarning, load_profile, save_profile)
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.cost.calibration import CalibrationView
+from hocket.hardware import load_cluster
+from hocket.hardware.profile import (
+    SUPERSEDED_BEFORE,
+    CalibrationProfile,
+    ContentionPoint,
+    CurvePoint,
+    GemmPoint,
+    ProfileWarning,
+    load_profile,
+    save_profile,
+)
+from hocket.strategies import predict
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from hocket.cost.calibration import CalibrationView
-from hocket.cost.comm import DEFAULT_HOST_STAGE_MESSAGE_BYTES, collective, group_topology, relay_ratio
-from hocket.hardware import load_preset
 from hocket.calibrate.issue import relay_issue_us
 from hocket.calibrate.runner import CURVE_TRANSFERS
 from hocket.calibrate.transfers import make_transfer
+from hocket.cost.calibration import CalibrationView
+from hocket.cost.comm import DEFAULT_HOST_STAGE_MESSAGE_BYTES, collective, group_topology, relay_ratio
+from hocket.hardware import load_preset
 from hocket.hardware.profile import CalibrationProfile, CurvePoint
 
 MIB = 2**20

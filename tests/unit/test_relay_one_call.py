@@ -1,5 +1,5 @@
-"""One relay call for an own-data-first pipeline (``HOCKET_HOST_STAGE_CALLS=one``): the relay's messages
-end on the pieces' edges, and the cost model prices the pieces as shares of one call."""
+"""One relay call for an own-data-first pipeline over ``host_staged``: the relay's messages end on the pieces'
+edges, and the cost model prices the pieces as shares of one call."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hocket import env
-from hocket.cost import predict
-from hocket.cost.issue import DEFAULT_ISSUE_US
-from hocket.cost.pipeline import pipeline_stages
-from hocket.env import overridden
-from hocket.hardware import load_preset
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.core.sizes import DEFAULT_SIZES, MIB
+from hocket.cost.issue import DEFAULT_ISSUE_US
+from hocket.hardware import load_preset
+from hocket.strategies import pipeline_stages, predict
 from hocket.transport.host_relay import HostRelay
 
 CLUSTER = load_preset("h200-host-staged")
@@ -24,7 +22,7 @@ CLUSTER = load_preset("h200-host-staged")
 def relay(slot_bytes: int) -> HostRelay:
     """A relay's message arithmetic only (no group, buffer or streams)."""
     r = HostRelay.__new__(HostRelay)
-    r.slot_bytes = slot_bytes
+    r.slot_bytes, r.piece_bytes = slot_bytes, DEFAULT_SIZES.piece_bytes
     return r
 
 
@@ -36,8 +34,7 @@ def test_messages_end_on_every_piece_edge_and_cover_the_call(sizes, message_elem
         edges.append((lo, lo + size))
         lo += size
     r = relay(slot_bytes=message_elems * 2 * copies)
-    with overridden({"HOCKET_HOST_STAGE_PIECE_MB": "1024"}):
-        pieces, last = r.split_pieces(edges, torch.bfloat16, copies=copies)
+    pieces, last = r.split_pieces(edges, torch.bfloat16, copies=copies, piece_bytes=1024 * MIB)
     assert pieces[0][0] == 0 and pieces[-1][1] == lo  # the whole call, in order, no gaps
     assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
     assert all(hi - lo_ <= message_elems for lo_, hi in pieces)  # no message above a slot's capacity
@@ -56,19 +53,12 @@ def test_splits_that_skip_or_overlap_are_refused_naming_the_argument():
 
 def test_only_the_first_piece_is_ramped():
     r = relay(slot_bytes=1 << 30)
-    with overridden({"HOCKET_HOST_STAGE_PIECE_MB": "1"}):
-        per = r.message_elements(torch.float32)
-        pieces, last = r.split_pieces([(0, 3 * per), (3 * per, 5 * per)], torch.float32)
+    r.piece_bytes = MIB  # the relay's own message size, when the caller gives none
+    per = r.message_elements(torch.float32)
+    pieces, last = r.split_pieces([(0, 3 * per), (3 * per, 5 * per)], torch.float32)
     sizes = [hi - lo for lo, hi in pieces]
     assert sizes[:2] == [per // 4, per // 2]  # the ramp
     assert sizes[last[0] + 1:] == [per, per]  # the second piece in whole messages
-
-
-def test_the_flag_is_read_and_checked():
-    with overridden({"HOCKET_HOST_STAGE_CALLS": " Piece "}):
-        assert env.host_stage_calls() == "piece"
-    with overridden({"HOCKET_HOST_STAGE_CALLS": "each"}), pytest.raises(ValueError, match="HOCKET_HOST_STAGE_CALLS"):
-        env.host_stage_calls()
 
 
 @pytest.mark.parametrize("kind", ["ag_mm", "mm_rs"])
@@ -78,48 +68,46 @@ def test_one_call_pieces_add_up_to_the_whole_call(kind, chunks):
     site = Site(kind=kind, m=8192, k=4096, n=1536, world=2, dtype="bf16")
     plan = Plan(strategy="chunked", chunks=chunks, order="local_first", transport="host_staged")
     whole = Plan(strategy="chunked", chunks=1, order="local_first", transport="host_staged")
-    with overridden({"HOCKET_HOST_STAGE_CALLS": "one"}):
-        moves = [s for s in pipeline_stages(site, plan, CLUSTER) if s.is_transfer]
-        one = [s for s in pipeline_stages(site, whole, CLUSTER) if s.is_transfer]
+    moves = [s for s in pipeline_stages(site, plan, CLUSTER) if s.is_transfer]
+    one = [s for s in pipeline_stages(site, whole, CLUSTER) if s.is_transfer]
     assert len(moves) == chunks and len(one) == 1
     assert sum(s.duration_ms for s in moves) == pytest.approx(one[0].duration_ms, rel=1e-9)
 
 
 @pytest.mark.parametrize("kind", ["ag_mm", "mm_rs"])
-def test_one_call_spares_the_host_a_call_per_piece(kind):
-    """Eight pieces in one call issue one relay call instead of eight: the host's issue time drops by
-    the seven calls (less each later piece's own bookkeeping), and with costly calls the one-call
-    pipeline is priced faster."""
+def test_one_call_pays_the_relay_call_once_however_many_pieces(kind):
+    """Eight pieces in one call issue one relay call: raising ``relay_call`` raises the host's issue time
+    by that much once, not once per piece."""
     from test_relay_signal_pricing import _issue_view
 
     site = Site(kind=kind, m=8192, k=4096, n=1536, world=2, dtype="bf16")
     plan = Plan(strategy="chunked", chunks=8, order="local_first", transport="host_staged")
-    table = dict(DEFAULT_ISSUE_US, relay_call=300.0)
-    priced = {}
-    for calls in ("one", "piece"):
-        with overridden({"HOCKET_HOST_STAGE_CALLS": calls}):
-            priced[calls] = predict(site, plan, CLUSTER, _issue_view(table), steady_state=True)
-    split = DEFAULT_ISSUE_US["relay_split"] / 1e3  # what a later piece of one call costs instead of a call
-    assert priced["piece"].busy_ms["issue"] - priced["one"].busy_ms["issue"] >= 7 * (0.3 - split) * 0.99
-    assert priced["one"].total_ms < priced["piece"].total_ms
+
+    def issue(call_us: float) -> float:
+        table = dict(DEFAULT_ISSUE_US, relay_call=call_us)
+        return predict(site, plan, CLUSTER, _issue_view(table), steady_state=True).busy_ms["issue"]
+
+    assert issue(1300.0) - issue(300.0) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("signal,split", [("device", "relay_split"), ("host", "relay_split_host")])
-def test_each_later_piece_of_one_call_pays_its_bookkeeping(signal, split):
+def test_each_later_piece_of_one_call_pays_its_bookkeeping():
     """``relay_split`` (calibrated: one more piece of a one-call pipeline, besides its message and GEMM
-    launch) is paid once per piece after the first, only by one-call pipelines of its signalling."""
+    launch) is paid once per piece after the first."""
     from test_relay_signal_pricing import _issue_view
 
     site = Site(kind="ag_mm", m=8192, k=4096, n=1536, world=2, dtype="bf16")
     plan = Plan(strategy="chunked", chunks=8, order="local_first", transport="host_staged")
 
-    def issue(raised: float, calls: str = "one") -> float:
-        table = dict(DEFAULT_ISSUE_US, **{split: raised})
-        with overridden({"HOCKET_HOST_STAGE_CALLS": calls, "HOCKET_HOST_STAGE_SIGNAL": signal}):
-            return predict(site, plan, CLUSTER, _issue_view(table), steady_state=True).busy_ms["issue"]
+    def issue(raised: float) -> float:
+        table = dict(DEFAULT_ISSUE_US, relay_split=raised)
+        return predict(site, plan, CLUSTER, _issue_view(table), steady_state=True).busy_ms["issue"]
 
     assert issue(1000.0) - issue(0.0) == pytest.approx(7 * 1.0)
-    assert issue(1000.0, calls="piece") == pytest.approx(issue(0.0, calls="piece"))
+    natural = plan.with_(order="natural")  # one call per piece: no piece of a shared call
+    table = dict(DEFAULT_ISSUE_US, relay_split=1000.0)
+    assert predict(site, natural, CLUSTER, _issue_view(table), steady_state=True).busy_ms["issue"] == pytest.approx(
+        predict(site, natural, CLUSTER, _issue_view(dict(DEFAULT_ISSUE_US, relay_split=0.0)),
+                steady_state=True).busy_ms["issue"])
 
 
 def test_reduction_scratch_takes_turns_and_waits_for_the_call_that_used_it_last():

@@ -7,11 +7,12 @@ import random
 
 import pytest
 
-from hocket.cost import candidate_plans, predict
+from hocket.core.site import Site
+from hocket.cost import candidate_plans
 from hocket.hardware.catalog import load_cluster
 from hocket.sim.site import simulate_site
 from hocket.sim.trace import chrome_trace
-from hocket.core.site import Site
+from hocket.strategies import predict
 
 CLUSTERS = ("h100x8", "h200x2", "mixed-a100-h100", "h100-ib-2node", "cpu-host")
 

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
+from hocket.core.plan import Plan
 from hocket.hardware.catalog import load_cluster
 from hocket.models.spec import ModelSpec
 from hocket.models.step import model_step_sites
-from hocket.core.plan import Plan
 from hocket.sim.metrics import owner_summaries
 from hocket.sim.plans import PlanBook, parse_plan_file
 from hocket.sim.schedule_1f1b import stage_order

@@ -1,7 +1,8 @@
 """Site: validation, shape convention, keys and backward sites."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hocket.core.site import SITE_KINDS, Site, canonical_dtype
 

@@ -63,10 +63,10 @@ def test_tile_fused_names_the_transport_it_needs():
 
 
 def test_gpu_strategies_register_only_with_symmetric_memory():
-    from hocket.ops.planning import SUPPORTED
+    from hocket.ops.executors import supported
     from hocket.transport.registry import available_transports
 
-    registered = "tile_fused" in SUPPORTED["ag_mm"]
+    registered = "tile_fused" in supported("ag_mm")
     assert registered == symm_memory_available()
     assert ("copy_engine" in available_transports()) == registered
     assert ("host_staged" in available_transports()) == registered

@@ -6,9 +6,11 @@ rank -> rank-1, so each link carries half the bytes in each direction per step.
 
 from __future__ import annotations
 
+from hocket.ops.executors import register_executors
 from hocket.ops.lowering.ring import gather_matmul, matmul_all_reduce, matmul_scatter
 from hocket.ops.lowering.runtime import bind_executors
 
-
 EXECUTORS = bind_executors(ag_mm=gather_matmul, mm_rs=matmul_scatter, mm_ar=matmul_all_reduce,
                            bidirectional=True)
+
+register_executors("bidir_ring", EXECUTORS)

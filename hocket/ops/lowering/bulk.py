@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from hocket.ops.executors import register_executors
 from hocket.ops.lowering.chunked import gather_matmul, matmul_all_reduce, matmul_scatter
 from hocket.ops.lowering.runtime import bind_executors
 
 EXECUTORS = bind_executors(ag_mm=gather_matmul, mm_rs=matmul_scatter, mm_ar=matmul_all_reduce, chunks=1)
+
+register_executors("bulk", EXECUTORS)

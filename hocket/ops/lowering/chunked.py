@@ -8,16 +8,17 @@ from __future__ import annotations
 from hocket.ops._pipeline import piece_bounds, run_pipeline
 from hocket.ops.lowering.problems import AllReduceMatmul, GatherMatmul, ScatterMatmul
 from hocket.ops.lowering.runtime import bind_executors
-from hocket.core.pieces import piece_ranges
+from hocket.strategies.pieces import bounds, pipeline_pieces
 
 DEPTH = 2
 
 
 def _pieces(rows: int, plan, chunks: int | None) -> list[tuple[int, int]]:
-    """The plan's pieces over ``rows``; a fixed ``chunks`` (bulk) cuts evenly."""
-    if chunks is None and plan.split_sizes is not None:
-        return piece_ranges(rows, plan)
-    return piece_bounds(rows, chunks or plan.chunks)
+    """The plan's pieces over ``rows`` (:func:`hocket.strategies.pieces.pipeline_pieces`, as the cost model
+    cuts them); a fixed ``chunks`` (bulk) cuts evenly."""
+    if chunks is not None:
+        return piece_bounds(rows, chunks)
+    return bounds(pipeline_pieces(rows, plan)) if rows > 0 else []
 
 
 def gather_matmul(A_shard, Bs, dim, need_A, rt, plan, *, chunks: int | None = None):

@@ -1,7 +1,8 @@
 """``chunked`` over ``transport="copy_engine"``: vendor GEMMs per piece, data moved by copy engines
-through symmetric memory. Where :mod:`hocket.core.peer_protocol` says ``pull`` (by default the
-all-gather, and the one-piece reduce-scatter) :mod:`hocket.ops.lowering.peer_pull` runs; otherwise the
-data is pushed into the peers' memory, one flag per landed piece (:mod:`hocket.ops.lowering.peer_pipe`):
+through symmetric memory. The protocol is the plan's (``Plan.protocol``), else the automatic choice of
+:mod:`hocket.core.peer_protocol` (``put`` for the one-piece all-gather, ``pull`` for the others and the
+one-piece reduce-scatter, ``push`` elsewhere). ``put`` and ``pull`` run :mod:`hocket.ops.lowering.peer_pull`;
+``push`` pushes the data into the peers' memory, one flag per landed piece (:mod:`hocket.ops.lowering.peer_pipe`):
 
 * all-gather + matmul: every rank pushes its shard to every peer in ``plan.chunks`` pieces
   while it multiplies its own shard (no wait at all), then multiplies each peer's pieces as
@@ -17,40 +18,41 @@ over the copy-engine transport's collectives instead. Other transports run that 
 except with ``plan.order == "local_first"`` (:func:`local_first_gather`, :func:`own_block_last_scatter`):
 every piece's collective is issued at once and this rank's own data is multiplied first (all-gather)
 or last (reduce-scatter), so the first (last) GEMM hides the first (last) transfers. Over
-``host_staged`` (whose issue waits on the host for the peers) the GEMM that hides a transfer is
-launched *before* the transfer is issued, the transfer waiting only for an event recorded ahead of
-that GEMM, so the GPU never idles while the host shakes hands. By default
-(``HOCKET_HOST_STAGE_CALLS=one``) all pieces then travel in *one* relay call whose messages end on
-the pieces' edges: an all-gather's piece GEMM waits on the event after the piece's last message, a
-reduce-scatter's piece leaves once its partials' event fired, and the host pays one call's cost
-instead of one per piece.
+``host_staged`` (whose issue waits on the host for the peers) the GEMM that hides the transfer is
+launched *before* it is issued, and all pieces travel in *one* relay call whose messages end on the
+pieces' edges (:func:`hocket.strategies.pieces.one_relay_call`): an all-gather's piece GEMM waits on the
+event after the piece's last message, a reduce-scatter's piece leaves once its partials' event fired,
+and the host pays one call's cost instead of one per piece. The pieces are
+:func:`hocket.strategies.pieces.own_data_first_pieces` / :func:`~hocket.strategies.pieces.peer_pipe_pieces`,
+the ones the cost model prices.
 """
 
 from __future__ import annotations
 
 import torch
 
-from hocket.env import host_stage_calls, own_block_zero
-from hocket.ops._pipeline import piece_bounds
+from hocket.core.peer_protocol import plan_protocol
+from hocket.ops.executors import register_executors
 from hocket.ops.lowering import chunked, peer_pull
-from hocket.ops.lowering.peer_pipe import FLAGS_PER_SOURCE, PIPES, PeerPipe
+from hocket.ops.lowering.peer_pipe import PIPES, PeerPipe
 from hocket.ops.lowering.problems import AllReduceMatmul, GatherMatmul, ScatterMatmul
 from hocket.ops.lowering.runtime import bind_executors
-from hocket.core.peer_protocol import peer_protocol_for
-
-
-def takes_ready_event(rt) -> bool:
-    """Whether the transport's collectives take ``ready=`` (host_staged): then a GEMM may be launched
-    before the transfer that runs beside it is issued."""
-    return bool(getattr(rt.transport, "takes_ready_event", False))
+from hocket.strategies.pieces import (
+    bounds,
+    one_relay_call,
+    own_data_first,
+    own_data_first_pieces,
+    peer_pipe,
+    peer_pipe_pieces,
+)
 
 
 def uses_peer_pipe(rt, plan) -> bool:
-    return plan.transport == "copy_engine" and rt.world > 1
+    return peer_pipe(plan, rt.world)
 
 
 def _pieces(rows: int, chunks: int) -> list[tuple[int, int]]:
-    return piece_bounds(rows, min(chunks, FLAGS_PER_SOURCE))
+    return bounds(peer_pipe_pieces(rows, chunks))
 
 
 def gather_pipe(rt, g: GatherMatmul) -> PeerPipe:
@@ -77,21 +79,16 @@ def push_shard(pipe: PeerPipe, local: torch.Tensor, pieces, send_to) -> None:
 
 def local_first_gather(A_shard, Bs, dim, need_A, rt, plan):
     """All-gather + matmul over a collective transport, own shard first: the all-gathers of all
-    ``plan.chunks`` row pieces are issued at once, this rank's shard is multiplied while they run,
-    then each piece's peer rows as it lands."""
+    the plan's row pieces are issued at once, this rank's shard is multiplied while they run,
+    then each piece's peer rows as it lands (over ``host_staged``: in one relay call)."""
     w, rank = rt.world, rt.rank
     g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
-    pieces = piece_bounds(g.R, min(plan.chunks, FLAGS_PER_SOURCE))
-    if one_relay_call(rt):
+    pieces = bounds(own_data_first_pieces(g.R, plan))
+    if one_relay_call(plan):
         return _local_first_gather_one_call(g, rt, pieces or [(0, 0)])
     stages = [rt.ctx.buffer(f"local_first.ag{i}", (w, hi - lo, g.Kc)) for i, (lo, hi) in enumerate(pieces)]
-    if takes_ready_event(rt):  # launch the own-shard GEMM first: the transfers' host handshakes run beside it
-        ready = torch.cuda.current_stream().record_event()
-        g.compute_rows(rank, 0, g.R, g.local)
-        pending = [rt.transport.all_gather(st, g.local[lo:hi], ready=ready) for st, (lo, hi) in zip(stages, pieces)]
-    else:
-        pending = [rt.transport.all_gather(st, g.local[lo:hi]) for st, (lo, hi) in zip(stages, pieces)]
-        g.compute_rows(rank, 0, g.R, g.local)
+    pending = [rt.transport.all_gather(st, g.local[lo:hi]) for st, (lo, hi) in zip(stages, pieces)]
+    g.compute_rows(rank, 0, g.R, g.local)
     for st, (lo, hi), p in zip(stages, pieces, pending):
         p.wait()
         for src in range(w):
@@ -102,13 +99,6 @@ def local_first_gather(A_shard, Bs, dim, need_A, rt, plan):
     if g.A_c is not None:
         g.gathered_rows(rank).copy_(g.local)
     return g.finish()
-
-
-def one_relay_call(rt) -> bool:
-    """Whether an own-data-first pipeline moves all its pieces in one call of the transport
-    (``host_staged`` with ``HOCKET_HOST_STAGE_CALLS=one``, the default): the relay's per-call host
-    cost is then paid once, however many pieces the plan has."""
-    return hasattr(rt.transport, "all_gather_split") and host_stage_calls() == "one"
 
 
 def _local_first_gather_one_call(g: GatherMatmul, rt, pieces) -> tuple:
@@ -131,43 +121,24 @@ def _local_first_gather_one_call(g: GatherMatmul, rt, pieces) -> tuple:
 def own_block_last_scatter(A, B, reduce_op, dim, rt, plan):
     """Matmul + reduce-scatter over a collective transport, own block last: per row piece, the peers'
     partials are computed and reduce-scattered (this rank's block of the piece is zero), all pieces
-    in flight at once; this rank's own partial is computed while they travel and added at the end.
-    The staging's own blocks are zeroed once, when the buffers are made, and never written: no fill
-    kernel between a piece's GEMM and the next, which would let the piece's collective race that GEMM
-    for the SMs (``hocket.cost.stages.RACE_MS``); ``HOCKET_OWN_BLOCK_ZERO=each`` fills them per piece
-    (``hocket.env.own_block_zero``)."""
+    in flight at once; this rank's own partial is computed while they travel and added at the end
+    (over ``host_staged``: in one relay call). The staging's own blocks are zeroed once, when the
+    buffers are made, and never written: no fill kernel between a piece's GEMM and the next, which
+    would let the piece's collective race that GEMM for the SMs (``hocket.cost.stages.RACE_MS``)."""
     w, rank = rt.world, rt.rank
     s = ScatterMatmul(A, B, dim, w)
-    pieces = piece_bounds(s.rows, min(plan.chunks, FLAGS_PER_SOURCE))
-    if one_relay_call(rt):
+    pieces = bounds(own_data_first_pieces(s.rows, plan))
+    if one_relay_call(plan):
         return _own_block_last_scatter_one_call(s, reduce_op, rt, pieces or [(0, 0)])
-    deferred = takes_ready_event(rt)
-    zero_each = own_block_zero() == "each"
-    pending, waiting = [], []  # deferred: a piece's transfer is issued after the next GEMM is launched
-
-    def issue(item):
-        (lo, hi), st, ready = item
-        kwargs = {"ready": ready} if deferred else {}
-        pending.append(rt.transport.reduce_scatter(s.out_c[lo:hi], st, **kwargs))
-
+    pending = []
     for i, (lo, hi) in enumerate(pieces):
         st = rt.ctx.buffer(f"own_last.rs{i}", (w, hi - lo, s.cols), zeroed=True)
         for b in range(w):
             if b != rank:
                 s.partial(b, lo, hi, st[b])
-            elif zero_each:
-                st[b].zero_()
-        item = ((lo, hi), st, torch.cuda.current_stream().record_event() if deferred else None)
-        if not deferred:
-            issue(item)
-            continue
-        for older in waiting:
-            issue(older)
-        waiting = [item]
+        pending.append(rt.transport.reduce_scatter(s.out_c[lo:hi], st))
     own = rt.ctx.buffer("own_last.own", (s.rows, s.cols))
     s.partial(rank, 0, s.rows, own)
-    for older in waiting:
-        issue(older)
     for p in pending:
         p.wait()
     s.out_c.add_(own)
@@ -196,7 +167,7 @@ def _own_block_last_scatter_one_call(s: ScatterMatmul, reduce_op, rt, pieces):
 
 def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
     if not uses_peer_pipe(rt, plan):
-        if plan.order == "local_first" and rt.world > 1 and dim != A_shard.dim() - 1:
+        if own_data_first(plan, rt.world) and dim != A_shard.dim() - 1:
             return local_first_gather(A_shard, Bs, dim, need_A, rt, plan)
         return chunked.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
     from hocket.kernels.peer_schedule import receive_order, send_order
@@ -205,7 +176,7 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
     g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
     if g.k_gather:
         return chunked.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
-    protocol = peer_protocol_for("ag_mm", plan.chunks)
+    protocol = plan_protocol("ag_mm", plan)
     if protocol == "pull":
         return peer_pull.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
     if protocol == "put":
@@ -229,12 +200,12 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
 
 def matmul_scatter(A, B, reduce_op, dim, rt, plan):
     if not uses_peer_pipe(rt, plan):
-        if plan.order == "local_first" and rt.world > 1:
+        if own_data_first(plan, rt.world):
             return own_block_last_scatter(A, B, reduce_op, dim, rt, plan)
         return chunked.matmul_scatter(A, B, reduce_op, dim, rt, plan)
     from hocket.kernels.peer_schedule import receive_order, send_order
 
-    if peer_protocol_for("mm_rs", plan.chunks) == "pull":
+    if plan_protocol("mm_rs", plan) == "pull":
         return peer_pull.matmul_scatter(A, B, reduce_op, dim, rt, plan)
     w, rank = rt.world, rt.rank
     s = ScatterMatmul(A, B, dim, w)
@@ -279,6 +250,7 @@ def matmul_all_reduce(A, B, reduce_op, rt, plan):
         return chunked.matmul_all_reduce(A, B, reduce_op, rt, plan)
     from hocket.kernels.peer_schedule import receive_order, send_order
 
+    plan_protocol("mm_ar", plan)  # push is the all-reduce's one protocol: a plan naming another is refused
     w, rank = rt.world, rt.rank
     r = AllReduceMatmul(A, B, w)
     pipe = partials_pipe(rt, r.rows, r.cols, r.out_c.dtype, r.out_c.device, what="matmul_all_reduce")
@@ -299,3 +271,5 @@ def matmul_all_reduce(A, B, reduce_op, rt, plan):
 
 
 EXECUTORS = bind_executors(ag_mm=gather_matmul, mm_rs=matmul_scatter, mm_ar=matmul_all_reduce)
+
+register_executors("chunked", EXECUTORS)

@@ -33,11 +33,12 @@ import torch
 
 from hocket import env
 from hocket.kernels.errors import FlagTimeoutError, raise_on_timeout, spins_for_timeout
+from hocket.strategies.pieces import PEER_MAX_PIECES
 from hocket.transport.group import GroupHandle
 from hocket.transport.stream_switch import on_stream
 from hocket.transport.symm_mem import SymmBuffer
 
-FLAGS_PER_SOURCE = 256
+FLAGS_PER_SOURCE = PEER_MAX_PIECES
 """chunks (or groups) one rank may push to another in one call; plans ask for at most this."""
 
 
@@ -247,11 +248,11 @@ class PipeRegistry:
 
 
 PIPES = PipeRegistry(PeerPipe)
+REGISTRIES: list[PipeRegistry] = [PIPES]
+"""every pipe registry :func:`close_peer_pipes` closes (``peer_pull`` adds its pull pipes' when imported)."""
 
 
 def close_peer_pipes(group_name: str | None = None) -> int:
     """Wait for and free the symmetric buffers of every pipe (or those of one group); call it
     on every rank before destroying the group. Returns how many were closed (push and pull pipes)."""
-    from hocket.ops.lowering.peer_pull import PULLS
-
-    return PIPES.close(group_name) + PULLS.close(group_name)
+    return sum(registry.close(group_name) for registry in REGISTRIES)

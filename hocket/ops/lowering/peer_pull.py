@@ -36,19 +36,19 @@ import functools
 
 import torch
 
-from hocket.env import own_block_sum
+from hocket.core.site import canonical_dtype
+from hocket.cost.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, cluster_rates
 from hocket.kernels.peer_schedule import receive_order, send_order
-from hocket.ops._pipeline import piece_bounds
-from hocket.ops.lowering.peer_pipe import PipeRegistry
+from hocket.ops.lowering.peer_pipe import REGISTRIES, PipeRegistry
 from hocket.ops.lowering.problems import GatherMatmul, ScatterMatmul
 from hocket.ops.planning import planning_captured
-from hocket.cost.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, cluster_rates, own_block_cut
-from hocket.core.site import canonical_dtype
+from hocket.strategies.pieces import PEER_MAX_PIECES, bounds, peer_pipe_pieces
+from hocket.strategies.pieces import own_block_split as split_own_block
 from hocket.transport.group import GroupHandle
 from hocket.transport.stream_switch import on_stream
 from hocket.transport.symm_mem import SymmBuffer
 
-MAX_PIECES = 256
+MAX_PIECES = PEER_MAX_PIECES
 """pieces one rank pulls from one peer in one call (each has its own event)."""
 
 
@@ -117,27 +117,25 @@ class PullPipe:
 
 
 PULLS = PipeRegistry(PullPipe)
+REGISTRIES.append(PULLS)  # hocket.ops.lowering.peer_pipe.close_peer_pipes closes them too
 
 
 def own_block_split(s: ScatterMatmul, group: GroupHandle) -> tuple[int, int]:
     """``(plain, fused)`` rows of this rank's own block in a pull mm_rs of ``s`` on ``group``
-    (:func:`hocket.cost.epilogue.own_block_cut` under ``HOCKET_OWN_BLOCK_SUM``, the rates from the process
-    planner's cluster description, the SM count of the output's device); ``(rows, 0)`` under ``pass``.
-    Cached per block shape, dtype, mode and group; benchmarks record it as the cut a line ran."""
-    mode = own_block_sum()
-    if mode == "pass":
-        return s.rows, 0
-    return _cut(s.rows, s.k, s.cols, s.out_c.dtype, mode, group.ranks, group.rank, s.out_c.device.index)
+    (:func:`hocket.strategies.pieces.own_block_split`, which the cost model calls too; the rates from
+    the process planner's cluster description, the SM count of the output's device). Cached per block
+    shape, dtype and group; benchmarks record it as the cut a line ran."""
+    return _cut(s.rows, s.k, s.cols, s.out_c.dtype, group.ranks, group.rank, s.out_c.device.index)
 
 
 @functools.lru_cache(maxsize=256)
-def _cut(rows: int, k: int, cols: int, dtype: torch.dtype, mode: str, ranks: tuple[int, ...], rank: int,
+def _cut(rows: int, k: int, cols: int, dtype: torch.dtype, ranks: tuple[int, ...], rank: int,
          device_index: int) -> tuple[int, int]:
     me = ranks[rank]
     tflops, gbps = _cluster_rates(me, ranks, canonical_dtype(dtype))
     sms = torch.cuda.get_device_properties(device_index).multi_processor_count
-    return own_block_cut(rows, k, cols, sources=len(ranks) - 1, itemsize=dtype.itemsize,
-                         tflops=tflops, gbps=gbps, sms=sms, mode=mode)
+    return split_own_block(rows, k, cols, sources=len(ranks) - 1, itemsize=dtype.itemsize,
+                           tflops=tflops, gbps=gbps, sms=sms)
 
 
 def _cluster_rates(me: int, ranks: tuple[int, ...], dtype: str) -> tuple[float, float]:
@@ -171,7 +169,7 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
     dtype = g.local.dtype
     pipe, parity, replayable = _pipe(rt, g.local.device, ("ag", R, g.Kc, dtype), slot_shape=(R, g.Kc), dtype=dtype,
                                      label=f"all_gather_matmul pull [{w}x{R}, {g.Kc}] {dtype}")
-    pieces = piece_bounds(R, min(plan.chunks, MAX_PIECES, R))
+    pieces = bounds(peer_pipe_pieces(R, plan.chunks))
     gathered = g.A_c if g.A_c is not None else rt.ctx.buffer("peer_pull.ag", (w * R, g.Kc))
     sources = receive_order(rank, w)
     events = pipe.events(len(sources) * len(pieces))
@@ -205,11 +203,11 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
 def matmul_scatter(A, B, reduce_op, dim, rt, plan):
     """Matmul + reduce-scatter in one piece: the peers' partial blocks are computed straight into
     this rank's slot, then pulled by their owners after the barrier while this rank computes its
-    own block. With ``HOCKET_OWN_BLOCK_SUM=epilogue`` (the default; :mod:`hocket.cost.epilogue`) the
-    own block's *plain* rows are multiplied first, while the first source's partial of the *fused*
-    rows is pulled straight into the output, whose GEMM (``addmm_``) then adds it in its epilogue; the
+    own block. The own block's *plain* rows (:func:`own_block_split`, :mod:`hocket.cost.epilogue`) are
+    multiplied first, while the first source's partial of the *fused* rows is pulled straight into the output, whose GEMM (``addmm_``) then adds it in its epilogue; the
     plain rows' partials (and, on more than two ranks, the other sources' fused rows) are added in
-    passes. Otherwise the whole own block is multiplied first and every partial added after it."""
+    passes. Where the cut leaves no fused rows, the whole own block is multiplied first and every partial
+    added after it."""
     w, rank = rt.world, rt.rank
     s = ScatterMatmul(A, B, dim, w)
     dtype = s.out_c.dtype

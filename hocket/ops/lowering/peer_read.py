@@ -43,12 +43,13 @@ def _shards(pipe: PeerPipe) -> list[torch.Tensor]:
     return [pipe.peer(r, "shard") for r in range(pipe.world)]
 
 
-def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
+def gather_matmul(A_shard, Bs, dim, need_A, rt, plan, *, fallback):
+    """The peer-read all-gather + matmul; ``fallback(A_shard, Bs, dim, need_A, rt, plan)`` (the copy-engine
+    ``tile_fused`` executor, which calls this one) runs what the peer-read kernel does not cover."""
     from hocket.kernels.flags import set_flag_on_stream
     from hocket.kernels.peer_read_gemm import peer_read_gemm, warmup_peer_read
     from hocket.kernels.peer_read_schedule import PeerReadWorkspace, raise_peer_read_timeout
     from hocket.kernels.peer_schedule import send_order
-    from hocket.ops.lowering import tile_fused
 
     w, rank = rt.world, rt.rank
     if w < 2:
@@ -56,7 +57,7 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
                          "use strategy='sequential'")
     g = GatherMatmul(A_shard, Bs, dim, w, rank, need_A=need_A)
     if g.k_gather or g.local.dtype not in KERNEL_DTYPES:
-        return tile_fused.gather_matmul(A_shard, Bs, dim, need_A, rt, plan.with_(transport="copy_engine"))
+        return fallback(A_shard, Bs, dim, need_A, rt, plan.with_(transport="copy_engine"))
     pipe = shard_pipe(rt, g)
     local = g.local.contiguous()
     stage = g.A_c if g.A_c is not None else rt.ctx.buffer("peer_read.stage", (w * g.R, g.Kc), local.dtype)

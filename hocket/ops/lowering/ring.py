@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from hocket.ops._pipeline import block_bounds, piece_bounds
+from hocket.ops.executors import register_executors
 from hocket.ops.lowering.problems import LOW_PRECISION, AllReduceMatmul, GatherMatmul, ScatterMatmul
 from hocket.ops.lowering.runtime import bind_executors
 
@@ -254,3 +255,5 @@ def matmul_all_reduce(A, B, reduce_op, rt, plan, *, bidirectional: bool):
 
 EXECUTORS = bind_executors(ag_mm=gather_matmul, mm_rs=matmul_scatter, mm_ar=matmul_all_reduce,
                            bidirectional=False)
+
+register_executors("ring", EXECUTORS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from hocket.ops.executors import register_executors
 from hocket.ops.lowering.runtime import bind_executors
 from hocket.ops.reference import (
     reference_all_gather_matmul,
@@ -38,3 +39,5 @@ def mm_ar(A, B, reduce_op, rt, plan):
 
 
 EXECUTORS = bind_executors(ag_mm=ag_mm, mm_rs=mm_rs, mm_ar=mm_ar)
+
+register_executors("sequential", EXECUTORS)

@@ -24,6 +24,7 @@ import torch
 
 from hocket.kernels.config import fused_config
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace, signature
+from hocket.ops.executors import register_executors
 from hocket.ops.lowering import peer_chunked
 from hocket.ops.lowering.peer_pipe import FLAGS_PER_SOURCE
 from hocket.ops.lowering.problems import AllReduceMatmul, GatherMatmul, ScatterMatmul
@@ -72,7 +73,7 @@ def gather_matmul(A_shard, Bs, dim, need_A, rt, plan):
     if plan.transport == "peer_read":  # the GEMM reads the peers' rows itself
         from hocket.ops.lowering import peer_read
 
-        return peer_read.gather_matmul(A_shard, Bs, dim, need_A, rt, plan)
+        return peer_read.gather_matmul(A_shard, Bs, dim, need_A, rt, plan, fallback=gather_matmul)
     _check_transport(rt, plan)
     from hocket.kernels.launch import consumer_gemm, warmup_consumer
     from hocket.kernels.peer_schedule import local_first_arrival, send_order, shard_chunk_offsets
@@ -192,3 +193,9 @@ def matmul_all_reduce(A, B, reduce_op, rt, plan):
 
 
 EXECUTORS = bind_executors(ag_mm=gather_matmul, mm_rs=matmul_scatter, mm_ar=matmul_all_reduce)
+
+
+def register() -> None:
+    """Register the executors (GPU only: :func:`hocket.ops.lowering.register_gpu_peers` calls it where CUDA
+    symmetric memory exists)."""
+    register_executors("tile_fused", EXECUTORS)

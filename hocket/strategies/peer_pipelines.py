@@ -1,27 +1,23 @@
 """Stage pipelines of ``chunked`` over ``transport="copy_engine"`` on several ranks: the peer protocols
 of :mod:`hocket.ops.lowering.peer_chunked` (``push``: :mod:`~hocket.ops.lowering.peer_pipe`; ``pull`` and
 ``put``: :mod:`~hocket.ops.lowering.peer_pull`), each priced as its executor runs it; which one a call
-runs is :func:`hocket.core.peer_protocol.peer_protocol_for`'s answer. ``b`` is the pipeline
-builder of :mod:`hocket.cost.pipeline`."""
+runs is :func:`hocket.core.peer_protocol.plan_protocol`'s answer (``Plan.protocol``, else the automatic
+choice). ``b`` is a :class:`hocket.cost.builder.StageBuilder`; the pieces are
+:func:`hocket.strategies.pieces.peer_pipe_pieces`, as the executors cut them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from hocket.core.peer_protocol import plan_protocol
+from hocket.cost.builder import StageBuilder as Builder
 from hocket.cost.compute import launch_ms, memory_ms
 from hocket.cost.stages import Stage
-from hocket.env import own_block_sum
-from hocket.cost.epilogue import DEFAULT_GBPS, DEFAULT_TFLOPS, own_block_cut
-from hocket.core.pieces import split_even
-from hocket.core.peer_protocol import peer_protocol_for
-
-if TYPE_CHECKING:
-    from hocket.cost.pipeline import _Builder as Builder
+from hocket.strategies.pieces import own_block_split as split_own_block
+from hocket.strategies.pieces import peer_pipe, peer_pipe_pieces
 
 
 def ag_peer(b: Builder, shard_rows: int) -> None:
     """All-gather + matmul with the protocol the call runs."""
-    protocol = peer_protocol_for("ag_mm", b.plan.chunks)
+    protocol = plan_protocol("ag_mm", b.plan)
     if protocol == "pull":
         _ag_peer_pull(b, shard_rows)
     elif protocol == "put":
@@ -32,7 +28,7 @@ def ag_peer(b: Builder, shard_rows: int) -> None:
 
 def rs_peer(b: Builder, block_rows: int) -> None:
     """Matmul + reduce-scatter with the protocol the call runs."""
-    if peer_protocol_for("mm_rs", b.plan.chunks) == "pull":
+    if plan_protocol("mm_rs", b.plan) == "pull":
         _rs_peer_pull(b, block_rows)
     else:
         _rs_peer_pipe(b, block_rows)
@@ -40,14 +36,16 @@ def rs_peer(b: Builder, block_rows: int) -> None:
 
 def ar_peer(b: Builder) -> None:
     """Matmul + all-reduce: always the push pipe."""
+    plan_protocol("mm_ar", b.plan)  # a plan naming another protocol is refused here, as by the executor
     _ar_peer_pipe(b)
 
 
 def runs_peer_pipe(b: Builder) -> bool:
     """``chunked`` over ``copy_engine`` on several ranks runs :mod:`hocket.ops.lowering.peer_chunked`'s
     peer pipe (one DMA push per piece straight into each peer's symmetric region, a flag per
-    piece), not the staged mailbox collectives of the plain chunked executor."""
-    return b.plan.transport == "copy_engine" and b.site.world > 1
+    piece), not the staged mailbox collectives of the plain chunked executor
+    (:func:`hocket.strategies.pieces.peer_pipe`)."""
+    return peer_pipe(b.plan, b.site.world)
 
 
 PIPE_BEGIN_ISSUE = (("copy_engine", 1), ("launch", 2))
@@ -81,7 +79,7 @@ def _ag_peer_pipe(b: Builder, shard_rows: int) -> None:
     multiplied beside the pushes, then every source's pieces as their flags rise."""
     site = b.site
     p = site.world
-    pieces = split_even(shard_rows, min(b.plan.chunks, shard_rows))
+    pieces = peer_pipe_pieces(shard_rows, b.plan.chunks)
     row_bytes = site.comm_bytes / site.m
     _pipe_begin(b)
     pushed = _pushes(b, "push", pieces, row_bytes, peers=p - 1)
@@ -128,7 +126,7 @@ def _ag_peer_pull(b: Builder, shard_rows: int) -> None:
     each peer piece's GEMM after its pull."""
     site = b.site
     p = site.world
-    pieces = split_even(shard_rows, min(b.plan.chunks, shard_rows))
+    pieces = peer_pipe_pieces(shard_rows, b.plan.chunks)
     row_bytes = site.comm_bytes / site.m
     b.add_gemm("gemm_own", shard_rows)  # launched first, before the host issues the pulls
     b.add_host("pull.stage", (("launch", 1),))
@@ -160,16 +158,11 @@ def _ag_peer_put(b: Builder, shard_rows: int) -> None:
 
 def own_block_split(b: Builder, block_rows: int) -> tuple[int, int]:
     """``(plain, fused)`` rows of the pull executor's own block, cut as the executor cuts them
-    (:func:`hocket.cost.epilogue.own_block_cut` from the device's peak, the group's link rate and SM
-    count); ``(rows, 0)`` under ``HOCKET_OWN_BLOCK_SUM=pass``."""
-    mode = own_block_sum()
-    if mode == "pass":
-        return block_rows, 0
+    (:func:`hocket.strategies.pieces.own_block_split` from the device's peak, the group's link rate and
+    SM count)."""
     site = b.site
-    tflops = b.device.peak(site.dtype) or DEFAULT_TFLOPS
-    gbps = b.topo.ring_gbps or DEFAULT_GBPS
-    return own_block_cut(block_rows, site.k, site.n, sources=site.world - 1, itemsize=site.itemsize, tflops=tflops,
-                         gbps=gbps, sms=b.device.sm_count, mode=mode)
+    return split_own_block(block_rows, site.k, site.n, sources=site.world - 1, itemsize=site.itemsize,
+                           tflops=b.device.peak(site.dtype), gbps=b.topo.ring_gbps, sms=b.device.sm_count)
 
 
 def _rs_peer_pull(b: Builder, block_rows: int) -> None:
@@ -201,7 +194,7 @@ def _rs_peer_pipe(b: Builder, block_rows: int) -> None:
     block's partial last; then the received partials are added up."""
     site = b.site
     p = site.world
-    pieces = split_even(block_rows, min(b.plan.chunks, block_rows))
+    pieces = peer_pipe_pieces(block_rows, b.plan.chunks)
     row_bytes = site.n * site.num_b * site.itemsize
     _pipe_begin(b)
     last = None
@@ -223,7 +216,7 @@ def _ar_peer_pipe(b: Builder) -> None:
     (and this rank's pushes ended), the ``p`` partials are summed in rank order."""
     site = b.site
     p, m = site.world, site.m
-    pieces = split_even(m, min(b.plan.chunks, m))
+    pieces = peer_pipe_pieces(m, b.plan.chunks)
     row_bytes = site.n * site.num_b * site.itemsize
     _pipe_begin(b)
     last = None

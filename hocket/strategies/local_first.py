@@ -2,34 +2,28 @@
 what :mod:`hocket.ops.lowering.peer_chunked` runs, as stages. An all-gather issues every piece's
 collective at once and multiplies this rank's shard while they travel; a reduce-scatter computes
 the peers' blocks piece by piece, sends each, and multiplies its own block last. Over ``host_staged``
-the pieces travel in one relay call (:func:`relay_pieces`) unless ``HOCKET_HOST_STAGE_CALLS=piece``."""
+the pieces travel in one relay call (:func:`relay_pieces`; :func:`hocket.strategies.pieces.one_relay_call`).
+``b`` is a :class:`hocket.cost.builder.StageBuilder`."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from hocket.core.sizes import HOST_STAGE_PIECE_BYTES
 from hocket.cost import comm as comm_model
-from hocket.env import host_stage_calls, host_stage_piece_bytes, host_stage_signal, own_block_zero
-
-if TYPE_CHECKING:
-    from hocket.cost.pipeline import _Builder
+from hocket.cost.builder import StageBuilder
+from hocket.strategies.pieces import one_relay_call, own_data_first
 
 
-def runs_local_first(b: _Builder) -> bool:
+def runs_local_first(b: StageBuilder) -> bool:
     """``chunked`` with ``order="local_first"`` over a collective transport (not the copy-engine
-    peer pipe) runs :mod:`hocket.ops.lowering.peer_chunked`'s own-data-first pipelines."""
-    return b.plan.order == "local_first" and b.site.world > 1 and b.plan.transport != "copy_engine"
+    peer pipe) runs :mod:`hocket.ops.lowering.peer_chunked`'s own-data-first pipelines
+    (:func:`hocket.strategies.pieces.own_data_first`)."""
+    return own_data_first(b.plan, b.site.world)
 
 
-def one_relay_call(b: _Builder) -> bool:
-    """An own-data-first pipeline over ``host_staged`` moves every piece in one relay call
-    (``HOCKET_HOST_STAGE_CALLS=one``, :func:`hocket.ops.lowering.peer_chunked.one_relay_call`)."""
-    return b.plan.transport == "host_staged" and host_stage_calls() == "one"
-
-
-def relay_pieces(b: _Builder, op: str, total: float, pieces: list[int]) -> list[tuple[comm_model.Transfer, tuple]]:
+def relay_pieces(b: StageBuilder, op: str, total: float, pieces: list[int]) -> list[tuple[comm_model.Transfer, tuple]]:
     """One relay call of ``op`` over ``total`` bytes whose messages end on the pieces' edges (rows
     ``pieces``), as (transfer, host issue items before and while it runs) per piece: the call's fixed
     part (its time at no bytes and its first message's device-to-host fill) goes to the first piece,
@@ -40,9 +34,8 @@ def relay_pieces(b: _Builder, op: str, total: float, pieces: list[int]) -> list[
     fixed = min(whole.ms, b.collective(op, 0.0).ms + whole.queued_saving_ms)
     rows_total = sum(pieces)
     down, up = comm_model.host_stage_directions(op, total, b.site.world)
-    message_bytes = max(1.0, host_stage_piece_bytes())
-    suffix = "" if host_stage_signal() == "device" else "_host"
-    call, message, split = f"relay_call{suffix}", f"relay_message{suffix}", f"relay_split{suffix}"
+    message_bytes = max(1.0, HOST_STAGE_PIECE_BYTES)
+    call, message, split = "relay_call", "relay_message", "relay_split"
     out = []
     for i, rows in enumerate(pieces):
         share = rows / rows_total if rows_total else 1.0
@@ -61,15 +54,15 @@ def relay_pieces(b: _Builder, op: str, total: float, pieces: list[int]) -> list[
     return out
 
 
-def ag_local_first(b: _Builder, shard_rows: int, pieces: list[int]) -> None:
+def ag_local_first(b: StageBuilder, shard_rows: int, pieces: list[int]) -> None:
     """Every piece's all-gather in flight at once, this rank's whole shard multiplied while they
     travel, then each piece's peer rows as it lands. Over ``host_staged`` the pieces travel in one
-    relay call (:func:`relay_pieces`) unless ``HOCKET_HOST_STAGE_CALLS=piece``; then the own-shard GEMM is
-    launched before the relay calls (their host handshakes run beside it; the transfers wait
-    only on an event recorded ahead of it); other transports issue the collectives first."""
+    relay call (:func:`relay_pieces`), the own-shard GEMM launched before it (its host handshakes run
+    beside that GEMM; the transfer waits only on an event recorded ahead of it); other transports
+    issue the collectives first."""
     site = b.site
     p, total = site.world, site.comm_bytes
-    if one_relay_call(b):
+    if one_relay_call(b.plan):
         # hocket.ops.lowering.peer_chunked._local_first_gather_one_call: own GEMM, one call, then each
         # piece's peer rows once its last message landed (the gathered A is the call's output)
         b.add_gemm("gemm_own", shard_rows)
@@ -79,33 +72,27 @@ def ag_local_first(b: _Builder, shard_rows: int, pieces: list[int]) -> None:
         for i, (rows, t) in enumerate(zip(pieces, moves)):  # launched once the whole call is issued
             b.add_gemm(f"gemm[{i}]", rows, deps=(t,), piece=i, count=p - 1)
         return
-    own_first = b.plan.transport == "host_staged"
-    if own_first:
-        b.add_gemm("gemm_own", shard_rows)
     moves = []
     for i, rows in enumerate(pieces):
         nbytes = total * rows / shard_rows
-        transfer = b.collective("all_gather", nbytes)
-        moves.append(b.add_transfer(f"all_gather[{i}]", transfer, piece=i, op="all_gather", nbytes=nbytes,
-                                    issue=b.piece_issue(transfer) if own_first else None))
-    if not own_first:
-        b.add_gemm("gemm_own", shard_rows)
+        moves.append(b.add_transfer(f"all_gather[{i}]", b.collective("all_gather", nbytes), piece=i, op="all_gather",
+                                    nbytes=nbytes))
+    b.add_gemm("gemm_own", shard_rows)
     for i, (rows, t) in enumerate(zip(pieces, moves)):
         g = b.add_gemm(f"gemm[{i}]", rows, deps=(t,), piece=i, count=p - 1)
         if len(pieces) > 1:
             b.add_memory(f"copy_gathered[{i}]", 2.0 * total * rows / shard_rows, deps=(g,), piece=i, op="copy")
 
 
-def rs_own_block_last(b: _Builder, block_rows: int, pieces: list[int]) -> None:
+def rs_own_block_last(b: StageBuilder, block_rows: int, pieces: list[int]) -> None:
     """Per piece, the peers' partials (``p - 1`` GEMMs), then its reduce-scatter; this rank's own
-    block is multiplied last, beside the last transfers, and added at the end. Over
-    ``host_staged`` with ``HOCKET_HOST_STAGE_CALLS=piece`` a piece's relay call is issued after the next
-    GEMM is launched (the transfer waits on an event recorded after its own GEMM), so the handshakes
-    run beside that GEMM; with ``one`` (default) all pieces travel in one call (:func:`relay_pieces`)."""
+    block is multiplied last, beside the last transfers, and added at the end (the staging's own
+    blocks stay zero from the buffers' creation: no fill kernel). Over ``host_staged`` all pieces
+    travel in one relay call (:func:`relay_pieces`)."""
     site = b.site
     p, total = site.world, site.comm_bytes
     row_bytes = site.n * site.num_b * site.itemsize
-    if one_relay_call(b):
+    if one_relay_call(b.plan):
         # hocket.ops.lowering.peer_chunked._own_block_last_scatter_one_call: every GEMM launched, then
         # one call whose piece i leaves once piece i's partials are written; the call's final sum reads
         # the own partial and the peers' (one pass: own + received -> output)
@@ -117,26 +104,11 @@ def rs_own_block_last(b: _Builder, block_rows: int, pieces: list[int]) -> None:
                                                                                      pieces)))]
         b.add_memory("sum", (p + 1.0) * block_rows * row_bytes, deps=(own, *moves), piece=len(pieces) - 1)
         return
-    lag = 1 if b.plan.transport == "host_staged" else 0  # GEMMs launched ahead of a piece's relay call
-    gemms: list[int] = []
     moves: list[int] = []
-
-    def issue(i: int) -> None:
-        nbytes = total * pieces[i] / block_rows
-        transfer = b.collective("reduce_scatter", nbytes)
-        moves.append(b.add_transfer(f"reduce_scatter[{i}]", transfer, deps=(gemms[i],), piece=i, op="reduce_scatter",
-                                    nbytes=nbytes, issue=b.piece_issue(transfer) if lag else None))
-
-    zero_each = own_block_zero() == "each"
     for i, rows in enumerate(pieces):
-        # the piece's staging holds every rank's block; this rank's own stays zero from the buffer's
-        # creation (no fill kernel: the next GEMM follows this one's end at once, so it goes first),
-        # or is filled before each piece's GEMM (HOCKET_OWN_BLOCK_ZERO=each)
-        zero = (b.add_memory(f"zero[{i}]", rows * row_bytes, piece=i, op="fill"),) if zero_each else ()
-        gemms.append(b.add_gemm(f"gemm[{i}]", rows, deps=zero, piece=i, count=p - 1))
-        if i - lag >= 0:
-            issue(i - lag)
+        g = b.add_gemm(f"gemm[{i}]", rows, piece=i, count=p - 1)
+        nbytes = total * rows / block_rows
+        moves.append(b.add_transfer(f"reduce_scatter[{i}]", b.collective("reduce_scatter", nbytes), deps=(g,),
+                                    piece=i, op="reduce_scatter", nbytes=nbytes))
     own = b.add_gemm("gemm_own", block_rows, piece=len(pieces) - 1)
-    if lag:
-        issue(len(pieces) - 1)
     b.add_memory("add_own", 3.0 * block_rows * row_bytes, deps=(own, *moves), piece=len(pieces) - 1)

@@ -1,0 +1,45 @@
+"""``sequential``: the unfused reference (:mod:`hocket.ops.lowering.sequential`): the collective, then
+the GEMM (ag_mm), or the GEMM, then the collective (mm_rs, mm_ar); an offload site copies its whole
+operand, then multiplies (h2d_mm), or multiplies, then copies (mm_d2h). Every other plan must beat it."""
+
+from __future__ import annotations
+
+from hocket.cost.offload import row_pieces
+from hocket.strategies.memory import product_bytes
+from hocket.strategies.spec import StrategySpec
+
+
+def cost(b) -> None:
+    site = b.site
+    m, total = site.m, site.comm_bytes
+    if site.kind in ("h2d_mm", "mm_d2h"):
+        row_pieces(b, [m])
+        return
+
+    def collective(name: str, deps=()) -> int:
+        transfer = b.collective(name, total)
+        # one rank: the executor issues no collective (it returns the matmul alone)
+        issue = ((), ()) if transfer.algorithm == "none" else None
+        return b.add_transfer(name, transfer, deps=deps, op=name, nbytes=total, issue=issue)
+
+    if site.kind == "ag_mm":
+        b.add_gemm("gemm", m, deps=(collective("all_gather"),))
+    else:
+        g = b.add_gemm("gemm", m)
+        collective("reduce_scatter" if site.kind == "mm_rs" else "all_reduce", deps=(g,))
+
+
+def workspace(site, plan) -> int:
+    """Sequential gathers straight into the returned ``A`` and reduces in place; the reduce-scatter
+    consumes a partial product the caller never sees."""
+    return product_bytes(site) if site.kind == "mm_rs" else 0
+
+
+SPEC = StrategySpec(
+    error_class="sequential",
+    name="sequential", summary="one blocking collective and one GEMM, in order (the baseline)",
+    kinds=("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h"), cost=cost, workspace=workspace,
+    planned_kinds=("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a"),
+    transports=("collective", "copy_engine", "host_staged"),
+    fixed_chunks=True, hierarchical=True, comm_sms=False, host_staging=False,
+)

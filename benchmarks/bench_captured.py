@@ -2,7 +2,7 @@
 ``bench_multigpu.py``, where the host's issue time matters: the slow link (``--link host_staged``,
 hocket's relay through pinned host memory; the NCCL baselines with ``NCCL_P2P_DISABLE=1``):
 
-    NCCL_P2P_DISABLE=1 torchrun --nproc_per_node 2 benchmarks/bench_captured.py --pick 2,5
+    NCCL_P2P_DISABLE=1 torchrun --nproc_per_node 2 -m benchmarks.bench_captured --pick 2,5
 
 Per case: compute alone, NCCL sequential, the relay alone, and ``chunked(c)/host_staged[local_first]``
 for each ``--chunks``, each eager and captured (captured: the inputs are the graph's, so a call is one
@@ -25,37 +25,35 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from bench_multigpu import Case, checked, runnable  # same folder
+import hocket.ops as H
+from benchmarks.bench_multigpu import Case, checked, runnable
 from hocket.bench.efficiency import overlap_score
 from hocket.bench.provenance import Provenance, command_line, git_hash, transport_environment, versions
 from hocket.bench.record import Baselines, make_record, write_records
-from hocket.timing.stats import Summary
-from hocket.hardware.fingerprint import fingerprint
-from hocket.core.site import Site
-from hocket.timing.stats import summarize
-from hocket.timing.timer import sample_ms
 from hocket.bench.tp_cases import case_sites
-from hocket.launch import init_torchrun
-import hocket.ops as H
-from hocket.ops import CapturedCall
-from hocket.env import overridden
-from hocket.hardware import load_cluster
-from hocket.hardware.profile import load_profile
 from hocket.core.plan import Plan
+from hocket.core.site import Site
+from hocket.core.sizes import MIB, TransportSizes
+from hocket.hardware import load_cluster
+from hocket.hardware.fingerprint import fingerprint
+from hocket.hardware.profile import load_profile
+from hocket.launch import init_torchrun
+from hocket.ops import CapturedCall
 from hocket.plan.search import SearchConfig, search
+from hocket.timing.stats import Summary, summarize
+from hocket.timing.timer import sample_ms
 from hocket.transport.host_relay import close_relays
 from hocket.transport.registry import get_transport
 
 
 def methods(case: Case, chunks: tuple[int, ...], piece_mbs: tuple[float, ...], planned: dict) -> dict:
-    """name -> (callable of the case's inputs A, B, whether its output is checked, env meanwhile, modes)."""
-    relay = get_transport("host_staged", case.handle)
-    if case.site.kind == "ag_mm":
-        def comm(a, b):
-            relay.all_gather(case.comm_out, case.comm_in).wait()
-    else:
-        def comm(a, b):
-            relay.reduce_scatter(case.comm_out, case.comm_in).wait()
+    """name -> (callable of the case's inputs A, B, whether its output is checked, modes it is timed in)."""
+    def comm(mb: float):
+        relay = get_transport("host_staged", case.handle, sizes=TransportSizes(piece_bytes=max(1, int(mb * MIB))))
+        if case.site.kind == "ag_mm":
+            return lambda a, b: relay.all_gather(case.comm_out, case.comm_in).wait()
+        return lambda a, b: relay.reduce_scatter(case.comm_out, case.comm_in).wait()
+
     both = ("eager", "captured")
 
     def plan_call(plan):
@@ -65,16 +63,16 @@ def methods(case: Case, chunks: tuple[int, ...], piece_mbs: tuple[float, ...], p
             return H.matmul_reduce_scatter(a, b, "sum", 0, case.group, plan=plan)
         return call
 
-    out = {"compute_alone": (lambda a, b: case.compute_alone(), False, {}, both),
-           "sequential": (plan_call(Plan()), True, {}, both)}
+    out = {"compute_alone": (lambda a, b: case.compute_alone(), False, both),
+           "sequential": (plan_call(Plan()), True, both)}
     for mb in piece_mbs:  # the relay alone in messages of each size: the fastest is the comm baseline
-        out[f"comm_host_staged@{mb:g}MB"] = (comm, False, {"HOCKET_HOST_STAGE_PIECE_MB": repr(mb)}, both)
+        out[f"comm_host_staged@{mb:g}MB"] = (comm(mb), False, both)
     for c in chunks:
         plan = Plan(strategy="chunked", chunks=c, transport="host_staged", order="local_first")
         if runnable(plan, case.site.kind):
-            out[plan.describe()] = (plan_call(plan), True, {}, both)
+            out[plan.describe()] = (plan_call(plan), True, both)
     for mode, plan in planned.items():  # the planner's choice, priced for that mode, measured in it
-        out[f"planner[{mode}] {plan.describe()}"] = (plan_call(plan), True, {}, (mode,))
+        out[f"planner[{mode}] {plan.describe()}"] = (plan_call(plan), True, (mode,))
     return out
 
 
@@ -121,10 +119,9 @@ def main(argv=None) -> int:
         planned = planner_choices(site, profile)
         row = {"site": site.to_dict(), "eager": {}, "captured": {}, "max_error": {},
                "planner": {mode: plan.to_dict() for mode, plan in planned.items()}}
-        for name, (fn, check, env, modes) in methods(case, chunks, piece_mbs, planned).items():
-            with overridden(env):
-                for mode in modes:
-                    measure_one(row, case, name, fn, check, mode, args, log)
+        for name, (fn, check, modes) in methods(case, chunks, piece_mbs, planned).items():
+            for mode in modes:
+                measure_one(row, case, name, fn, check, mode, args, log)
             torch.cuda.synchronize(device)
         rows.append(row)
         close_relays()

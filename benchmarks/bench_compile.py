@@ -103,9 +103,9 @@ def bench_rank(rank: int, world: int, options: BenchOptions) -> list[dict]:
     from torch.distributed.device_mesh import init_device_mesh
 
     import hocket
-    from hocket.timing.stats import summarize
     from hocket.models.llama_block import LlamaBlock, LlamaBlockConfig, parallelize_llama_block, shard_sequence
     from hocket.ops.tolerance import assert_close
+    from hocket.timing.stats import summarize
 
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     dtype = getattr(torch, options.dtype)
@@ -123,7 +123,7 @@ def bench_rank(rank: int, world: int, options: BenchOptions) -> list[dict]:
         x = shard_sequence(torch.randn(batch, seq, dim, generator=gen), rank, world).to(device, dtype)
         dy = shard_sequence(torch.randn(batch, seq, dim, generator=gen), rank, world).to(device, dtype)
 
-        def step(module: torch.nn.Module, inp: torch.Tensor = x) -> torch.Tensor:
+        def step(module: torch.nn.Module, inp: torch.Tensor = x, dy: torch.Tensor = dy) -> torch.Tensor:
             for p in module.parameters():
                 p.grad = None
             y = module(inp)

@@ -1,9 +1,9 @@
 """Plain eager calls with and without hocket's own CUDA graphs (``HOCKET_EAGER_GRAPHS``), on the cases
 of ``bench_multigpu.py``:
 
-    NCCL_P2P_DISABLE=1 torchrun --nproc_per_node 2 benchmarks/bench_eager_graphs.py --link host_staged \
+    NCCL_P2P_DISABLE=1 torchrun --nproc_per_node 2 -m benchmarks.bench_eager_graphs --link host_staged \
         --profile $OUT/profile_host.json
-    torchrun --nproc_per_node 2 benchmarks/bench_eager_graphs.py --link nvlink --profile $OUT/profile.json
+    torchrun --nproc_per_node 2 -m benchmarks.bench_eager_graphs --link nvlink --profile $OUT/profile.json
 
 The code under test is a user's eager loop: ``plan=None`` calls, no ``CapturedCall``. Per case:
 compute alone, communication alone (NCCL and hocket's own transport of the link mode, the faster counts),
@@ -34,25 +34,34 @@ import torch
 import torch.distributed as dist
 
 import hocket.ops as H
-from bench_multigpu import EXECUTOR_FIELDS, NVLINK_PROFILE, Case, checked, executor_fields, paired, shrunk, timed  # same folder
+from benchmarks.bench_multigpu import (
+    EXECUTOR_FIELDS,
+    NVLINK_PROFILE,
+    Case,
+    checked,
+    executor_fields,
+    paired,
+    shrunk,
+    timed,
+)
 from hocket.bench.efficiency import overlap_score
 from hocket.bench.provenance import collect, command_line
 from hocket.bench.record import Baselines, make_record, write_records
-from hocket.timing.stats import Summary
 from hocket.bench.tp_cases import CASE_SETS, case_sites
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.env import overridden
 from hocket.hardware import load_cluster
 from hocket.hardware.fingerprint import fingerprint
 from hocket.hardware.profile import load_profile
 from hocket.launch import init_torchrun
 from hocket.ops import dispatch
+from hocket.ops.live import LiveConfig, LivePlanner, eager_graphs_planner, operator_runners, set_process_planner
 from hocket.plan.autotune import AutotuneConfig
 from hocket.plan.bucket import fit_plan
 from hocket.plan.eager_graphs import eager_graph_cost_fn
-from hocket.ops.live import LiveConfig, LivePlanner, eager_graphs_planner, operator_runners, set_process_planner
-from hocket.core.plan import Plan
 from hocket.plan.search import predict_cost_fn
-from hocket.core.site import Site
+from hocket.timing.stats import Summary
 from hocket.transport.copy_engine import close_mailboxes
 from hocket.transport.host_relay import close_relays
 
@@ -109,12 +118,14 @@ def measure_case(site: Site, args, *, group, device, planners: dict, cluster, pr
     own = "copy_engine" if args.link == "nvlink" else "host_staged"
     measure(f"comm_{own}", case.comm(own), check=False)
     measure("sequential", lambda: case.run(Plan()), plan=Plan())
+    def moded(mode, runners):
+        return lambda plan: in_mode(mode, runners(plan))
+
     for mode in ((args.mode, "off") if args.graphs_first else ("off", args.mode)):
         planner = planners[mode]
         decision = planner.decide(site, group=group, device=device, autotune_switch=True,
-                                  runners=lambda s, mode=mode: (lambda plan, f=operator_runners(s, group=group,
-                                                                                                device=device):
-                                                                in_mode(mode, f(plan))))
+                                  runners=lambda s, mode=mode: moded(mode, operator_runners(s, group=group,
+                                                                                             device=device)))
         chosen = fit_plan(decision.plan, site)
         name = "planner" if mode == "off" else f"planner_graphs_{mode}"
         row[name] = {"plan": chosen.to_dict(), "source": decision.source,

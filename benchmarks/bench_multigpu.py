@@ -50,31 +50,31 @@ import torch
 import torch.distributed as dist
 
 import hocket.ops as H
-from hocket.ops.captured import replayed as replayed_call
 from hocket.bench.efficiency import overlap_score
 from hocket.bench.provenance import collect, command_line
 from hocket.bench.record import Baselines, make_record, write_records
-from hocket.timing.stats import Summary, summarize
-from hocket.timing.timer import sample_ms
 from hocket.bench.tp_cases import CASE_SETS, case_sites
-from hocket.cost.predict import predict
+from hocket.core.peer_protocol import available, peer_protocol_for, plan_protocol
+from hocket.core.plan import CAPTURABLE_TRANSPORTS, PROTOCOLS, Plan
+from hocket.core.site import Site
+from hocket.core.sizes import MIB, TransportSizes, sizes_in_force, using_sizes
+from hocket.env import eager_graphs
 from hocket.hardware import load_cluster
 from hocket.hardware.fingerprint import fingerprint
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, load_profile
 from hocket.launch import init_torchrun
+from hocket.ops.captured import replayed as replayed_call
+from hocket.ops.live import LiveConfig, LivePlanner, captured_planner, operator_runners, set_process_planner
 from hocket.ops.lowering.peer_pipe import close_peer_pipes
 from hocket.plan.autotune import AutotuneConfig
 from hocket.plan.bucket import fit_plan
-from hocket.ops.live import LiveConfig, LivePlanner, captured_planner, operator_runners, set_process_planner
 from hocket.plan.capture import capturable
-from hocket.core.plan import CAPTURABLE_TRANSPORTS, Plan
-from hocket.core.site import Site
-from hocket.transport.group import resolve_group
+from hocket.strategies import predict
+from hocket.timing.stats import Summary, summarize
+from hocket.timing.timer import sample_ms
 from hocket.transport.copy_engine import close_mailboxes
+from hocket.transport.group import resolve_group
 from hocket.transport.host_relay import close_relays
-from hocket.core.peer_protocol import peer_protocol_for
-from hocket.env import (HOST_STAGE_CALLS, HOST_STAGE_PIPELINES, HOST_STAGE_SIGNALS, eager_graphs, host_stage_calls,
-                        host_stage_pipeline, host_stage_signal, host_stage_slots, overridden, own_block_sum, own_block_zero)
 from hocket.transport.registry import get_transport
 from hocket.transport.sm_budget import close_sm_budgets, create_sm_budgets
 
@@ -105,10 +105,10 @@ def hocket_plans(link: str, smoke: bool, budgets: tuple[int, ...] = ()) -> list[
 
 def runnable(plan: Plan, kind: str) -> bool:
     """Whether this build runs ``plan`` here (GPU-only strategies and transports register on GPUs)."""
-    from hocket.ops.planning import SUPPORTED
+    from hocket.ops.planning import supported
     from hocket.transport.registry import available_transports
 
-    return plan.strategy in SUPPORTED[kind] and plan.transport in available_transports()
+    return plan.strategy in supported(kind) and plan.transport in available_transports()
 
 
 # -- operands and methods ---------------------------------------------------------------
@@ -143,9 +143,9 @@ class Case:
         return H.matmul_all_reduce(self.A, self.B, "sum", self.group, plan=plan)
 
     def own_block_sum(self) -> str:
-        """How a one-piece pull mm_rs of this case sums its own block, as the cut it makes under the current
-        environment: ``epilogue@<plain rows>`` or ``pass`` (so its line is priced as it ran even if the
-        rule that picks the cut changes)."""
+        """How a one-piece pull mm_rs of this case sums its own block, as the cut the executor makes:
+        ``epilogue@<plain rows>`` or ``pass`` (so its line is priced as it ran even if the rule that picks
+        the cut changes)."""
         from hocket.ops.lowering.peer_pull import own_block_split
         from hocket.ops.lowering.problems import ScatterMatmul
 
@@ -211,8 +211,8 @@ def timed(fn, args, case: Case):
 # -- contention calibration -----------------------------------------------------------
 def calibrate(case: Case, args, profile: CalibrationProfile | None, log) -> tuple[CalibrationProfile | None, dict]:
     """GEMM slowdown beside each transfer of the link mode (whole, and in 8 pieces) and back."""
-    from hocket.timing.timer import TimingConfig
     from hocket.calibrate.contention import measure_pair
+    from hocket.timing.timer import TimingConfig
 
     transfers = {"sm_collective": "collective",
                  "copy_engine" if args.link == "nvlink" else "host_link": "copy_engine" if args.link == "nvlink"
@@ -314,18 +314,16 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     if torch_ops and not args.graph:
         measure_pytorch(measure, case)
     own = "copy_engine" if args.link == "nvlink" else "host_staged"
-    for suffix, variant_env in transport_variants(args):
-        sums_only = "HOCKET_OWN_BLOCK_SUM" in variant_env  # changes the one-piece pull mm_rs only
-        with overridden(variant_env):
-            if runnable(Plan(strategy="chunked", transport=own), site.kind) and (not args.graph or own in CAPTURABLE_TRANSPORTS) \
-                    and not sums_only:
+    for suffix, sizes in host_variants(args):
+        with using_sizes(sizes):
+            if runnable(Plan(strategy="chunked", transport=own), site.kind) and (not args.graph or own in CAPTURABLE_TRANSPORTS):
                 measure(f"comm_{own}{suffix}", case.comm(own), check=False)
             for plan in plans:
-                if sums_only and not (site.kind == "mm_rs" and plan.strategy == "chunked" and plan.chunks == 1
-                                      and plan.transport == "copy_engine"):
-                    continue
                 if plan.transport not in ("collective", "p2p"):
                     measure(plan.describe() + suffix, lambda plan=plan: case.run(plan), plan=plan)
+    for plan in protocol_plans(plans, args, site.kind):
+        if not args.graph or capturable(site, plan):
+            measure(plan.describe(), lambda plan=plan: case.run(plan), plan=plan)
     tuner = captured_planner() if args.graph else planner  # graph mode: the planner of replays, timed as replays
     decision = tuner.decide(site, group=group, device=device, autotune_switch=True,
                             runners=lambda s: operator_runners(s, group=group, device=device, captured=args.graph))
@@ -363,27 +361,36 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
     return row
 
 
+RELAY_EXECUTOR = {"host_stage_signal": "device", "host_stage_pipeline": "message", "host_stage_calls": "one"}
+"""how every multi-rank host-staged relay call runs: device-side signals, each message read as soon as every
+peer wrote it, one relay call per own-data-first pipeline (``validate_cost.line_signal`` and its neighbours
+read these fields of a line)"""
+OWN_BLOCK_ZERO = "once"
+"""how an own-data-first mm_rs over a collective transport keeps its staging's own block at zero: the
+buffers are zeroed when made (``validate_cost.line_own_zero``)"""
+
+
 def executor_fields(case: Case, plan: Plan) -> dict:
-    """What a line must record for validate_cost.py to price it as the executor that ran (read under the
-    environment of the measurement): the copy-engine protocol and the cut of a pull reduce-scatter's own
-    block, the own block's zeroing of an own-data-first reduce-scatter, the relay's signalling, pipeline,
-    slots and calls."""
+    """What a line must record for validate_cost.py to price it as the executor that ran: the copy-engine
+    protocol of ``plan`` (``Plan.protocol``, or the automatic choice) and the cut of a pull
+    reduce-scatter's own block, the own block's zeroing of an own-data-first reduce-scatter, and the
+    relay's executor and sizes (:func:`hocket.core.sizes.sizes_in_force` at the measurement)."""
     site, fields = case.site, {}
     if plan.strategy == "chunked" and plan.transport == "copy_engine" and site.kind in PEER_KINDS:
-        fields["peer_protocol"] = peer_protocol_for(site.kind, plan.chunks)
+        fields["peer_protocol"] = plan_protocol(site.kind, plan)
         if site.kind == "mm_rs" and fields["peer_protocol"] == "pull":
             fields["own_block_sum"] = case.own_block_sum()  # the cut this call made
     if site.kind == "mm_rs" and plan.strategy == "chunked" and plan.order == "local_first" \
             and plan.transport != "copy_engine":
-        fields["own_block_zero"] = own_block_zero()
+        fields["own_block_zero"] = OWN_BLOCK_ZERO
     if plan.transport == "host_staged" and site.world > 1:
-        fields.update(host_stage_signal=host_stage_signal(), host_stage_pipeline=host_stage_pipeline(),
-                      host_stage_slots=host_stage_slots(), host_stage_calls=host_stage_calls())
+        sizes = sizes_in_force()
+        fields.update(RELAY_EXECUTOR, host_stage_slots=sizes.slots, host_stage_piece_bytes=sizes.piece_bytes)
     return fields
 
 
 EXECUTOR_FIELDS = ("peer_protocol", "host_stage_signal", "host_stage_pipeline", "host_stage_slots", "host_stage_calls",
-                   "own_block_zero", "own_block_sum")
+                   "host_stage_piece_bytes", "own_block_zero", "own_block_sum")
 """the keys :func:`executor_fields` may fill, copied from a method's entry into its results line"""
 
 
@@ -448,48 +455,49 @@ def sm_caps(args) -> tuple[int, ...]:
         raise ValueError(f"--sm-budgets={args.sm_budgets!r}: write comma-separated CTA counts, e.g. 8,32") from None
 
 
-def transport_variants(args) -> list[tuple[str, dict[str, str]]]:
-    """(name suffix, environment) of each transport variant: the first is the run's own environment
-    (no suffix); in host_staged mode the others (``--host-variants``) set ``HOCKET_HOST_STAGE_PIECE_MB``,
-    ``HOCKET_HOST_STAGE_THREAD`` and optionally ``HOCKET_HOST_STAGE_SIGNAL``, in nvlink mode (``--peer-protocols``) ``HOCKET_PEER_PROTOCOL``
-    and (``--own-block-sums``, the one-piece pull mm_rs only) ``HOCKET_OWN_BLOCK_SUM``, for their measurements only."""
-    variants = [("", {})]
-    if args.link == "nvlink":
-        for protocol in filter(None, (p.strip() for p in args.peer_protocols.split(","))):
-            if protocol not in ("push", "pull"):
-                raise ValueError(f"--peer-protocols entry {protocol!r}: use push or pull")
-            variants.append((f" ~{protocol}", {"HOCKET_PEER_PROTOCOL": protocol}))
-        for total in filter(None, (t.strip() for t in args.own_block_sums.split(","))):
-            with overridden({"HOCKET_OWN_BLOCK_SUM": total}):
-                try:
-                    own_block_sum()
-                except ValueError as exc:
-                    raise ValueError(f"--own-block-sums entry {total!r}: {exc}") from None
-            variants.append((f" ~{total}", {"HOCKET_OWN_BLOCK_SUM": total}))
-        return variants
-    if not args.host_variants:
+def host_variants(args) -> list[tuple[str, TransportSizes]]:
+    """(name suffix, relay sizes) of each host-staged relay measured: first the sizes in force (no suffix),
+    then in host_staged mode each ``--host-variants`` entry ``PIECE_MB[:SLOTS]`` (message size in MB, slot
+    count 1-64, default the sizes in force), tagged `` @<MB>MB[,slots=<N>]``."""
+    base = sizes_in_force()
+    variants = [("", base)]
+    if args.link != "host_staged" or not args.host_variants:
         return variants
     for spec in args.host_variants.split(","):
-        piece_mb, thread, *rest = spec.strip().split(":") + ([""] if ":" not in spec else [])
-        signal, pipeline, slots, calls = (rest + [None, None, None, None])[:4]
-        if (not piece_mb or thread not in ("0", "1") or len(rest) > 4 or (signal or None) not in (None, *HOST_STAGE_SIGNALS)
-                or (pipeline or None) not in (None, *HOST_STAGE_PIPELINES) or not (slots or "1").isdigit()
-                or (calls or None) not in (None, *HOST_STAGE_CALLS)):
-            raise ValueError(f"--host-variants entry {spec!r}: write PIECE_MB:THREAD[:SIGNAL[:PIPELINE[:SLOTS[:CALLS]]]], "
-                             f"e.g. 8:1, 1024:0, 8:0:host, 8:0:device:batch, 8:0:::8 or 8:0::::piece (SIGNAL: "
-                             f"{', '.join(HOST_STAGE_SIGNALS)}; PIPELINE: {', '.join(HOST_STAGE_PIPELINES)}; "
-                             f"SLOTS: 1-64; CALLS: {', '.join(HOST_STAGE_CALLS)})")
-        values = {"HOCKET_HOST_STAGE_PIECE_MB": piece_mb, "HOCKET_HOST_STAGE_THREAD": thread}
-        name = f" @{piece_mb}MB,thread={thread}"
-        for key, value, label in (("HOCKET_HOST_STAGE_SIGNAL", signal, "signal"),
-                                  ("HOCKET_HOST_STAGE_PIPELINE", pipeline, "pipeline"),
-                                  ("HOCKET_HOST_STAGE_SLOTS", slots, "slots"),
-                                  ("HOCKET_HOST_STAGE_CALLS", calls, "calls")):
-            if value:
-                values[key] = value
-                name += f",{label}={value}"
-        variants.append((name, values))
+        piece_mb, *rest = spec.strip().split(":")
+        slots = rest[0] if rest else ""
+        try:
+            if len(rest) > 1 or not piece_mb.isdigit() or not (slots or "1").isdigit():
+                raise ValueError("not PIECE_MB[:SLOTS]")
+            sizes = replace(base, piece_bytes=int(piece_mb) * MIB, slots=int(slots) if slots else base.slots)
+        except ValueError as exc:
+            raise ValueError(f"--host-variants entry {spec!r}: write PIECE_MB[:SLOTS] (whole MB > 0; SLOTS: 1-64), "
+                             f"e.g. 1024 or 8:8 ({exc})") from None
+        variants.append((f" @{piece_mb}MB" + (f",slots={slots}" if slots else ""), sizes))
     return variants
+
+
+PEER_PROTOCOLS = PROTOCOLS[1:]
+"""the copy-engine peer protocols ``--peer-protocols`` may name (``Plan.protocol``)"""
+
+
+def protocol_plans(plans: list[Plan], args, kind: str) -> list[Plan]:
+    """In nvlink mode, each ``chunked``/``copy_engine`` plan of ``plans`` with ``Plan.protocol`` set to each
+    ``--peer-protocols`` entry the call has, other than the automatic choice (measured as the plan itself)."""
+    protocols = [p.strip() for p in args.peer_protocols.split(",") if p.strip()]
+    for protocol in protocols:
+        if protocol not in PEER_PROTOCOLS:
+            raise ValueError(f"--peer-protocols entry {protocol!r}: use one of {', '.join(PEER_PROTOCOLS)}")
+    if args.link != "nvlink":
+        return []
+    out = []
+    for plan in plans:
+        if plan.strategy != "chunked" or plan.transport != "copy_engine" or plan.protocol is not None \
+                or kind not in PEER_KINDS:
+            continue
+        out += [plan.with_(protocol=p) for p in protocols
+                if available(p, kind, plan.chunks) and p != peer_protocol_for(kind, plan.chunks)]
+    return list(dict.fromkeys(out))
 
 
 def shrunk(site: Site, factor: int) -> Site:
@@ -600,15 +608,11 @@ def parse_args(argv=None):
     p.add_argument("--calibrate", action="store_true", help="measure contention first, give it to the planner")
     p.add_argument("--smoke", action="store_true", help="the first case only, fewer plans and runs")
     p.add_argument("--time-budget-s", type=float, default=0.0, help="start no new case after this many seconds")
-    p.add_argument("--host-variants", default="", help="host_staged mode: extra PIECE_MB:THREAD[:SIGNAL[:PIPELINE[:SLOTS[:CALLS]]]] "
-                   "variants of the host-staged transport measured beside the default, e.g. 1024:0,8:0:host,8:0:device:batch "
-                   "(1024:0 = the old single-message, calling-thread path; :host = the host handshake of runs 5-20; "
-                   ":device:batch = the batch-pipelined device-signalled relay of runs 26-27; 8:0:::8 = eight slots; "
-                   "8:0::::piece = a relay call per piece of an own-data-first pipeline, as in runs 1-33)")
-    p.add_argument("--peer-protocols", default="", help="nvlink mode: copy-engine plans measured again with "
-                   "these HOCKET_PEER_PROTOCOL values (push, pull), named '<plan> ~<protocol>', e.g. push")
-    p.add_argument("--own-block-sums", default="", help="nvlink mode: the one-piece pull mm_rs measured again with "
-                   "these HOCKET_OWN_BLOCK_SUM values (epilogue, pass, epilogue@N), named '<plan> ~<value>', e.g. pass,epilogue@512")
+    p.add_argument("--host-variants", default="", help="host_staged mode: extra PIECE_MB[:SLOTS] sizes of the "
+                   "host-staged relay measured beside the sizes in force, named '<plan> @<MB>MB[,slots=<N>]', e.g. "
+                   "1024,8:8 (1024 = one message per call; 8:8 = eight slots)")
+    p.add_argument("--peer-protocols", default="", help="nvlink mode: copy-engine plans measured again with these "
+                   "Plan.protocol values (pull, put, push) where the call has them, e.g. push")
     p.add_argument("--sm-budgets", default="", help="NCCL SM caps (max CTAs) of communicators made up front, "
                    "e.g. 8,32: calibrated beside the GEMM and tried as Plan.comm_sms (nccl only)")
     p.add_argument("--graph", action="store_true", help="check and time every method replayed from a CUDA graph "
@@ -624,6 +628,11 @@ def parse_args(argv=None):
         p.error(f"--iters={args.iters}: use at least 50 timed runs (5 with --smoke)")
     if args.graph and args.backend != "nccl":
         p.error(f"--graph needs --backend nccl (CUDA graphs capture GPU work), got --backend {args.backend}")
+    try:
+        host_variants(args)
+        protocol_plans([], args, "ag_mm")
+    except ValueError as exc:
+        p.error(str(exc))
     if args.out is None:
         args.out = str(Path(os.environ.get("OUT", ".")) / f"bench_multigpu_{args.link}{'_graph' if args.graph else ''}.jsonl")
     return args

@@ -46,24 +46,31 @@ from pathlib import Path
 import torch
 
 from hocket.bench.efficiency import overlap_score
+from hocket.bench.paired import alternating_ms
 from hocket.bench.provenance import collect, command_line
 from hocket.bench.record import Baselines, make_record, write_records
-from hocket.timing.stats import summarize
+from hocket.core.plan import Plan
+from hocket.core.site import Site
 from hocket.hardware.fingerprint import fingerprint
 from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint
-from hocket.bench.paired import alternating_ms
-from hocket.kernels import (candidate_configs, consumer_gemm, even_row_offsets, producer_gemm, reset_producer,
-                            warmup_consumer, warmup_producer)
+from hocket.kernels import (
+    candidate_configs,
+    consumer_gemm,
+    even_row_offsets,
+    producer_gemm,
+    reset_producer,
+    warmup_consumer,
+    warmup_producer,
+)
 from hocket.kernels.config import NARROW_BF16
 from hocket.kernels.schedule import trapezoid_row_offsets
 from hocket.ops.offload import OffloadContext, matmul_from_host, matmul_to_host, offload_tile_config
-from hocket.ops.offload_plans import planned
-from hocket.plan.offload import ramp_sizes
 from hocket.ops.offload_pieces import piece_offsets
+from hocket.ops.offload_plans import planned
 from hocket.ops.offload_timeline import offload_timeline
 from hocket.ops.tolerance import max_error, tolerance
-from hocket.core.plan import Plan
-from hocket.core.site import Site
+from hocket.plan.offload import ramp_sizes
+from hocket.timing.stats import summarize
 
 SHAPES = ((8192, 8192, 7168), (8192, 3584, 8192), (8192, 8192, 1280), (4096, 12288, 6144))
 SMOKE_SHAPES = ((8192, 8192, 7168),)
@@ -508,11 +515,11 @@ def calibrate(*, programs, reps: int, out_dir: Path, log) -> Path:
     contention, detail, host_points = {}, {}, []
     for name, (kind, fn) in transfers.items():
         src, dst = buffers(kind, probe_bytes)
-        probe_ms = median_ms(lambda: fn(src, dst), iters=5)
+        probe_ms = median_ms(lambda fn=fn, src=src, dst=dst: fn(src, dst), iters=5)
         nbytes = int(min(4 * 2**30, max(16 * 2**20, probe_bytes * gemm_ms / probe_ms)))  # lasts about one GEMM
         src, dst = buffers(kind, nbytes)
-        alone_ms = median_ms(lambda: fn(src, dst), iters=reps)
-        with_gemm_ms, with_transfer_ms = _concurrent(gemm, lambda: fn(src, dst), reps=reps)
+        alone_ms = median_ms(lambda fn=fn, src=src, dst=dst: fn(src, dst), iters=reps)
+        with_gemm_ms, with_transfer_ms = _concurrent(gemm, lambda fn=fn, src=src, dst=dst: fn(src, dst), reps=reps)
         point = ContentionPoint(gemm_slowdown=with_gemm_ms / gemm_ms, transfer_slowdown=with_transfer_ms / alone_ms)
         contention[name] = point
         detail[name] = dict(bytes=nbytes, transfer_alone_ms=alone_ms, transfer_with_gemm_ms=with_transfer_ms,
@@ -574,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     elif os.environ.get("OUT"):
         out = Path(os.environ["OUT"]) / "bench_single_gpu.jsonl"
     else:
-        out = Path(__file__).resolve().parent / "results" / "bench_single_gpu.jsonl"
+        out = Path(__file__).resolve().parent / "results" / "h200" / "bench_single_gpu.jsonl"
 
     def log(text: str) -> None:
         print(text, flush=True)

@@ -14,7 +14,7 @@ constant is the ``--percentile`` (default 75th) of ``e``, floored at 0 (a class 
 model over-prices keeps no allowance) and capped below ``max_error``. Classes without
 a calibration point keep the constant in the module (said so in the output).
 
-  python benchmarks/derive_uncertainty.py --lease-profiles --profile benchmarks/results/calibration/h200x2-nccl-full.json
+  python -m benchmarks.derive_uncertainty --lease-profiles --profile benchmarks/results/calibration/h200x2-nccl-full.json
 
 ``--lease-profiles`` prices each results file with the profile ``hocket calibrate`` measured on its
 own lease (``validate_cost.lease_profile_path``) where it kept one, ``--profile`` elsewhere. A plan
@@ -33,15 +33,31 @@ import argparse
 import statistics
 from pathlib import Path
 
-from hocket.cost import predict
+from benchmarks.validate_cost import (
+    RESULTS,
+    group_sites,
+    lease_profile_path,
+    line_label,
+    machine_of,
+    plan_as_ran,
+    profile_for,
+    read_current,
+    split_holdout,
+)
 from hocket.cost.calibration import calibration_view
 from hocket.hardware import load_cluster
 from hocket.hardware.profile import load_profile
-from hocket.plan.uncertainty import (DEFAULT_MAX_ERROR, DEFAULT_PER_PIECE_ERROR, DEFAULT_REL_ERROR,
-                                     DEFAULT_UNCALIBRATED_FACTOR, PLAN_CLASSES,
-                                     calibrated_classes, plan_class, plan_pieces)
-from validate_cost import (RESULTS, group_sites, lease_profile_path, line_label, machine_of, priced_as_ran,
-                           profile_for, read_current, split_holdout)
+from hocket.plan.uncertainty import (
+    DEFAULT_MAX_ERROR,
+    DEFAULT_PER_PIECE_ERROR,
+    DEFAULT_REL_ERROR,
+    DEFAULT_UNCALIBRATED_FACTOR,
+    PLAN_CLASSES,
+    calibrated_classes,
+    plan_class,
+    plan_pieces,
+)
+from hocket.strategies import predict
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -95,15 +111,14 @@ def class_errors(groups, profiles, *, per_piece_error: float
             continue
         measured_seq = g.sequential_ms
         for r in g.records:
-            plan = g.priced(r.plan)
+            plan = g.priced(plan_as_ran(r))  # with the peer protocol the line ran
             cls = plan_class(plan)
             if cls == "sequential":
                 continue
             measured_class = profile is None or cls in calibrated_classes(profile, g.site.world)
             try:
-                with priced_as_ran(r):  # the copy-engine protocol and relay signalling the line ran
-                    predicted = predict(g.site, plan, g.cluster, view, steady_state=g.steady,
-                                        captured=g.captured).total_ms
+                predicted = predict(g.site, plan, g.cluster, view, steady_state=g.steady,
+                                    captured=g.captured).total_ms
             except ValueError as exc:
                 notes.append(f"{g.site.key} {line_label(r)}: not priced: {str(exc)[:120]}")
                 continue
@@ -142,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     uncalibrated: dict[str, list[float]] = {}
     notes: list[str] = []
     runs = held = 0
-    for files, profiles, names in batches:
+    for files, profiles, _names in batches:
         records, read_notes = read_current(files)
         notes += read_notes
         groups, more = group_sites(records, load_cluster(args.cluster) if args.cluster else None)

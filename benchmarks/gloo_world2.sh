@@ -7,7 +7,7 @@
 # Candidates take turns one iteration at a time (bench's default --rounds = --iters), so a
 # change in machine load during the run hits every candidate alike.
 set -euo pipefail
-OUT=${OUT:-benchmarks/results/gloo_world2.jsonl}
+OUT=${OUT:-benchmarks/results/cpu/gloo_world2.jsonl}
 ITERS=${ITERS:-10}
 common=(--world 2 --backend gloo --threads-per-rank 1 --dtype fp32 --iters "$ITERS" --warmup 2
         --chunks 2 4 8 --out "$OUT")

@@ -1,21 +1,21 @@
 """What a results line says about how it ran: the executor it measured (the relay's signalling and calls,
 the copy-engine peer protocol, the own-block zeroing and summing of a reduce-scatter) and the timing mode
-(steady state, replayed from a CUDA graph, under ``HOCKET_EAGER_GRAPHS``), read from the line's ``run`` fields,
-and for lines written before a field existed, from where they were measured. ``benchmarks/validate_cost.py``
-and ``benchmarks/planner_regret.py`` price each line as it ran with these (split out of validate_cost.py,
-which re-exports them)."""
+(steady state, replayed from a CUDA graph, under ``HOCKET_EAGER_GRAPHS``), read from the line's ``executor``
+version and ``run`` fields. Only lines written before the ``executor`` field existed are placed by the folder
+they are stored in (``CURRENT_RELAY_RUNS`` and its neighbours). ``benchmarks/validate_cost.py``
+and ``benchmarks/planner_regret.py`` price each line with the peer protocol it ran (:func:`plan_as_ran`) and
+tell lines of different executors apart with the rest (split out of validate_cost.py, which re-exports them)."""
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from hocket.env import PEER_PROTOCOLS, overridden
+from hocket.bench.record import executor_revision
+from hocket.core.peer_protocol import AUTO_ORDER as PEER_PROTOCOLS
 
 CURRENT_RELAY = "@8MB,thread=0"
-"""The host-staged relay the executors run now (``HOCKET_HOST_STAGE_PIECE_MB=8``, issued on the
+"""The host-staged relay the executors run now (messages of at most 8 MB, ``TransportSizes.piece_bytes``, issued on the
 calling thread; with ``order="local_first"`` the hiding GEMM is launched before the relay, commit
 789842c). Benchmarks tag relay variants in ``run.method`` ("... @<MB>MB,thread=<0|1>"); untagged
 lines measured the default relay of the commit they ran."""
@@ -26,6 +26,12 @@ later (run1-run4 measured relays and a local_first order that no executor runs a
 lines' git hash cannot tell them apart: the device copies carried a stale ``.git``; lines made
 since carry ``HOCKET_GIT_HASH``). A change of the relay or of its local_first order must move
 ``FIRST_CURRENT_RELAY_RUN`` to the first run made with it."""
+
+
+def line_executor_revision(record) -> int | None:
+    """The executor revision a line names (``hocket.bench.record.EXECUTOR_REVISION``), None for a line written
+    before lines carried one (those are placed by their folder)."""
+    return executor_revision(getattr(record, "executor", None))
 
 
 PREVIOUS_VARIANT = "previous"
@@ -44,6 +50,8 @@ def superseded_offload_variant(record, path: Path | str) -> bool:
     run = record.run if isinstance(record.run, dict) else {}
     if record.plan.strategy != "tile_fused" or record.site.world != 1 or run.get("variant") != PREVIOUS_VARIANT:
         return False
+    if line_executor_revision(record) is not None:
+        return True  # every executor revision postdates run16, the last run where `previous` was the operators'
     where = Path(path).resolve().as_posix()
     return any(folder in where for folder in PREVIOUS_NOT_OPERATOR_RUNS)
 
@@ -105,9 +113,9 @@ def line_protocol(record) -> str | None:
     run = record.run if isinstance(record.run, dict) else {}
     named = run.get("peer_protocol")
     if named is not None:
-        if named not in PEER_PROTOCOLS or named == "auto":
+        if named not in PEER_PROTOCOLS:
             raise ValueError(f"run.peer_protocol={named!r} of a {record.site.kind} {record.plan.describe()} line "
-                             f"is not a protocol; a line names what ran: one of {PEER_PROTOCOLS[1:]}")
+                             f"is not a protocol; a line names what ran: one of {PEER_PROTOCOLS}")
         return named
     plan = record.plan
     if plan.strategy == "chunked" and plan.transport == "copy_engine" and record.site.kind in PEER_PROTOCOL_KINDS:
@@ -115,25 +123,29 @@ def line_protocol(record) -> str | None:
     return None
 
 
-@contextmanager
-def priced_with_protocol(protocol: str | None) -> Iterator[None]:
-    """Price under ``HOCKET_PEER_PROTOCOL=protocol`` (the cost model reads it through
-    ``peer_protocol_for`` at pricing time) and restore the variable afterwards, also on an
-    exception; ``None`` leaves the environment as it is (a line with no peer protocol)."""
-    if protocol is None:
-        yield
-        return
-    if protocol not in PEER_PROTOCOLS:
-        raise ValueError(f"protocol={protocol!r} must be one of {PEER_PROTOCOLS} (or None for no peer protocol)")
-    with overridden({"HOCKET_PEER_PROTOCOL": protocol}):
-        yield
+def plan_as_ran(record, plan=None):
+    """``plan`` (default: the line's own) with the copy-engine peer protocol the line ran as its ``protocol``
+    field (``Plan.protocol``, which the cost model prices), where the line ran one; unchanged otherwise."""
+    plan = record.plan if plan is None else plan
+    protocol = line_protocol(record)
+    if protocol is None or plan.strategy != "chunked" or plan.transport != "copy_engine":
+        return plan
+    return plan.with_(protocol=protocol)
+
+
+def with_plan_protocol(plan, protocol: str | None):
+    """``plan`` priced with the copy-engine peer ``protocol`` (None, or a plan that runs no peer protocol:
+    unchanged)."""
+    if protocol is None or plan.strategy != "chunked" or plan.transport != "copy_engine":
+        return plan
+    return plan.with_(protocol=protocol)
 
 
 FIRST_DEVICE_SIGNAL_RUN = 21
 DEVICE_SIGNAL_RUNS = tuple(f"h200x2/run{i}/" for i in range(FIRST_DEVICE_SIGNAL_RUN, 100))
 """Results folders whose multi-rank host_staged lines ran the relay with device signals
-(``HOCKET_HOST_STAGE_SIGNAL=device``, the default since commit a05015f); earlier lines ran the host
-handshake. Lines written since record ``run.host_stage_signal``; ``read_current`` fills it in for
+(its copy streams write and wait for the slot flags themselves: the default since commit a05015f, the
+only signalling since); earlier lines ran the host handshake. Lines written since record ``run.host_stage_signal``; ``read_current`` fills it in for
 older lines from their folder (and from a ``,signal=`` tag in ``run.method``)."""
 
 
@@ -147,7 +159,7 @@ def line_signal(record) -> str | None:
     if not is_relay_line(record):
         return None
     run = record.run if isinstance(record.run, dict) else {}
-    return run.get("host_stage_signal") or "host"
+    return run.get("host_stage_signal") or ("device" if line_executor_revision(record) is not None else "host")
 
 
 def line_calls(record) -> str | None:
@@ -157,45 +169,29 @@ def line_calls(record) -> str | None:
     if not is_relay_line(record) or record.plan.strategy != "chunked" or record.plan.order != "local_first":
         return None
     run = record.run if isinstance(record.run, dict) else {}
-    return run.get("host_stage_calls") or "piece"
+    return run.get("host_stage_calls") or ("one" if line_executor_revision(record) is not None else "piece")
 
 
 def line_own_zero(record) -> str | None:
     """How an own-block-last mm_rs line over a collective transport kept its staging's own block at
     zero (``run.own_block_zero``; ``"each"``, a fill kernel per piece, for lines written before the field:
-    runs up to 59), None for every other line (``hocket.env.own_block_zero``)."""
+    runs up to 59; the executors zero it once, when the buffers are made), None for every other line."""
     plan = record.plan
     if record.site.kind != "mm_rs" or plan.strategy != "chunked" or plan.order != "local_first" \
             or plan.transport == "copy_engine" or record.site.world < 2:
         return None
     run = record.run if isinstance(record.run, dict) else {}
-    return run.get("own_block_zero") or "each"
+    return run.get("own_block_zero") or ("once" if line_executor_revision(record) is not None else "each")
 
 
 def line_own_sum(record) -> str | None:
     """How a one-piece copy-engine mm_rs line of the ``pull`` protocol added its peers' partials to its own
     block (``run.own_block_sum``; ``"pass"``, one pass after the whole own block's GEMM, for lines written
-    before the field: up to session 17), None for every other line (``hocket.env.own_block_sum``)."""
+    before the field: up to session 17; the executors sum in the GEMM's epilogue), None for every other line."""
     if record.site.kind != "mm_rs" or record.site.world < 2 or line_protocol(record) != "pull":
         return None
     run = record.run if isinstance(record.run, dict) else {}
-    return run.get("own_block_sum") or "pass"
-
-
-@contextmanager
-def priced_as_ran(record) -> Iterator[None]:
-    """Price ``record``'s plan with the copy-engine protocol, the relay signalling and calls, and the
-    own-block zeroing and summing it ran."""
-    signal, calls, zero, total = line_signal(record), line_calls(record), line_own_zero(record), line_own_sum(record)
-    relay = {"HOCKET_HOST_STAGE_SIGNAL": signal} if signal else {}
-    if calls:
-        relay["HOCKET_HOST_STAGE_CALLS"] = calls
-    if zero:
-        relay["HOCKET_OWN_BLOCK_ZERO"] = zero
-    if total:
-        relay["HOCKET_OWN_BLOCK_SUM"] = total
-    with priced_with_protocol(line_protocol(record)), overridden(relay):
-        yield
+    return run.get("own_block_sum") or ("epilogue" if line_executor_revision(record) is not None else "pass")
 
 
 def line_label(record) -> str:

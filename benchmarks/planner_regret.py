@@ -6,8 +6,8 @@ plus sequential, decided by measurement), and both against measured sequential.
 Targets (issue 4): prediction-alone regret <= 1.05; never slower than sequential beyond
 noise in either mode.
 
-  python benchmarks/planner_regret.py                       # every *.jsonl under benchmarks/results
-  python benchmarks/planner_regret.py results.jsonl --cluster cpu-host --json regret.json
+  python -m benchmarks.planner_regret                       # every *.jsonl under benchmarks/results
+  python -m benchmarks.planner_regret results.jsonl --cluster cpu-host --json regret.json
 
 The cluster each line was measured on is found by matching its hardware fingerprint
 (devices, topology, nodes, network) against this machine's probe and the presets;
@@ -29,10 +29,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from hocket.env import overridden
 from hocket.hardware import fingerprint, list_presets, load_cluster, load_preset, probe
-from hocket.plan.regret import machine_key, planner_regret
 from hocket.plan.labels import plan_label
+from hocket.plan.regret import machine_key, planner_regret
 from hocket.plan.search import predict_cost_fn
 from hocket.plan.uncertainty import uncertainty_from_profile
 
@@ -114,42 +113,29 @@ def one_mode_per_site(records, mode_of, what: str) -> tuple[list, dict[tuple[str
 
 def one_protocol_per_site(records) -> tuple[list, dict[tuple[str, str], str], list[str]]:
     """:func:`one_mode_per_site` for the copy-engine peer protocol (``validate_cost.line_protocol``)."""
-    from validate_cost import line_protocol  # sibling module, as in held_out_keys
+    from benchmarks.validate_cost import line_protocol
 
     return one_mode_per_site(records, line_protocol, "copy-engine")
 
 
 def one_relay_calls_per_site(records) -> tuple[list, dict[tuple[str, str], str], list[str]]:
     """:func:`one_mode_per_site` for how the relay lines' pipelines called the relay
-    (``HOCKET_HOST_STAGE_CALLS``: ``validate_cost.line_calls``; ``piece`` for every line before run34)."""
-    from validate_cost import line_calls  # sibling module, as in held_out_keys
+    (``validate_cost.line_calls``: ``piece`` for every line before run34, ``one`` since), so that a site is
+    scored with lines of the executor its newest line ran."""
+    from benchmarks.validate_cost import line_calls
 
     return one_mode_per_site(records, line_calls, "host-staged (relay calls)")
 
 
-def with_relay_calls(calls: str | None, cost):
-    """``cost`` pricing every plan under ``HOCKET_HOST_STAGE_CALLS=calls`` (restored after each call);
-    ``cost`` itself for None."""
-    if calls is None:
-        return cost
-
-    def priced(site, plan):
-        with overridden({"HOCKET_HOST_STAGE_CALLS": calls}):
-            return cost(site, plan)
-
-    return priced
-
-
 def with_protocol(protocol: str | None, cost):
-    """``cost`` pricing every plan under ``HOCKET_PEER_PROTOCOL=protocol`` (restored after each call);
+    """``cost`` pricing every copy-engine ``chunked`` plan with ``protocol`` as its ``Plan.protocol``;
     ``cost`` itself for None."""
     if protocol is None:
         return cost
-    from validate_cost import priced_with_protocol  # sibling module, as in held_out_keys
+    from benchmarks.validate_cost import with_plan_protocol
 
     def priced(site, plan):
-        with priced_with_protocol(protocol):
-            return cost(site, plan)
+        return cost(site, with_plan_protocol(plan, protocol))
 
     return priced
 
@@ -159,13 +145,12 @@ class ClusterFinder:
     plans with the peer protocol of the line's site: ``protocols``, keyed by ``site_machine``)."""
 
     def __init__(self, forced: str | None, profile: object = None, protocols: dict | None = None,
-                 relay_calls: dict | None = None, lease_profiles: dict | None = None) -> None:
+                 lease_profiles: dict | None = None) -> None:
         self.forced = load_cluster(forced) if forced else None
         self.profile = profile
         self.lease_profiles = dict(lease_profiles or {})
         """``site_machine`` key -> the profile calibrated on the lease of that site's newest line"""
         self.protocols = dict(protocols or {})
-        self.relay_calls = dict(relay_calls or {})
         self._by_shape: dict[str, object] = {}
         self._costs: dict[tuple, object] = {}
 
@@ -204,16 +189,15 @@ class ClusterFinder:
         cluster = self.cluster_for(record)
         if cluster is None:
             return None
-        from validate_cost import captured_line, steady_line  # sibling module, as in held_out_keys
+        from benchmarks.validate_cost import captured_line, steady_line
 
         profile = self.profile_for(record)
         steady, captured = steady_line(record), captured_line(record)
         protocol = self.protocols.get(site_machine(record))
-        calls = self.relay_calls.get(site_machine(record))
-        key = (id(cluster), id(profile), steady, captured, protocol, calls)
+        key = (id(cluster), id(profile), steady, captured, protocol)
         if key not in self._costs:
             cost = through_host(cluster, predict_cost_fn(cluster, profile, steady_state=steady, captured=captured))
-            self._costs[key] = with_relay_calls(calls, with_protocol(protocol, cost))
+            self._costs[key] = with_protocol(protocol, cost)
         return self._costs[key]
 
     def uncertainty_for(self, record):
@@ -223,7 +207,7 @@ class ClusterFinder:
 def newest_lease_profiles(paths) -> dict[tuple[str, str], object]:
     """``site_machine`` key -> the calibration profile of the lease (``validate_cost.lease_profile_path``)
     of the site's last line in ``paths`` (read in order), for the sites whose newest line's lease kept one."""
-    from validate_cost import lease_profile_path, read_current  # sibling module, as in held_out_keys
+    from benchmarks.validate_cost import lease_profile_path, read_current
     from hocket.hardware.profile import load_profile
 
     loaded: dict[Path, object] = {}
@@ -248,9 +232,8 @@ def protocol_label(plan, protocol: str | None) -> str:
 
 
 def held_out_keys(records) -> set[str]:
-    """Site keys benchmarks/validate_cost.py holds out (its frozen split; this script and
-    validate_cost.py live in one folder, so it is imported as a sibling module)."""
-    from validate_cost import held_out_site
+    """Site keys benchmarks/validate_cost.py holds out (its frozen split)."""
+    from benchmarks.validate_cost import held_out_site
 
     return {r.site.key for r in records if held_out_site(r.site.key, 3)}
 
@@ -281,9 +264,9 @@ def score(records, lease_paths, args, profile, run_of=None) -> tuple[list, list[
     protocol and one relay calling mode per site: the newest line's), and notes. ``lease_paths``: the
     files whose leases' profiles price the lines (``--lease-profiles``)."""
     records, protocols, protocol_notes = one_protocol_per_site(records)
-    records, relay_calls, calls_notes = one_relay_calls_per_site(records)
+    records, _, calls_notes = one_relay_calls_per_site(records)
     leases = newest_lease_profiles(lease_paths) if args.lease_profiles else {}
-    finder = ClusterFinder(args.cluster, profile, protocols, relay_calls, leases)
+    finder = ClusterFinder(args.cluster, profile, protocols, leases)
     rows, notes = planner_regret(records, finder.cost_for, top_k=args.top_k, margin=args.margin,
                                  uncertainty_for=None if args.no_uncertainty else finder.uncertainty_for,
                                  run_of=run_of)
@@ -340,11 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.paths] or sorted(RESULTS.rglob("*.jsonl"))
-    from validate_cost import read_current  # sibling module, as in held_out_keys
+    from benchmarks.validate_cost import read_current
 
     sources: dict = {}
     records, skipped = read_current(paths, all_relays=args.all_relays, strict=bool(args.paths), sources=sources)
-    from validate_cost import captured_line  # sibling module, as in held_out_keys
+    from benchmarks.validate_cost import captured_line
 
     other = [r for r in records if captured_line(r) != args.captured]
     if other:  # one site's eager and captured lines are different measurements of its plans

@@ -13,7 +13,7 @@ A published range is met when the prediction falls inside it; a single figure gi
 What the published figure measured is not always what the model prices (burst clocks against the
 model's sustained level; NVLink SHARP against the model's ring): the ``note`` column says so.
 
-    python benchmarks/published_check.py [--json out.json]
+    python -m benchmarks.published_check [--json out.json]
 """
 
 from __future__ import annotations

@@ -30,10 +30,10 @@ A ``chunked`` plan over ``copy_engine`` is priced with the peer protocol its lin
 (``run.peer_protocol``; push for lines written before that field existed), not with today's
 default, and is labelled `` ~pull``/`` ~put`` where it ran no push.
 
-  python benchmarks/validate_cost.py                            # every *.jsonl under results/
-  python benchmarks/validate_cost.py results/h200/bench_single_gpu.jsonl --cluster h200x1 --json out.json
-  python benchmarks/validate_cost.py --no-calibration           # datasheet + mechanisms only
-  python benchmarks/validate_cost.py --lease-only               # each line with its own lease's profile
+  python -m benchmarks.validate_cost                            # every *.jsonl under results/
+  python -m benchmarks.validate_cost results/h200/bench_single_gpu.jsonl --cluster h200x1 --json out.json
+  python -m benchmarks.validate_cost --no-calibration           # datasheet + mechanisms only
+  python -m benchmarks.validate_cost --lease-only               # each line with its own lease's profile
 
 ``--lease-profiles`` prices the lines of each results file with the profile ``hocket calibrate`` made on
 the same lease (``profile.json``/``profile_host.json`` beside it, :func:`lease_profile_path`) where one
@@ -51,21 +51,40 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hocket.bench.noise import percent, print_noise, run_to_run as noise_floor
-from hocket.bench.record import read_records
-from hocket.cost import predict
-from hocket.cost.calibration import CalibrationView, calibration_view
-from hocket.hardware import list_presets, load_cluster, load_preset, probe
-from hocket.cost.compute import gemm_ms
-from hocket.hardware.profile import CalibrationProfile, CurvePoint, GemmPoint, SustainedGemm, load_profile
-from hocket.core.plan import Plan
-from line_modes import (  # noqa: F401  (sibling module; re-exported: the other scripts and tests read them here)
-    CURRENT_RELAY, CURRENT_RELAY_RUNS, DEVICE_SIGNAL_RUNS, EAGER_GRAPHS_BENCH, FIRST_CURRENT_RELAY_RUN,
-    FIRST_DEVICE_SIGNAL_RUN, PEER_PROTOCOL_KINDS, PROTOCOL_BEFORE_RUN14, captured_line,
-    eager_graph_line, hocket_bench_graph_command, is_relay_line, line_calls, line_label,
-    line_own_sum, line_own_zero, line_protocol, line_signal, priced_as_ran, priced_with_protocol,
-    steady_line, superseded_offload_variant,
+from benchmarks.line_modes import (  # noqa: F401  (re-exported: the other scripts and tests read them here)
+    CURRENT_RELAY,
+    CURRENT_RELAY_RUNS,
+    DEVICE_SIGNAL_RUNS,
+    EAGER_GRAPHS_BENCH,
+    FIRST_CURRENT_RELAY_RUN,
+    FIRST_DEVICE_SIGNAL_RUN,
+    PEER_PROTOCOL_KINDS,
+    PROTOCOL_BEFORE_RUN14,
+    captured_line,
+    eager_graph_line,
+    hocket_bench_graph_command,
+    is_relay_line,
+    line_calls,
+    line_executor_revision,
+    line_label,
+    line_own_sum,
+    line_own_zero,
+    line_protocol,
+    line_signal,
+    plan_as_ran,
+    steady_line,
+    superseded_offload_variant,
+    with_plan_protocol,
 )
+from hocket.bench.noise import percent, print_noise
+from hocket.bench.noise import run_to_run as noise_floor
+from hocket.bench.record import read_records
+from hocket.core.plan import Plan
+from hocket.cost.calibration import CalibrationView, calibration_view
+from hocket.cost.compute import gemm_ms
+from hocket.hardware import list_presets, load_cluster, load_preset, probe
+from hocket.hardware.profile import CalibrationProfile, CurvePoint, GemmPoint, SustainedGemm, load_profile
+from hocket.strategies import predict
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PRICED_KINDS = ("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h")
@@ -195,8 +214,8 @@ def find_cluster(record, forced, cache: dict):
 
 
 def measures_current_executor(record, path: Path | str) -> bool:
-    """False for multi-rank host_staged lines of another relay or executor than today's
-    (see ``CURRENT_RELAY`` and ``CURRENT_RELAY_RUNS``) and for one-rank tile_fused lines of a schedule the
+    """False for multi-rank host_staged lines of another relay or executor than today's (the line's ``executor``
+    revision; for lines without one, ``CURRENT_RELAY`` and ``CURRENT_RELAY_RUNS``) and for one-rank tile_fused lines of a schedule the
     offload operators no longer run (``line_modes.superseded_offload_variant``); ``path`` is the results file
     it came from."""
     if superseded_offload_variant(record, path):
@@ -206,6 +225,8 @@ def measures_current_executor(record, path: Path | str) -> bool:
     method = str(record.run.get("method", "")) if isinstance(record.run, dict) else ""
     if "@" in method and not method.split(",signal=")[0].endswith(CURRENT_RELAY):
         return False
+    if line_executor_revision(record) is not None:
+        return True  # every executor revision runs today's relay
     where = Path(path).resolve().as_posix()
     return any(run in where for run in CURRENT_RELAY_RUNS)
 
@@ -218,6 +239,9 @@ def _fill_signal(record, path: Path | str) -> None:
     method = str(run.get("method", ""))
     if ",signal=" in method:
         run["host_stage_signal"] = method.rsplit(",signal=", 1)[1].split(",")[0].strip()
+        return
+    if line_executor_revision(record) is not None:
+        run["host_stage_signal"] = "device"
         return
     where = Path(path).resolve().as_posix()
     run["host_stage_signal"] = "device" if any(r in where for r in DEVICE_SIGNAL_RUNS) else "host"
@@ -419,10 +443,8 @@ def evaluate(groups: list[SiteGroup], view: CalibrationView | None, lease_views:
         for r in g.records:
             label = line_label(r)
             try:
-                with priced_as_ran(r):  # the peer protocol and relay signalling the line ran
-                    plan, cluster = g.pricing(r.plan, view)
-                    pred = predict(g.site, plan, cluster, view, steady_state=g.steady,
-                                   captured=g.captured).total_ms
+                plan, cluster = g.pricing(plan_as_ran(r), view)  # with the peer protocol it ran
+                pred = predict(g.site, plan, cluster, view, steady_state=g.steady, captured=g.captured).total_ms
             except ValueError as exc:  # a plan the model does not price (named in the message)
                 unpriced.append(f"{g.site.key} {label}: {exc}")
                 continue

@@ -166,7 +166,7 @@ def measure_one(row: dict, case: Case, name: str, fn, check: bool, mode: str, ar
 
 
 def records(rows: list, provenance: Provenance) -> list:
-    """The rows as results lines (``hocket.bench.record`` schema) for validate_cost.py and planner_regret.py:
+    """The rows as results lines (``hocket.bench.record`` schema) for hocket validate and hocket regret:
     one line per measured plan and mode, judged against that mode's own sequential and compute-alone times
     and the fastest relay-alone time of the mode; ``run.captured`` marks the CUDA graph replays."""
     lines = []

@@ -16,7 +16,7 @@ interleaved rounds (``bench_multigpu.paired``). Times are CUDA events, each samp
 max over ranks, ``--reps`` calls back to back per sample (the steady state), medians of ``--iters``.
 
 Results: JSON lines in ``--out`` (``run.eager_graphs`` and ``run.replayed`` on the graph planner's line, which
-validate_cost.py leaves out; every line records the executor fields of ``bench_multigpu.executor_fields``), a summary
+hocket validate leaves out; every line records the executor fields of ``bench_multigpu.executor_fields``), a summary
 JSON beside it, a table printed last by rank 0.
 """
 

@@ -29,7 +29,7 @@ Plans a graph cannot capture (``hocket.plan.capture``: copy-engine push and tile
 peer reads, whose waits report through buffers the host checks) are left out; a capture that fails is recorded as that method's failure. The
 planner's choice is then the captured planner's (``hocket.ops.live.captured_planner``), its shortlist
 timed as replays (``operator_runners(captured=True)``). PyTorch's fused ops are captured too, after the
-planner. The lines carry ``run.captured`` (validate_cost.py and planner_regret.py price them as replays).
+planner. The lines carry ``run.captured`` (hocket validate and hocket regret price them as replays).
 
 Results: JSON lines (``hocket.bench.record`` schema) in ``--out``, a summary JSON beside it, and
 a table printed last by rank 0.
@@ -363,15 +363,15 @@ def measure_case(site: Site, args, *, group, device, cluster, profile, planner, 
 
 RELAY_EXECUTOR = {"host_stage_signal": "device", "host_stage_pipeline": "message", "host_stage_calls": "one"}
 """how every multi-rank host-staged relay call runs: device-side signals, each message read as soon as every
-peer wrote it, one relay call per own-data-first pipeline (``validate_cost.line_signal`` and its neighbours
+peer wrote it, one relay call per own-data-first pipeline (``hocket.validate.lines.line_signal`` and its neighbours
 read these fields of a line)"""
 OWN_BLOCK_ZERO = "once"
 """how an own-data-first mm_rs over a collective transport keeps its staging's own block at zero: the
-buffers are zeroed when made (``validate_cost.line_own_zero``)"""
+buffers are zeroed when made (``hocket.validate.lines.line_own_zero``)"""
 
 
 def executor_fields(case: Case, plan: Plan) -> dict:
-    """What a line must record for validate_cost.py to price it as the executor that ran: the copy-engine
+    """What a line must record for hocket validate to price it as the executor that ran: the copy-engine
     protocol of ``plan`` (``Plan.protocol``, or the automatic choice) and the cut of a pull
     reduce-scatter's own block, the own block's zeroing of an own-data-first reduce-scatter, and the
     relay's executor and sizes (:func:`hocket.core.sizes.sizes_in_force` at the measurement)."""
@@ -526,7 +526,7 @@ def write_rows(row: dict, site: Site, args, provenance) -> None:
     baselines = Baselines(sequential_ms=methods["sequential"]["median_ms"],
                           compute_alone_ms=methods["compute_alone"]["median_ms"], comm_alone_ms=comm)
     extra_common = {"link": args.link, "case_name": site.name, "captured": args.graph,
-                    "eager_graphs": eager_graphs(),  # under auto/on the operators replay (validate_cost skips)
+                    "eager_graphs": eager_graphs(),  # under auto/on the operators replay (hocket validate skips)
                     "pytorch_async_tp_ms": methods.get("pytorch_async_tp", {}).get("median_ms"),
                     "pytorch_async_tp_native_ms": methods.get("pytorch_async_tp_native", {}).get("median_ms"),
                     "comm_ms": {k: v["median_ms"] for k, v in methods.items() if k.startswith("comm_")}}

@@ -11,9 +11,8 @@ reference):
   exposed edge, ``hocket.plan.offload.ramp_sizes``), what ``plan=None`` chooses (variant
   ``planner``), ``tile_fused`` (the Triton kernels; tile config chosen first by timing
   the kernel alone) in several variants (``VARIANTS``): the operator's defaults (ramp of
-  pieces, narrow edge tiles, tiles from a ticket counter, device-held copies) for several
-  piece counts and narrow pieces, each lever undone once, the previous run's schedule
-  and the schedule before tuning;
+  pieces, narrow edge tiles, to-host copies held by a driver wait) for several piece counts,
+  other piece layouts and narrow pieces, and the previous schedule (spin-kernel waits);
 * the best tile_fused plan's GEMM alone vs cuBLAS (TFLOP/s), and its timeline (when each
   piece was ready, when each copy ended, when the GEMM ended), next to the previous schedule's.
   GEMM-alone figures are timed in alternation with ``torch.mm`` on the same operands (the
@@ -22,21 +21,16 @@ reference):
 Times are CUDA-event medians of >= 50 back-to-back runs with p10/p90; overlap efficiency
 is DESIGN.md section 4's (or the speedup when the possible saving is under 15%). Results
 go as JSON lines (hocket.bench.record schema) to ``--out`` or ``$OUT/bench_single_gpu.jsonl``;
-the table prints last. ``--smoke``: one shape, few runs, every check (< 2 minutes).
-``--calibrate``: contention calibration (GEMM beside an SM-driven copy with k programs,
-beside a device-to-device copy_, beside H2D/D2H copies; each transfer beside the GEMM),
-written as a calibration profile (hocket.hardware.profile) next to the results.
+the table prints last. ``--smoke``: one shape, few runs, every check (< 2 minutes). The
+calibration profile the planner prices with comes from ``hocket calibrate`` (``HOCKET_PROFILE``).
 
-    python benchmarks/bench_single_gpu.py --smoke --calibrate
-    python benchmarks/bench_single_gpu.py --calibrate
-    python benchmarks/bench_single_gpu.py --shapes 8192x8192x1280 --configs rule --variants dyn/edge1,previous
+    python benchmarks/bench_single_gpu.py --smoke
+    python benchmarks/bench_single_gpu.py --shapes 8192x8192x1280 --configs rule --variants operator,previous
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import statistics
 import sys
@@ -52,7 +46,6 @@ from hocket.bench.record import Baselines, make_record, write_records
 from hocket.core.plan import Plan
 from hocket.core.site import Site
 from hocket.hardware.fingerprint import fingerprint
-from hocket.hardware.profile import CalibrationProfile, ContentionPoint, CurvePoint, GemmPoint
 from hocket.kernels import (
     candidate_configs,
     consumer_gemm,
@@ -78,10 +71,6 @@ DIRECTIONS = ("to_host", "from_host")
 CHUNKS = (4, 8, 16, 32)
 RAMP_CHUNKS = (6, 8, 10, 12)
 """``chunked`` with ramped pieces (``hocket.plan.offload.ramp_sizes``: one row block at the exposed edge)."""
-CALIBRATION_PROGRAMS = (8, 16, 32, 66, 100, 132)
-SMOKE_PROGRAMS = (8, 132)
-SM_COLLECTIVE_PROGRAMS = 32
-"""the SM-copy point reported as ``sm_collective`` (NCCL on H100/H200 runs 16-32 channels)."""
 DTYPE = torch.bfloat16
 
 
@@ -143,17 +132,10 @@ class Variant:
     """``ramp`` (the operator's default: one row block at the exposed edge, growing), ``trapezoid``
     (one block at both ends, growing towards an even middle) or ``even``."""
     chunks: tuple[int, ...]
-    edge_pieces: int
-    side_waits: bool = True
-    dynamic: bool = True
-    """tiles from a ticket counter (False: fixed stride, the operator's default)."""
+    edge_pieces: int = 1
     copy_wait: str = "auto"
-    """to host: ``auto`` (a stream wait on the flag value where the driver has it), ``side_kernel``, ``copy_kernel``."""
-    chunk_flags: str = "side"
-    """from host: chunk flags from a side stream (``side``) or behind each copy on the H2D stream
-    (``copy``, the operator's default)."""
-    copy_streams: int = 1
-    """2: pieces alternate between two copy streams (stream-wait / side-flag flows)."""
+    """to host: ``auto`` (a driver stream wait on the flag value where the driver has it, the operator's
+    default) or ``side_kernel`` (spin kernels on a side stream)."""
     directions: tuple[str, ...] = ("to_host", "from_host")
     """directions the variant is measured in."""
     config: str = "best"
@@ -162,53 +144,27 @@ class Variant:
 
     def context_kwargs(self) -> dict:
         """OffloadContext knobs (the operator's defaults where the variant sets none)."""
-        return dict(edge_pieces=self.edge_pieces, side_waits=self.side_waits, dynamic=self.dynamic,
-                    copy_wait=self.copy_wait, chunk_flags=self.chunk_flags, copy_streams=self.copy_streams)
+        return dict(edge_pieces=self.edge_pieces, copy_wait=self.copy_wait)
 
 
-_PREVIOUS = dict(dynamic=False, copy_wait="side_kernel", chunk_flags="copy")
 VARIANTS = (
-    Variant(name="dyn/edge1", pieces="ramp", chunks=(4, 6, 8, 12, 16), edge_pieces=1),
-    Variant(name="dyn/edge2", pieces="ramp", chunks=(8, 12, 16), edge_pieces=2),
-    Variant(name="dyn/edge0", pieces="ramp", chunks=(8,), edge_pieces=0),
-    Variant(name="dyn/trap1", pieces="trapezoid", chunks=(8, 12, 16, 24), edge_pieces=1),
-    Variant(name="dyn/trap2", pieces="trapezoid", chunks=(12, 16), edge_pieces=2),
-    Variant(name="m64/edge1", pieces="ramp", chunks=(8, 12, 16), edge_pieces=1, config="small_m"),
-    Variant(name="m64/trap1", pieces="trapezoid", chunks=(12, 16, 24), edge_pieces=1, config="small_m"),
-    Variant(name="x2/edge1", pieces="ramp", chunks=(8, 12, 16), edge_pieces=1, copy_streams=2),
-    Variant(name="x2/trap1", pieces="trapezoid", chunks=(12, 16, 24), edge_pieces=1, copy_streams=2),
-    Variant(name="m64x2/edge1", pieces="ramp", chunks=(12, 16), edge_pieces=1, config="small_m", copy_streams=2),
-    Variant(name="x2k/edge1", pieces="ramp", chunks=(8, 12, 16), edge_pieces=1, copy_streams=2,
-            copy_wait="side_kernel", directions=("to_host",)),
-    Variant(name="x2k/trap1", pieces="trapezoid", chunks=(12, 16), edge_pieces=1, copy_streams=2,
-            copy_wait="side_kernel", directions=("to_host",)),
-    Variant(name="stream/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, copy_wait="stream",
-            directions=("to_host",)),
-    Variant(name="static/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, dynamic=False),
-    Variant(name="oldcopy/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, copy_wait="side_kernel",
-            chunk_flags="copy"),
-    Variant(name="previous", pieces="ramp", chunks=(6, 8, 12), edge_pieces=1, **_PREVIOUS),
-    Variant(name="operator", pieces="ramp", chunks=(6, 8, 12), edge_pieces=1, dynamic=False, copy_wait="auto",
-            chunk_flags="copy"),
-    Variant(name="even/before", pieces="even", chunks=(8,), edge_pieces=0, side_waits=False, copy_wait="copy_kernel",
-            dynamic=False, chunk_flags="copy"),
+    Variant(name="operator", pieces="ramp", chunks=(6, 8, 12)),
+    Variant(name="edge2", pieces="ramp", chunks=(8, 12, 16), edge_pieces=2),
+    Variant(name="edge0", pieces="ramp", chunks=(8,), edge_pieces=0),
+    Variant(name="trap1", pieces="trapezoid", chunks=(8, 12, 16, 24)),
+    Variant(name="m64/edge1", pieces="ramp", chunks=(8, 12, 16), config="small_m"),
+    Variant(name="even", pieces="even", chunks=(8,), edge_pieces=0),
+    Variant(name="previous", pieces="ramp", chunks=(6, 8, 12), copy_wait="side_kernel"),
 )
-"""``dyn/*``: tiles from a ticket counter, to-host copies after spin-kernel flag waits on a
-side stream (``copy_wait="auto"``; it meant a driver stream wait in the first run of
-2026-11-29, see benchmarks/results/h200/README.md), from-host chunk flags raised off the
-copy stream; ``trap*``: trapezoid pieces; ``m64*``: the fastest
-config with 64-row blocks; ``x2*``: two copy streams (``x2k``: with spin-kernel waits);
-``stream/*``: to-host copies held by a driver stream wait. ``static/edge1`` and
-``oldcopy/edge1`` each undo one lever. ``previous``: the tuned schedule before this round
-and the operator's default until run16 (fixed-stride tiles, spin-kernel flag waits on a side stream,
-chunk flags behind each copy). ``operator``: ``OffloadContext``'s defaults now (as ``previous``, but
-to-host copies held by a driver stream wait where the driver has one). ``even/before``: the schedule before any tuning (even groups, full-width tiles,
-flag waits on the copy stream)."""
-SMOKE_VARIANTS = (Variant(name="dyn/edge1", pieces="ramp", chunks=(8,), edge_pieces=1),
-                  Variant(name="dyn/trap1", pieces="trapezoid", chunks=(12,), edge_pieces=1),
-                  Variant(name="x2k/edge1", pieces="ramp", chunks=(8,), edge_pieces=1, copy_streams=2,
-                          copy_wait="side_kernel", directions=("to_host",)),
-                  Variant(name="previous", pieces="ramp", chunks=(8,), edge_pieces=1, **_PREVIOUS))
+"""``operator``: ``OffloadContext``'s defaults (ramped pieces, narrow tiles on the edge piece, to-host
+copies held by a driver stream wait where the driver has one). ``edge2`` / ``edge0``: two / no narrow
+pieces; ``trap1``: pieces small at both ends (``trapezoid_row_offsets``); ``m64/edge1``: the fastest
+config with 64-row blocks; ``even``: even pieces, full-width tiles. ``previous``: the operator's
+default before the driver wait (spin-kernel flag waits on a side stream; ``hocket validate`` reads its
+lines)."""
+SMOKE_VARIANTS = (Variant(name="operator", pieces="ramp", chunks=(8,)),
+                  Variant(name="trap1", pieces="trapezoid", chunks=(12,)),
+                  Variant(name="previous", pieces="ramp", chunks=(8,), copy_wait="side_kernel"))
 CONFIG_PLAN_CHUNKS = 8
 
 
@@ -342,7 +298,6 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
         sizes = ramp_sizes(probe_site, c)
         ramp = Plan(strategy="chunked", chunks=len(sizes), split_sizes=sizes, transport="host_staged")
         runs.append(("ramp", dict(), None, ramp))
-        runs.append(("ramp/sk", dict(edge_split_k=True), None, ramp))  # the exposed piece's GEMM split along k
     if with_planner:  # what plan=None runs (hocket.plan.offload.choose_offload_plan on this machine)
         runs.append(("planner", dict(), None, planned(kind, m, k, n, DTYPE)))
     for variant in variants:
@@ -373,7 +328,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
         alone_ms, alone_cublas_ms = fused_alone_ms(contexts[best_name], direction, best_plan, a_dev, b, c_dev,
                                                    iters=max(30, iters // 2))
         timelines = {}  # (variant, plan) -> OffloadTimeline: the best plan, and the best of the old schedule
-        for name in (best_name, "previous"):
+        for name in dict.fromkeys((best_name, "previous")):  # once each, also when previous is the best
             options = [t for t in fused if t[0] == name]
             if options:
                 plan = min(options, key=lambda t: t[2].median_ms)[1]
@@ -417,7 +372,6 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
                tile_config=best_cfg.label(), best_variant=best_name)
     columns = {"chunked": lambda name, p: p.strategy == "chunked" and name == "-",
                "ramp": lambda name, p: name == "ramp",
-               "ramp_sk": lambda name, p: name == "ramp/sk",
                "planner": lambda name, p: name == "planner",
                "tile_fused": lambda name, p: p.strategy == "tile_fused",
                "previous": lambda name, p: name == "previous"}
@@ -431,7 +385,7 @@ def measure(direction: str, shape, *, iters: int, chunk_counts, variants, config
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'direction':9s} {'m x k x n':18s} {'mm_ms':>7s} {'copy_ms':>7s} {'seq_ms':>7s} "
-            f"{'chunked_ms (c) eff':>22s} {'ramp_ms (c) eff':>22s} {'ramp_sk_ms (c) eff':>22s} "
+            f"{'chunked_ms (c) eff':>22s} {'ramp_ms (c) eff':>22s} "
             f"{'fused_ms (c) eff':>22s} "
             f"{'planner_ms (c) eff':>22s} {'fusedGEMM/cuBLAS':>16s} {'previous_ms (c) eff':>22s} "
             f"{'bestCfg/cuBLAS':>14s}  best fused variant (tile config)")
@@ -440,120 +394,27 @@ def print_table(rows: list[dict]) -> None:
     for r in rows:
         shape = "x".join(str(d) for d in r["shape"])
         cells = []
-        for column in ("chunked", "ramp", "ramp_sk", "tile_fused", "planner", "previous"):
+        for column in ("chunked", "ramp", "tile_fused", "planner", "previous"):
             ms, chunks, label = r[column]
             cells.append(f"{ms:7.3f} ({chunks}) {label:>7s}")
         print(f"{r['direction']:9s} {shape:18s} {r['compute_ms']:7.3f} {r['comm_ms']:7.3f} {r['sequential_ms']:7.3f} "
-              f"{cells[0]:>22s} {cells[1]:>22s} {cells[2]:>22s} {cells[3]:>22s} {cells[4]:>22s} "
-              f"{r['fused_alone_pct']:16.0%} {cells[5]:>22s} {r['best_config_pct']:14.0%}  {r['best_variant']} "
+              f"{cells[0]:>22s} {cells[1]:>22s} {cells[2]:>22s} {cells[3]:>22s} "
+              f"{r['fused_alone_pct']:16.0%} {cells[4]:>22s} {r['best_config_pct']:14.0%}  {r['best_variant']} "
               f"({r['tile_config']})")
     print("eff: overlap efficiency (T_seq - T) / (T_seq - max(mm, copy)); 'x' marks a speedup where the "
           "possible saving is under 15% of T_seq. chunked: even pieces; ramp: chunked with pieces growing from one "
-          "row block at the exposed edge (ramp_sk: that piece's GEMM split along k); fused: best "
+          "row block at the exposed edge; fused: best "
           "tile_fused plan; planner: what plan=None runs "
           "(hocket.plan.offload); fusedGEMM/cuBLAS: the best fused plan's "
           "GEMM alone (flags pre-set / nothing waiting) vs torch.mm timed in alternation with it; bestCfg/cuBLAS: the "
-          "fastest tile config's GEMM alone (8-piece ramp), likewise; previous: the last run's tuned schedule "
-          "(fixed-stride tiles, spin-kernel flag waits, chunk flags behind each copy), re-measured")
-
-
-# -- contention calibration ------------------------------------------------------
-def _concurrent(gemm, transfer, *, reps: int) -> tuple[float, float]:
-    """Median ms of (gemm, transfer) when the transfer starts just before the GEMM on another stream."""
-    side = torch.cuda.Stream()
-    current = torch.cuda.current_stream()
-    g_ms, t_ms = [], []
-    for _ in range(reps + 2):
-        torch.cuda.synchronize()
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            events[0].record()
-            transfer()
-            events[1].record()
-        events[2].record()
-        gemm()
-        events[3].record()
-        torch.cuda.synchronize()
-        t_ms.append(events[0].elapsed_time(events[1]))
-        g_ms.append(events[2].elapsed_time(events[3]))
-    return statistics.median(g_ms[2:]), statistics.median(t_ms[2:])
-
-
-def calibrate(*, programs, reps: int, out_dir: Path, log) -> Path:
-    from hocket.kernels.sm_copy import sm_copy
-
-    dev = torch.device("cuda", torch.cuda.current_device())
-    m, k, n = 8192, 8192, 7168
-    a = torch.randn(m, k, device=dev).to(DTYPE)
-    b = torch.randn(k, n, device=dev).to(DTYPE)
-    c = torch.empty(m, n, dtype=DTYPE, device=dev)
-
-    def gemm():
-        torch.mm(a, b, out=c)
-
-    gemm_ms = median_ms(gemm, iters=reps * 2)
-    probe_bytes = 256 * 2**20
-    transfers = {}
-    for k_prog in programs:
-        src = torch.empty(probe_bytes // 2, dtype=DTYPE, device=dev).normal_()
-        dst = torch.empty_like(src)
-        sm_copy(src, dst, programs=k_prog)  # compile before anything is timed
-        transfers[f"sm_copy_k{k_prog}"] = ("d2d", lambda s, d, kp=k_prog: sm_copy(s, d, programs=kp))
-    transfers["copy_engine"] = ("d2d", lambda s, d: d.copy_(s))
-    transfers["host_link_h2d"] = ("h2d", lambda s, d: d.copy_(s, non_blocking=True))
-    transfers["host_link_d2h"] = ("d2h", lambda s, d: d.copy_(s, non_blocking=True))
-
-    def buffers(kind: str, nbytes: int):
-        elems = nbytes // 2
-        if kind == "d2d":
-            return torch.empty(elems, dtype=DTYPE, device=dev).normal_(), torch.empty(elems, dtype=DTYPE, device=dev)
-        if kind == "h2d":
-            return torch.randn(elems).to(DTYPE).pin_memory(), torch.empty(elems, dtype=DTYPE, device=dev)
-        return torch.empty(elems, dtype=DTYPE, device=dev).normal_(), torch.empty(elems, dtype=DTYPE, pin_memory=True)
-
-    contention, detail, host_points = {}, {}, []
-    for name, (kind, fn) in transfers.items():
-        src, dst = buffers(kind, probe_bytes)
-        probe_ms = median_ms(lambda fn=fn, src=src, dst=dst: fn(src, dst), iters=5)
-        nbytes = int(min(4 * 2**30, max(16 * 2**20, probe_bytes * gemm_ms / probe_ms)))  # lasts about one GEMM
-        src, dst = buffers(kind, nbytes)
-        alone_ms = median_ms(lambda fn=fn, src=src, dst=dst: fn(src, dst), iters=reps)
-        with_gemm_ms, with_transfer_ms = _concurrent(gemm, lambda fn=fn, src=src, dst=dst: fn(src, dst), reps=reps)
-        point = ContentionPoint(gemm_slowdown=with_gemm_ms / gemm_ms, transfer_slowdown=with_transfer_ms / alone_ms)
-        contention[name] = point
-        detail[name] = dict(bytes=nbytes, transfer_alone_ms=alone_ms, transfer_with_gemm_ms=with_transfer_ms,
-                            gemm_alone_ms=gemm_ms, gemm_with_transfer_ms=with_gemm_ms)
-        if kind != "d2d":
-            host_points.append(CurvePoint(bytes=nbytes, ms=alone_ms))
-        log(f"  {name:16s} {nbytes / 2**20:8.0f} MiB: transfer {alone_ms:.3f} -> {with_transfer_ms:.3f} ms "
-            f"(x{point.transfer_slowdown:.2f}), GEMM {gemm_ms:.3f} -> {with_gemm_ms:.3f} ms (x{point.gemm_slowdown:.2f})")
-    sm_key = f"sm_copy_k{min(programs, key=lambda p: abs(p - SM_COLLECTIVE_PROGRAMS))}"
-    contention["sm_collective"] = contention[sm_key]
-    h2d, d2h = contention["host_link_h2d"], contention["host_link_d2h"]
-    contention["host_link"] = ContentionPoint(gemm_slowdown=max(h2d.gemm_slowdown, d2h.gemm_slowdown),
-                                              transfer_slowdown=max(h2d.transfer_slowdown, d2h.transfer_slowdown))
-    fp = fingerprint()
-    profile = CalibrationProfile(
-        fingerprint=fp["hash"], fingerprint_data=fp, world_size=1, backend="nccl", device_type="cuda",
-        quick=len(programs) < len(CALIBRATION_PROGRAMS),
-        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        gemm=(GemmPoint(m=m, k=k, n=n, dtype="bfloat16", tflops=2 * m * k * n / gemm_ms / 1e9, ms=gemm_ms),),
-        host_link=tuple(host_points), contention=contention)
-    CalibrationProfile.from_dict(json.loads(json.dumps(profile.to_dict())))  # what hocket.cost will read
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"contention_profile_{fp['hash']}.json"
-    path.write_text(json.dumps(profile.to_dict(), indent=1, sort_keys=True))
-    (out_dir / f"contention_detail_{fp['hash']}.json").write_text(json.dumps(
-        dict(detail=detail, sm_collective_from=sm_key, device=torch.cuda.get_device_name(dev)), indent=1))
-    return path
+          "fastest tile config's GEMM alone (8-piece ramp), likewise; previous: the operators' schedule with "
+          "spin-kernel flag waits (the default before the driver wait), re-measured")
 
 
 # -- main ----------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="one shape, few runs, every check (< 2 minutes)")
-    parser.add_argument("--calibrate", action="store_true", help="also run the contention calibration")
     parser.add_argument("--out", type=Path, default=None,
                         help="results JSON lines (default: $OUT/bench_single_gpu.jsonl, else benchmarks/results/)")
     parser.add_argument("--iters", type=int, default=None, help="timed runs per measurement (default 50; smoke 10)")
@@ -624,11 +485,6 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(result["row"])
             records.extend(result["records"])
             write_records(out, result["records"])
-    if args.calibrate:
-        log("contention calibration (GEMM 8192x8192x7168 bf16 beside each transfer):")
-        path = calibrate(programs=SMOKE_PROGRAMS if args.smoke else CALIBRATION_PROGRAMS,
-                         reps=5 if args.smoke else 15, out_dir=out.parent, log=log)
-        log(f"calibration profile -> {path}")
     log(f"{len(records)} result lines -> {out}")
     print_table(rows)
     return 0

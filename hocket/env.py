@@ -1,4 +1,4 @@
-"""Every environment variable hocket reads is read here, and nowhere else (DESIGN.md house rules).
+"""Every environment variable hocket reads is read here, and nowhere else (docs/configuration.md).
 
 :data:`SETTINGS` lists the user settings (name, default, unit, what it changes); each has one function
 below that reads and checks it at call time. Settings that change what a rank executes are part of the
@@ -145,16 +145,26 @@ def agreement_every_call() -> bool:
     return agreement_mode() == "always"
 
 
+MAX_TIMEOUT_S = 1e8
+"""the largest ``HOCKET_TIMEOUT_S`` (about three years): waits take a ``datetime.timedelta``, which overflows
+near 1e14 s, and an infinite wait is what the setting exists to prevent."""
+
+
 def wait_timeout_s() -> float:
-    """``HOCKET_TIMEOUT_S`` (default 300, seconds > 0): the bound on every wait hocket performs itself
-    (host waits, device-side barriers, the relay watchdog)."""
+    """``HOCKET_TIMEOUT_S`` (default 300, seconds > 0 and at most :data:`MAX_TIMEOUT_S`): the bound on every
+    wait hocket performs itself (host waits, device-side barriers, the relay watchdog)."""
     raw_value = os.environ.get("HOCKET_TIMEOUT_S", "").strip()
+    if not raw_value:
+        return 300.0
     try:
-        seconds = float(raw_value) if raw_value else 300.0
+        seconds = float(raw_value)
     except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"HOCKET_TIMEOUT_S={raw_value!r} must be a number of seconds > 0, e.g. 300")
+        raise ValueError(f"HOCKET_TIMEOUT_S={raw_value!r} is not a number; set it to a number of seconds > 0, "
+                         f"e.g. HOCKET_TIMEOUT_S=300 (or unset it for the default 300)") from None
+    if not 0 < seconds <= MAX_TIMEOUT_S:  # also refuses nan
+        raise ValueError(f"HOCKET_TIMEOUT_S={raw_value!r} must be a finite number of seconds > 0 and at most "
+                         f"{MAX_TIMEOUT_S:g}, e.g. HOCKET_TIMEOUT_S=300 (or unset it for the default 300); every "
+                         f"wait hocket performs is bounded by it")
     return seconds
 
 

@@ -1,4 +1,4 @@
-"""Measuring operators honestly (DESIGN.md section 4).
+"""Measuring operators honestly (docs/validation.md, how a results line is measured).
 
 * timing (:mod:`hocket.timing`): samples behind barriers, max across ranks, median / p10 / p90 / n;
 * ``efficiency``: overlap efficiency, and the speedup rule when overlap could save < 15%;

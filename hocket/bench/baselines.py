@@ -1,4 +1,4 @@
-"""The two ideal-case baselines of DESIGN.md section 4, as timeable callables.
+"""The two ideal-case baselines of docs/validation.md, as timeable callables.
 
 * compute-alone: the vendor GEMM (``torch.mm``) on the whole per-rank problem
   (``[m, k] @ [k, n]`` for every B), never hocket's own kernels;

@@ -1,4 +1,4 @@
-"""Overlap efficiency (DESIGN.md section 4) and the speedup rule for small possible savings.
+"""Overlap efficiency (docs/validation.md) and the speedup rule for small possible savings.
 
     efficiency = (T_sequential - T) / (T_sequential - T_ideal),  T_ideal = max(T_compute_alone, T_comm_alone)
 

@@ -2,7 +2,7 @@
 
 The ring strategies move their bytes with send/recv, not with the backend's collective,
 and on some backends that is much faster for the same bytes (gloo at world 2: a P2P
-exchange of a shard takes a fraction of ``all_gather``'s time). DESIGN.md section 4 asks
+exchange of a shard takes a fraction of ``all_gather``'s time). docs/validation.md asks
 comm-alone to use the fastest allowed transport, so it is timed on these rings too.
 
 Blocks are row ranges of a contiguous tensor (``block_bounds``: uneven allowed). Each

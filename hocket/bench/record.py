@@ -1,4 +1,4 @@
-"""The one results schema (DESIGN.md section 4): JSON lines, one measured plan per line.
+"""The one results schema (docs/validation.md): JSON lines, one measured plan per line.
 
 Every benchmark writes, and the cost-model validation and planner-regret tools read,
 only this. A line holds:
@@ -43,7 +43,7 @@ EXECUTOR_REVISION = 1
 """The revision of what the executors run (``hocket.ops.lowering``, the transports they drive). Bump it in the
 commit that changes what a plan executes (a protocol, a relay's signalling or calls, how a piece is summed), and say
 in that commit what changed; the analysis scripts price a line by the revision it names. Revision 1 is the executors
-of the 2xH200 runs from run87 and the 1xH200 runs from run50 on (device-signalled relay, one relay call per
+of commits dd970ed (2xH200) and b9c1cf6 (1xH200) on (device-signalled relay, one relay call per
 own-data-first pipeline, the own block zeroed once, the pull reduce-scatter's epilogue sum)."""
 
 

@@ -46,7 +46,7 @@ class RunResult:
     """``HOCKET_EAGER_GRAPHS`` of the run: under ``auto``/``on`` the operators replay their own graphs."""
 
     def run_info(self) -> dict:
-        """What every results line of the run records under ``run`` (validate_cost.py prices a line by it:
+        """What every results line of the run records under ``run`` (``hocket validate`` prices a line by it:
         ``captured`` lines as replays, lines under eager graphs not at all)."""
         return {"backend": self.backend, "world_size": self.world_size, "threads_per_rank": self.threads_per_rank,
                 "launcher": self.launcher, "captured": self.captured, "eager_graphs": self.eager_graphs}

@@ -1,6 +1,6 @@
 """Shape sets of the multi-GPU benchmark (``benchmarks/bench_multigpu.py --cases NAME``).
 
-Sites use DESIGN.md's per-rank convention (m, k, n): ``ag_mm`` gathers ``A_shard [m/w, k]``,
+Sites use docs/operators.md's per-rank convention (m, k, n): ``ag_mm`` gathers ``A_shard [m/w, k]``,
 ``mm_rs`` scatters the rows of ``[m, n]``. Model sets are Megatron sequence-parallel tensor
 parallelism at ``tokens`` tokens over ``world`` ranks: QKV and gate+up are all-gather + matmul
 (columns split over ranks), attention-out and down are matmul + reduce-scatter (rows of the
@@ -17,9 +17,9 @@ ISSUE6 = (
     ("ag_mm", 8192, 8192, 7168), ("ag_mm", 4096, 12288, 24576), ("ag_mm", 8192, 4096, 1536),
     ("mm_rs", 8192, 14336, 8192), ("mm_rs", 4096, 24576, 12288), ("mm_rs", 8192, 2048, 4096),
 )
-"""issue 6's six cases (measured at world 2)."""
+"""the six 2xH200 cases of benchmarks/results/h200x2/2026-12-01_nvlink-eager.md (measured at world 2)."""
 GPT3 = (("ag_mm", 4096, 12288, 6144), ("mm_rs", 4096, 6144, 12288))
-"""GPT-3-style layers, per rank as issue 8 states them."""
+"""GPT-3-style layers (d_model 12288, FFN 49152 over 8 ranks), per rank."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""Random per-rank operands for a Site, in DESIGN.md's shape convention.
+"""Random per-rank operands for a Site, in docs/operators.md's shape convention.
 
 * ``ag_mm``: ``A_shard [m/w, k]`` and ``num_b`` matrices ``B [k, n]``;
 * ``mm_rs`` / ``mm_ar``: ``A [m, k]`` and ``B [k, n]`` (``k`` local).
@@ -36,7 +36,7 @@ def check_divisible(site: Site) -> None:
     if site.kind in ("ag_mm", "mm_rs") and site.m % site.world:
         raise ValueError(
             f"{site.kind} needs m divisible by world: m={site.m}, world={site.world}; "
-            f"use m={site.m - site.m % site.world or site.world} (m is the full row count, per DESIGN.md)"
+            f"use m={site.m - site.m % site.world or site.world} (m is the full row count, see docs/operators.md)"
         )
     if site.kind not in ("ag_mm", "mm_rs", "mm_ar"):
         raise ValueError(f"site kind {site.kind!r} is not benchmarked yet; use ag_mm, mm_rs or mm_ar")

@@ -42,8 +42,9 @@ class CalibrateConfig:
     """GPU ranks: how many times the host issue items are timed, spread over the run (its start, after the
     transfer curves, its end; 2: start and end; 4: also after the GEMM grid); the profile keeps each item's
     median over the sittings (``hocket.calibrate.issue.combine_sittings``). A host's per-item speed
-    swings 1.6x within a minute on a lent H200 (h200 run46: three calibrations 30 s apart read host_copy at
-    32 / 52 / 36 us), so a single sitting can catch it in a slow spell that the work it prices never sees."""
+    swings 1.6x within a minute on a lent H200 (three calibrations 30 s apart read host_copy at 32 / 52 /
+    36 us, benchmarks/results/h200/2026-12-01_offload-plan-none.md), so a single sitting can catch it in a slow
+    spell that the work it prices never sees."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))

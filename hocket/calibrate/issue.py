@@ -19,11 +19,13 @@ Each item is issued
 ``iters`` times back to back and the host time (``perf_counter``) is divided by the count;
 the device is never synchronised inside the loop, so only the host side is measured. The items
 (and the operator call) take turns in ``ISSUE_ROUNDS`` rounds and each keeps its median round, so a
-host that slows for a second (2xH200 run70) slows one round of every item instead of all of one item:
-run69 measured ``entry`` at 199 us, one slow reading of the operator call, against 47-124 us on
-other leases. The result is the maximum over ranks (the slowest host gates the pipeline). A host can
-also stay slow for longer than a sitting (h200 run46: three calibrations 30 s apart read host_copy at 32 /
-52 / 36 us), so the runner times the items in ``CalibrateConfig.issue_sittings`` sittings spread over the
+host that slows for a second slows one round of every item instead of all of one item: timed one
+block per item, one 2xH200 lease read ``entry`` at 199 us (one slow reading of the operator call) against
+47-124 us on others (benchmarks/results/validation/2026-12-01_measured-rules.md). The result is the maximum over
+ranks (the slowest host gates the pipeline). A host can
+also stay slow for longer than a sitting (1xH200: three calibrations 30 s apart read host_copy at 32 /
+52 / 36 us, benchmarks/results/h200/2026-12-01_offload-plan-none.md), so the runner times the items in
+``CalibrateConfig.issue_sittings`` sittings spread over the
 calibration and keeps each item's median over them (:func:`combine_sittings`).
 
 GPU ranks only: on CPU ranks the work runs on the issuing thread and the cost model has no

@@ -23,13 +23,13 @@ STEADY_TRANSFERS = ("host_relay",)
 """transfers besides the collectives timed back to back too (``host_relay_steady``)"""
 STEADY_P2P = ("p2p",)
 """the P2P exchange timed back to back too, kept with the collectives' (``collectives_steady["p2p"]``):
-from idle it pays ~80 us of launch and release (2xH200 run53: 0.27 ms for 32 MiB), replayed a ring
-step of 32 MiB ran 0.15 ms (run55)"""
+from idle it pays ~80 us of launch and release (2xH200: 0.27 ms for 32 MiB), replayed a ring step of
+32 MiB ran 0.15 ms (benchmarks/results/validation/2026-12-01_measured-rules.md)"""
 CAPTURED_TRANSFERS = ("host_relay",)
 """transfers timed as back-to-back CUDA graph replays too, on GPUs (``host_relay_captured``)"""
 CAPTURED_SMALLEST_BYTES = 1 << 20
 """the captured curve also starts here when the steady sizes start higher: a replayed pipeline's
-pieces are small (2xH200 run47: 16 pieces of ag_mm 8192x4096x1536 moved ~4 MiB each)"""
+pieces are small (16 pieces of ag_mm 8192x4096x1536 move ~4 MiB each)"""
 
 
 @dataclass(kw_only=True)

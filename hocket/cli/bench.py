@@ -1,10 +1,10 @@
 """`hocket bench`: measure one operator at given shapes under every (or chosen) strategy.
 
-Shapes are per rank in DESIGN.md's convention (m k n; m after the gather for ag_mm).
+Shapes are per rank in docs/operators.md's convention (m k n; m after the gather for ag_mm).
 Each plan is checked against the reference first, then timed together with
 compute-alone (torch.mm on the whole per-rank problem) and comm-alone (the collective
 on the same bytes). Self-spawns local ranks, or runs under torchrun. Results lines
-(--out) follow the schema of DESIGN.md section 4.
+(--out) follow the schema of docs/validation.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 With no arguments: 2 local ranks on gloo (NCCL on all local GPUs when there are two or
 more), or the ranks of torchrun when launched by it. Each plan is checked against the
 unfused reference, then timed with sequential, compute-alone and comm-alone baselines;
-the table shows overlap efficiency (DESIGN.md section 4). Exits 1 if any check fails.
+the table shows overlap efficiency (docs/validation.md). Exits 1 if any check fails.
 """
 
 from __future__ import annotations

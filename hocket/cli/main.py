@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hocket.cli import bench, calibrate, demo, plan, predict, simulate
+from hocket.cli import bench, calibrate, demo, plan, predict, regret, simulate, validate
 
-SUBCOMMANDS = (bench, calibrate, demo, plan, predict, simulate)
+SUBCOMMANDS = (bench, calibrate, demo, plan, predict, simulate, validate, regret)
 """the subcommand modules, in the order ``hocket --help`` lists them"""
 
 

@@ -39,10 +39,10 @@ def available(protocol: str, kind: str, chunks: int) -> bool:
 
 AUTO_ORDER = ("put", "pull", "push")
 """What a plan without a protocol runs: the first protocol of this list that exists for the call. Measured
-on 2xH200 (``benchmarks/results/h200x2/run14``, steady state): on ag_mm 8192x8192x7168 put 1.481 ms, push
-1.492, pull 1.599 (its staging copy and the copy after the barrier cost more than they save); on mm_rs pull
-beat push on every case (2.948 vs 3.002 ms on 8192x14336x8192, 0.336 vs 0.717 on 8192x2048x4096, where
-the push pipe's host work bounds the call)."""
+on 2xH200 (steady state, ``bench_peer_protocol.py`` in benchmarks/results/h200x2/2026-12-01_probes.md): on ag_mm
+8192x8192x7168 put 1.479 ms, push 1.492, pull 1.604 (its staging copy and the copy after the barrier cost more than
+they save); on mm_rs pull beat push on every case (2.934 vs 3.033 ms on 8192x14336x8192, 0.251 vs 0.326 on
+8192x2048x4096, where the push pipe's host work bounds the call)."""
 
 
 def protocols_for(kind: str, chunks: int) -> tuple[str, ...]:

@@ -295,9 +295,9 @@ RELAY_MESSAGE_FLOOR_US = 22.0
 copy's setup and completion, the sequence number it writes, the peer's stream wait on it and the
 host-to-device copy behind that, one after another. Hidden behind the host's issue time when eager
 (``relay_message``: 50-150 us per message), it is what a replayed relay call of many small messages pays:
-2xH200 run84, ag_mm 8192x4096x1536 replayed own-data-first in 64 pieces (one call, 64 messages of 0.5 MiB
+2xH200, ag_mm 8192x4096x1536 replayed own-data-first in 64 pieces (one call, 64 messages of 0.5 MiB
 per rank, ~10 us of data each way) 1.44 ms, 22-23 us per message; in 2-16 pieces (2-16 MiB messages) the
-same call ran at its bytes' pace (runs 38-42)."""
+same call ran at its bytes' pace (benchmarks/results/validation/2026-12-01_measured-rules.md)."""
 
 HOST_HANDSHAKE_US = 10.0
 """Latency of a relay message's cross-process handshake: the receiving copy stream waits on
@@ -441,8 +441,8 @@ def collective(op: str, nbytes: float, topo: GroupTopology, *, transport: str = 
         ms, algorithm, pipelined, messages = _host_staged(op, nbytes, topo, calibration, message_bytes)
         # the relay's curves (from idle, back to back, replayed) time each call after the previous one has
         # drained (hocket calibrate waits on every call, and a call's copies wait for the caller's stream), so a
-        # call queued behind another inside a pipeline still saves its first message's fill (2xH200 runs 48, 49
-        # and 68: replayed chunked(4)/host_staged of ag_mm 8192x4096x1536 priced +25% to +28% without it)
+        # call queued behind another inside a pipeline still saves its first message's fill (2xH200,
+        # replayed chunked(4)/host_staged of ag_mm 8192x4096x1536 priced +25% to +28% without it)
     elif transport == "copy_engine":
         # one-shot push of each rank's part into every peer's symmetric buffer (a direct algorithm);
         # the device's egress link carries (p-1)/p of the buffer, reductions are read back and summed.

@@ -37,14 +37,15 @@ A profile's GEMM grid is timed in short bursts of a few calls; a training loop k
 for seconds, it reaches its power cap and lowers its clocks until its power is at the cap. Power
 grows with the rate of tensor-core work, so the cap is a *throughput ceiling*: a GEMM that runs
 faster than it in a burst is held to it, a slower one (small, memory- or tail-bound) keeps its burst
-time. 2xH200 (run16, steady compute-alone): four large GEMMs whose bursts run at 740-790 TFLOP/s
-all ran at 677-694 back to back, while 8192x2048x4096 (650 in either state) and 8192^3 (671 in a
-burst, 660 back to back, run22) barely moved: one ratio for all shapes could not say both. The
+time. 2xH200 (steady compute-alone, benchmarks/results/validation/2026-12-01_measured-rules.md):
+four large GEMMs whose bursts run at 740-790 TFLOP/s all ran at 677-694 back to back, while
+8192x2048x4096 (650 in either state) and 8192^3 (671 in a burst, 660 back to back) barely moved: one ratio for all
+shapes could not say both. The
 profile's ``gemm_sustained`` (``hocket calibrate``: the grid's fastest whole GEMM run back to back for
 ~2 s) gives the ceiling; a GPU GEMM's compute time is at least its flops over it. Memory and launch
 parts are unchanged. Without a profile nothing changes: the datasheet level ``GPU_BASE_EFFICIENCY``
-was set from sustained figures already (the profile's large GEMMs and DESIGN.md section 4's 710-820
-TFLOP/s). CPU ranks: no change (no power-capped boost clock is modelled there).
+was set from sustained figures already (the first 2xH200 profile's large GEMMs). CPU ranks: no change (no
+power-capped boost clock is modelled there).
 
 **Pieces run at the whole problem's level** (``level_m``). A pipeline cuts one per-rank GEMM
 into row pieces that run back to back; they run under the same sustained clock and power
@@ -69,7 +70,8 @@ from hocket.cost.calibration import CalibrationView
 
 GPU_BASE_EFFICIENCY = 0.78
 """Sustained tensor-core GEMM throughput over dense peak, at the power cap (cuBLAS bf16 on H200:
-737 TFLOP/s on 8192x7168x8192 in the 2xH200 profile, 710-820 in DESIGN.md section 4, of 989;
+737 TFLOP/s on 8192x7168x8192 in the 2xH200 profile benchmarks/results/calibration/h200x2-nccl-full.json,
+of 989;
 short kernels from idle reach more, which the calibration level absorbs)."""
 REFERENCE_MATMUL_EFFICIENCY = 0.803
 """``DeviceSpec.matmul_efficiency`` of the device class ``GPU_BASE_EFFICIENCY`` was set on: H100/H200
@@ -90,10 +92,11 @@ FUSED_GEMM_EFFICIENCY = 0.95
 """Throughput of hocket's persistent tile-fused GEMM (a Triton kernel: one tile configuration,
 no split-K, flag checks in its loop) over the vendor library's GEMM of the same shape, which is
 what the wave model and the profile's GEMM points describe. Measured on H200 with tensor-descriptor
-loads and a balanced last wave (``hocket.kernels.config.fused_config``; benchmarks/results/h200/run30,
-"fusedGEMM/cuBLAS" of 8 offload cells): 92-97%, median 95.5%. With pointer loads it was 0.9 (83-96%);
-at 0.95 the tile_fused lines of 2xH200 run75 are priced within -3.0% to +1.4% on the four large cases
-(at 0.9: +2.3% to +6.9%) and the planner-regret tables do not move. The cost model charges every
+loads and a balanced last wave (``hocket.kernels.config.fused_config``; the "fused GEMM / cuBLAS" column
+of the 8 offload cells in benchmarks/results/h200/2026-11-30_offload-defaults.md): 92-97%, median 95.5%.
+With pointer loads it was 0.9 (83-96%); at 0.95 the 2xH200 tile_fused lines of the four large cases are
+priced within -3.0% to +1.4% (at 0.9: +2.3% to +6.9%; benchmarks/results/validation/2026-12-01_measured-rules.md)
+and the planner-regret tables do not move. The cost model charges every
 tile_fused kernel's GEMM work at this fraction of the vendor rate."""
 FUSED_BLOCK_M = 128
 """Rows of one output tile of hocket's tile-fused kernels (``hocket.kernels.config.default_config``:

@@ -36,9 +36,9 @@ MEMORY_SENSITIVITY = {"sm_collective": 0.3, "sm_p2p": 0.3, "copy_engine": 0.0, "
 match the 2xH200 calibrations: GEMM x1.07-1.08 beside NCCL, ~1.0 beside PCIe, and beside a
 copy-engine DMA copy into a peer's symmetric memory x1.00-1.06 (median 1.03 over 44 lease
 profiles), which the power term alone gives at NVLink rate (x1.05-1.065 at 300-380 GB/s), so 0
-here. The first profiles (benchmarks/results/calibration/h200x2-nccl-full.json, 2xH200 run15)
+here. The first profiles (benchmarks/results/calibration/h200x2-nccl-full.json)
 timed a cross-process ``copy_`` instead and read x1.27; ``hocket.hardware.profile`` ignores
-that part of them."""
+that part of them (benchmarks/results/validation/2026-12-01_measured-rules.md)."""
 POWER_PJ_PER_BYTE = 60.0
 """Energy of one byte moved (HBM read + write, link SerDes, L2); with the device's power
 limit this gives the clock loss of a GEMM that runs at its power cap."""
@@ -61,7 +61,7 @@ running GEMM's CTAs, and the next GEMM on the same stream follows without a gap)
 about one SM's copy throughput (``comm.PER_SM_COPY_GBPS``), so its slowdown is its solo rate
 over that, and the GEMMs lose no SMs to it. A fast link starves (2xH200 NVLink: an NCCL
 all-gather beside a 1.33 ms GEMM x3.7-4.0, ending with the GEMM, GEMM x1.02-1.09,
-benchmarks/results/h200x2 run1/run4; chunked and ring pipelines over NCCL ran as long as
+benchmarks/results/validation/2026-12-01_measured-rules.md; chunked and ring pipelines over NCCL ran as long as
 sequential or longer), a slow one does not (NCCL through host memory at ~25 GB/s needs about
 one SM: chunked(4) beat sequential by 12-15% in the same runs). Capped persistent kernels
 (tile_fused beside an SM transport) and GEMMs with fewer tiles than SMs leave SMs free, and
@@ -69,7 +69,8 @@ the usual factors apply."""
 REPLAY_NCCL_CTAS = {"sm_collective": 24, "sm_p2p": 16}
 """CTAs (one SM each) of an NCCL kernel over a fast intra-node link (``FAST_LINK_GBPS``) when the plan
 sets no SM budget: the grids of 2xH200 NVLink's all-gather/reduce-scatter (24x544 threads) and
-send/recv (16x640) kernels in benchmarks/results/h200x2/run55's traces. Replayed pricing only
+send/recv (16x640) kernels in the kernel timelines of benchmarks/results/validation/2026-12-01_measured-rules.md.
+Replayed pricing only
 (``held_gemm_sms``); eager prices keep ``comm.DEFAULT_COMM_SMS`` inside the calibrated factor."""
 FAST_LINK_GBPS = 100.0
 """Per-direction link rate from which NCCL runs ``REPLAY_NCCL_CTAS`` (slower links: fewer channels)."""
@@ -78,7 +79,7 @@ HOPPER_MODELS = ("H100", "H200", "H800", "H20", "GH200")
 
 def gemm_cluster_sms(device) -> int:
     """SMs of one CTA cluster of the device's library GEMMs: cuBLAS's Hopper kernels (nvjet) launch
-    2-CTA clusters on the two SMs of a TPC (run55: grid [2, 66, 1], 213 KB shared memory per CTA, so
+    2-CTA clusters on the two SMs of a TPC (2xH200 timelines: grid [2, 66, 1], 213 KB shared memory per CTA, so
     no other CTA fits beside one); older GPUs and other vendors run single CTAs."""
     if device.vendor == "nvidia" and any(device.model.startswith(m) for m in HOPPER_MODELS):
         return 2
@@ -88,7 +89,7 @@ def gemm_cluster_sms(device) -> int:
 def persistent_ctas(rows: int, n: int, sm_count: int) -> int:
     """CTAs of a library GEMM of ``rows`` x ``n`` outputs on a device of ``sm_count`` SMs: a persistent
     grid of at most one CTA per SM, which takes smaller tiles (``compute.GPU_TILES[-1]``) rather than
-    leave SMs idle (2xH200 run61: 1024x1536 outputs, 48 tiles of 128x256, ran 128 CTAs of 96x128)."""
+    leave SMs idle (2xH200 timelines: 1024x1536 outputs, 48 tiles of 128x256, ran 128 CTAs of 96x128)."""
     tile_rows, tile_cols, _ = GPU_TILES[-1]
     return min(sm_count, math.ceil(max(rows, 1) / tile_rows) * math.ceil(max(n, 1) / tile_cols))
 

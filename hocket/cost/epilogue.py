@@ -15,9 +15,10 @@ the cost model both call):
 
 and the plain rows' partials are added in a small pass at the end. Two GEMMs where there was one must
 not cost a wave more: the vendor GEMM runs its output tiles in waves over the SMs, so the cut is where
-``waves(plain) + waves(fused) == waves(rows)`` (128x256 tiles; h200 run32: on a 4096x7168x8192 block the
+``waves(plain) + waves(fused) == waves(rows)`` (128x256 tiles; 1xH200, on a 4096x7168x8192 block the
 two-part sum took 0.608-0.618 ms at cuts of 512, 1024 and 1536 rows, one wave less than at 384, 768 or
-1408 rows, 0.630-0.669, against 0.639 for the GEMM and a pass). The plain GEMM has to last as long
+1408 rows, 0.630-0.669, against 0.639 for the GEMM and a pass;
+benchmarks/results/validation/2026-12-01_measured-rules.md). The plain GEMM has to last as long
 as the fused rows' transfer, or the GPU waits for it. Per row, the transfer of ``sources`` partials
 takes ``sources * itemsize * cols / link`` and the GEMM ``2 * k * cols / flops``, so the plain rows need
 ``plain >= margin * ratio * fused`` with ``ratio = sources * itemsize * flops / (2 * k * link)``; the
@@ -41,9 +42,10 @@ MIN_FUSED_ROWS = 256
 """Fewer fused rows than this are not worth a second GEMM launch: the whole block is plain."""
 MIN_FUSED_BYTES = 16 * 2**20
 """Nor a fused part whose partials are smaller than this (16 MiB: the pass over them takes ~10 us on an
-H200, about what the second GEMM launch, copy and event add on the host). 2xH200 runs 78 and 81 measured the
+H200, about what the second GEMM launch, copy and event add on the host). Two 2xH200 leases measured the
 0.3 ms case mm_rs 8192x2048x4096, whose cut fuses 8 MiB, 0.329 against 0.362 ms and 0.297 against 0.266 with
-the pass: no gain beyond that noise, where the large cases (33-48 MiB fused) gained 61-87 us on both leases."""
+the pass: no gain beyond that noise, where the large cases (33-48 MiB fused) gained 61-87 us on both leases
+(benchmarks/results/validation/2026-12-01_measured-rules.md)."""
 DEFAULT_TFLOPS = 989.0
 DEFAULT_GBPS = 450.0
 """Rates used when the cluster description has none (an H100/H200 SXM's dense bf16 peak and NVLink)."""

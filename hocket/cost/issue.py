@@ -26,14 +26,16 @@ offload calibration sites show: 32 pieces of h2d_mm 8192x3584x8192 take 55 us ea
 mm_d2h 8192x8192x1280 72 us each, for 20-40 us of device work; a host-handshake relay call ~0.25 ms plus ~0.05 ms per message, as the
 calling-thread relay's chunked(8) pieces on the 2xH200 calibration sites show: 0.37-0.42 ms
 each for 0.15-0.29 ms of PCIe time; a device-signal relay call ~0.09 ms plus ~0.01 ms per message:
-2xH200 run25, ``benchmarks/host_profile.py``, ag_mm 8192x4096x1536 host time per call: sequential
+2xH200, ag_mm 8192x4096x1536 host time per call: sequential
 NCCL 104 us, sequential over the relay (6 messages) 183 us, chunked(4)/chunked(8) local_first
 (one-message relay calls) 635/1126 us, i.e. ~120 us per extra piece with its GEMM launch). Its
 defaults nevertheless stay at the handshake relay's 250 + 50 us: each device-signal message also
 waits on the device for its signal (comm alone exceeds a pipelined host-link copy by ~0.1 ms per
-message, runs 22-27), which the relay's pipeline price (``hocket.cost.comm``) does not hold yet, and
+message), which the relay's pipeline price (``hocket.cost.comm``) does not hold yet, and
 the larger host figures stand in for it (with 90 + 10 the host-staged held-out decisions got worse:
-saving sign right 67.5% against 80%, regret of the predicted best 1.145 against 1.020). ``hocket calibrate`` measures them on the machine (``issue_us`` in the profile,
+saving sign right 67.5% against 80%, regret of the predicted best 1.145 against 1.020; every figure here:
+benchmarks/results/validation/2026-12-01_measured-rules.md). ``hocket calibrate`` measures them on the machine
+(``issue_us`` in the profile,
 ``hocket.calibrate.issue``), and a profile's values replace the defaults. CPU
 ranks (gloo) run compute on the issuing thread itself and block in every collective, so
 their issue cost is part of the launch and call overheads, not a separate chain.
@@ -48,7 +50,7 @@ ISSUE_OPS = ("entry", "group_entry", "launch", "collective", "p2p", "copy_engine
              "relay_message", "relay_split", "fused_call", "fused_push")
 """What the host issues: the operator's entry (``group_entry``: what an operator on a process
 group adds to it: the torch.library dispatch of its schema, the plan and group lookups and the
-cross-rank agreement check; 2xH200 run10 measured a whole sequential ag_mm call at 167-189 us of
+cross-rank agreement check; on 2xH200 a whole sequential ag_mm call took 167-189 us of
 host time on two leases, 100 us more than entry + collective + launch), one kernel launch (GEMM, copy, reduction),
 one collective call, one P2P exchange (send + receive of a ring step), one copy-engine
 transfer (symmetric-memory copies and their signals), one device<->pinned-host copy on a
@@ -79,20 +81,20 @@ DEFAULT_ISSUE_US: Mapping[str, float] = {
 }
 """Host microseconds per issued item when the profile has no ``issue_us`` (see module docstring).
 
-The ``fused_*`` items (no calibration measures them) are set on 2xH200 run69, at that lease's host speed
-(``FUSED_REFERENCE_US``), from a calibration site of ``benchmarks/validate_cost.py`` only: eager
+The ``fused_*`` items (no calibration measures them) are set on one 2xH200 lease, at that lease's host speed
+(``FUSED_REFERENCE_US``), from a calibration site of ``hocket validate`` only: eager
 tile_fused(1)/copy_engine calls of mm_rs 8192x2048x4096 timed back to back ran host-bound at 0.747 ms (device
 work ~0.35 ms), against 0.259 ms of host time the other items price on that lease's profile: 488 us more per
 call, for the call and its one flag-gated push. ``benchmarks/host_profile.py`` on the same lease puts such a push
 at 65-90 us of host time against 25 for an ungated copy-engine copy: ``fused_push`` 40, ``fused_call`` 450.
 (The held-out ag_mm 8192x4096x1536 ran 0.736 ms there; priced 0.712 with them.) Without them eager tile_fused
-calls on small shapes were priced device-bound at 0.28-0.35 ms and chosen, and ran 0.57-0.75 ms (runs 35, 36,
-69)."""
+calls on small shapes were priced device-bound at 0.28-0.35 ms and chosen, and ran 0.57-0.75 ms
+(benchmarks/results/validation/2026-12-01_measured-rules.md)."""
 
 FUSED_REFERENCE_US: Mapping[str, float] = {"launch": 17.3, "collective": 54.8, "copy_engine": 25.0, "p2p": 101.2}
-"""run69's measured ``issue_us`` for the items the ``fused_*`` costs scale with: a profile whose host issues
-these faster or slower (the same calls' costs differ up to 2x between leases) scales ``fused_*`` by the
-median of its ratios to these (:func:`host_speed`)."""
+"""The measured ``issue_us`` of the lease the ``fused_*`` costs were set on, for the items the ``fused_*`` costs
+scale with: a profile whose host issues these faster or slower (the same calls' costs differ up to 2x between
+leases) scales ``fused_*`` by the median of its ratios to these (:func:`host_speed`)."""
 
 
 def issue_table(calibration=None) -> dict[str, float]:
@@ -117,8 +119,8 @@ def issue_table(calibration=None) -> dict[str, float]:
 
 
 def host_speed(measured: Mapping[str, float]) -> float:
-    """How much slower (> 1) or faster than run69's host a profile's host issues: the median of its
-    measured items over ``FUSED_REFERENCE_US`` (1.0 when it measured none of them)."""
+    """How much slower (> 1) or faster than the host of ``FUSED_REFERENCE_US`` a profile's host issues: the
+    median of its measured items over ``FUSED_REFERENCE_US`` (1.0 when it measured none of them)."""
     ratios = sorted(measured[op] / ref for op, ref in FUSED_REFERENCE_US.items() if measured.get(op, 0) > 0)
     if not ratios:
         return 1.0

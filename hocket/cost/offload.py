@@ -51,7 +51,7 @@ def row_pieces(b, pieces) -> None:
     its GEMM. From host the executor issues every copy first (``host_staged.h2d_chunks``), but a copy there
     waits on no event and costs the host less than the one item ``host_copy`` prices (a side-stream copy
     *with* its event wait): priced in that order, every calibration site's chunked(32) ran 27-49% faster
-    than predicted (validate_cost --all-points), so the pieces stay interleaved until the issue table
+    than predicted (``hocket validate --all-points``), so the pieces stay interleaved until the issue table
     tells the two apart."""
     link = host_link(b)
     for i, rows in enumerate(pieces):

@@ -2,7 +2,7 @@
 
 Replayed, nothing on the host decides the order; the launch order does (``hocket.cost.stages``:
 ``Stage.waits_for_full_grid``, ``Stage.held_sms_by``, ``RACE_MS``). What the pipeline builder needs
-for it, from 2xH200 kernel timelines (benchmarks/results/h200x2 run55, run60, run61):
+for it, from 2xH200 kernel timelines (benchmarks/results/validation/2026-12-01_measured-rules.md):
 
 * an NCCL kernel over NVLink is 24 CTAs (all-gather, reduce-scatter) or 16 (send/recv)
   (:func:`nccl_ctas`);
@@ -38,7 +38,7 @@ def crowds_nccl(b, rows: int, ctas: int) -> bool:
     """A GEMM stage of ``rows`` rows makes an NCCL kernel of ``ctas`` CTAs launched after it wait
     (``Stage.fills_device``): its first wave (the wave model's grid, ``compute.gpu_grid``: a GEMM library
     fills the SMs with smaller tiles or split-K where the tiles are few) leaves fewer SMs idle than the
-    kernel needs. run61: an all-gather piece ready while a 1024x4096x1536 GEMM ran a grid of 128 CTAs
+    kernel needs. 2xH200: an all-gather piece ready while a 1024x4096x1536 GEMM ran a grid of 128 CTAs
     (4 SMs idle) started as that GEMM ended."""
     site, sms = b.site, b.device.sm_count
     grid = gpu_grid(b.device, m=rows, k=site.k, n=site.n, dtype=site.dtype)
@@ -49,7 +49,7 @@ def last_wave_at(b, index: int, rows: int) -> float:
     """The fraction of a full-grid GEMM stage after which SMs go idle (``Stage.last_wave_at``): its
     first kernel's partial last wave, or that kernel's end when its grid is whole waves, or when its
     work is under one wave of the largest tiles (the library spreads it over every SM in one balanced
-    persistent wave: run61's 1024x1536 pieces, run55's 132 tiles of 192x128)."""
+    persistent wave: 1024x1536 pieces, 132 tiles of 192x128)."""
     site, sms = b.site, b.device.sm_count
     tile_rows, tile_cols, _ = GPU_TILES[0]
     if math.ceil(rows / tile_rows) * math.ceil(site.n / tile_cols) < sms:

@@ -22,19 +22,19 @@ transfer). Semantics (same as ``hocket.sim.engine``):
   (``last_wave_at``: the block scheduler dispatches the running kernel's CTAs first, and SMs go idle
   only in its partial last wave); while it waits it holds no SMs, so it slows nothing. Once
   running it keeps its SMs: compute stages that start later do not stop it. A GEMM released by the
-  same kernel's end as the transfer goes first. 2xH200 (benchmarks/results/h200x2/run52, run55): an
+  same kernel's end as the transfer goes first. 2xH200 (benchmarks/results/validation/2026-12-01_measured-rules.md): an
   all-gather launched 15 us after a 1.5 ms full-grid GEMM of 15.5 waves ended with it (x12-17), one
   launched with it or before ran at its solo speed; a reduce-scatter released with the next
   4-wave GEMM started 67 us into its 89 us, as that GEMM's last wave began.
   A transfer that starts first, or with a full-grid GEMM (``Stage.held_sms_by``), keeps its SMs
-  while the GEMM's persistent grid runs on the rest, and both slow: run55's replayed reduce-scatter
+  while the GEMM's persistent grid runs on the rest, and both slow: a replayed reduce-scatter
   of 24 CTAs, launched 6 us before a 2048x14336x8192 GEMM of 132 two-CTA clusters, ran x4.3 and the
   GEMM ran at 0.64 of its rate beside it (its clusters lost 24 two-SM pairs: 84 of 132 SMs left).
   A transfer released by a compute kernel's end that a full-grid GEMM follows within ``RACE_MS``
   (launched behind a short kernel, e.g. a zero fill) races it, and the order differs between
   ranks: on one the transfer holds its SMs and the GEMM slows, on the other the GEMM goes first and
   the transfer waits for its last wave; the collective ends with the later rank, so the pair is
-  priced as both (run55: a reduce-scatter released 6 us before a 2048x14336x8192 GEMM ran 650 us,
+  priced as both (2xH200: a reduce-scatter released 6 us before a 2048x14336x8192 GEMM ran 650 us,
   x7.5 its solo time, ending as the peer's GEMM's last wave would let it, and the GEMM beside it
   ran at 0.64 of its rate all that time).
   ``hocket.sim.engine``, which simulates eager steps, has no such flags.
@@ -235,7 +235,7 @@ def schedule(stages: Sequence[Stage]) -> Schedule:
         start[i] = now
         if stage.waits_for_full_grid:
             # a GEMM released by the same kernel's end goes first (candidates start compute first):
-            # the collective's graph node launches microseconds later (run55)
+            # the collective's graph node launches microseconds later (2xH200 kernel timelines)
             released = any(stages[d].resource == "compute" and end[d] == now for d in stage.depends_on)
             blockers[i] = tuple(j for j in active if stages[j].fills_device
                                 and (start[j] < now or (released and start[j] == now)))

@@ -37,7 +37,7 @@ Byte conventions of the curves (match ``Site.comm_bytes``):
 ``hocket.cost.issue.ISSUE_OPS`` (``launch``, ``collective``, ``p2p``, ``copy_engine``, ...);
 empty on CPU ranks and in profiles written before it existed (the model's defaults apply). Each item is
 its median over ``issue_sittings``, the readings of the sittings spread over the calibration (kept for
-the record; absent with one sitting and in profiles written before session 22).
+the record; absent with one sitting and in profiles written before 2026-12-01).
 ``gemm_sustained``: the grid's fastest whole GEMM timed in a short burst (as the grid is timed) and
 run back to back for about two seconds (a training loop's state: the GPU at its power cap, clocks
 down); its back-to-back rate ``tflops`` is the sustained ceiling that steady-state predictions hold
@@ -394,7 +394,7 @@ SUPERSEDED_BEFORE: Mapping[str, tuple[str, str]] = {
                     "timed a cross-device copy_ between two processes' GPUs (each call synchronising streams of both "
                     "devices: 0.12 ms floor, x3.1 beside a GEMM), not the DMA copy into a peer's symmetric memory "
                     "that the copy-engine transport runs (0.04 ms floor, x0.96-0.99 beside a GEMM; hocket 0e81fe1, "
-                    "2xH200 run18)"),
+                    "in git at b64b422: benchmarks/results/h200x2/run18)"),
     "issue_us.copy_engine": ("2026-11-30T03:45:00+00:00",
                              "timed a plain cross-device copy, not the symmetric-memory copy with its event that the "
                              "transport issues (hocket f1fa3b5)"),

@@ -17,7 +17,7 @@ launchers load on first use of one of the names below:
 * ``wait_value_on_stream`` / ``stream_wait_available``: a stream held in the GPU's front end
   until a flag rises (``cuStreamWaitValue32``; no SM, no launch; unbounded, so only for
   flags raised by work enqueued before it);
-* workspaces' ``dynamic=True``: programs take tiles from a ticket counter (``tickets``);
+* the peer-read GEMM's ``dynamic=True``: programs take tiles from a ticket counter (``tickets``);
 * workspaces' ``split_rows`` / ``splits``: the edge rows' tiles cut along K into slices on
   different programs (fp32 partials, one ``block_m x block_n`` block per slice, summed by the
   last slice to arrive); measured no faster on an H200, so the offload operators leave it off.
@@ -30,8 +30,7 @@ from hocket.kernels.errors import FlagTimeoutError, raise_on_timeout, spins_for_
 from hocket.kernels.schedule import consumer_schedule, even_row_offsets, producer_schedule, ramp_row_offsets
 from hocket.kernels.workspace import ConsumerWorkspace, ProducerWorkspace
 
-TRITON_MODULES = ("consumer", "flags", "gemm_tile", "launch", "peer_flags", "peer_read_gemm", "producer", "sm_copy",
-                  "tickets")
+TRITON_MODULES = ("consumer", "flags", "gemm_tile", "launch", "peer_flags", "peer_read_gemm", "producer", "tickets")
 """the modules of this package that import Triton at load (kernels and launchers); import one
 only where a kernel is built or launched"""
 

@@ -114,7 +114,7 @@ def default_config(dtype: object) -> TileConfig:
 def config_for(m: int, n: int, k: int, dtype: object) -> TileConfig:
     """The tile config the operators use for ``C[m, n] = A[m, k] @ B[k, n]`` in ``dtype``.
 
-    Rule (measured on an H200, benchmarks/results/h200/README.md, "Tile-config sweep"):
+    Rule (measured on an H200, ``sweep_tile_configs.py`` in benchmarks/results/h200/2026-12-01_probes.md):
     16-bit: ``WIDE_BF16`` (128x256 tiles, 4 stages, 128-wide narrow tiles) when ``n >= 256``,
     else ``NARROW_BF16`` (a 256-wide tile would be mostly padding); float32:
     ``FP32_CONFIGS[0]``. Row blocks stay 128 rows (the cost model's flag groups assume it);
@@ -136,8 +136,9 @@ def config_for(m: int, n: int, k: int, dtype: object) -> TileConfig:
 def fused_config(m: int, n: int, k: int, dtype: object) -> TileConfig:
     """The tile config hocket's operators give the tile-fused GEMMs: ``config_for``'s tiles, loaded
     through tensor descriptors (``tma=True``) for 16-bit dtypes. On an H200 descriptors lifted the
-    fused GEMM alone from 79-93% to 91-97% of cuBLAS on issue 5's shapes (benchmarks/results/h200,
-    runs 26 and 29-30); float32 keeps pointer loads (descriptors not measured there)."""
+    fused GEMM alone from 79-93% to 91-97% of cuBLAS on the eight offload cells
+    (benchmarks/results/h200/2026-11-30_offload-defaults.md, ``probe_fused_tma.py`` in
+    benchmarks/results/h200/2026-12-01_probes.md); float32 keeps pointer loads (descriptors not measured there)."""
     cfg = config_for(m, n, k, dtype)
     return replace(cfg, tma=True) if str(dtype).replace("torch.", "") in ("bfloat16", "float16") else cfg
 
@@ -150,7 +151,7 @@ def candidate_configs(dtype: object) -> tuple[TileConfig, ...]:
 
 def persistent_programs(num_sms: int, *, reserve_sms: int = 2) -> int:
     """Grid size of a persistent spinning kernel: below the SM count, leaving ``reserve_sms``
-    free for the flag kernels and any SM-driven transfer (DESIGN.md section 4)."""
+    free for the flag kernels and any SM-driven transfer (docs/transports.md)."""
     if not isinstance(num_sms, int) or num_sms < 2:
         raise ValueError(f"num_sms={num_sms!r} must be an int >= 2 (a spinning kernel must leave one SM free)")
     if not isinstance(reserve_sms, int) or not 1 <= reserve_sms < num_sms:

@@ -1,9 +1,7 @@
 """Consumer GEMM: one persistent launch over A whose row chunks arrive while it runs.
 
 Each program walks the schedule table (``ConsumerSchedule``) with stride ``num_programs``
-(``DYNAMIC=False``) or takes the next tile from a shared ticket counter (``DYNAMIC=True``,
-``hocket.kernels.tickets``: a free program takes the next tile, so uneven tiles and waits
-leave no program idle while another still has a queue). A tile first waits (bounded,
+(program ``p`` takes tiles ``p, p + P, ...``). A tile first waits (bounded,
 acquire) on the flags of every chunk its rows overlap, then computes (with ``TMA``, after an
 async-proxy fence, so descriptor loads see the landed rows). Tiles are in arrival order,
 so compute starts as soon as the first chunk lands;
@@ -22,7 +20,6 @@ from hocket.kernels.errors import CONSUMER_SLOT
 from hocket.kernels.flags import async_proxy_fence, wait_flag
 from hocket.kernels.gemm_tile import gemm_split_tile, gemm_tile
 from hocket.kernels.schedule import TABLE_COLUMNS
-from hocket.kernels.tickets import finish_tickets, first_tile, next_tile
 
 _SLOT = tl.constexpr(CONSUMER_SLOT)
 _COLS = tl.constexpr(TABLE_COLUMNS)
@@ -30,16 +27,16 @@ _COLS = tl.constexpr(TABLE_COLUMNS)
 
 @triton.jit(do_not_specialize=["max_spins"])
 def consumer_gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, b_narrow_desc, table_ptr, flags_ptr, err_ptr,
-                         ticket_ptr, split_ptr, part_ptr, split_count_ptr,
+                         split_ptr, part_ptr, split_count_ptr,
                          M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                          num_tiles, max_spins,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NARROW_N: tl.constexpr,
                          EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_NARROW_N: tl.constexpr,
                          EVEN_K: tl.constexpr, WAIT: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                         UPCAST: tl.constexpr, DYNAMIC: tl.constexpr, TMA: tl.constexpr,
+                         UPCAST: tl.constexpr, TMA: tl.constexpr,
                          PROXY_FENCE: tl.constexpr, SPLIT: tl.constexpr = False, PART_STRIDE: tl.constexpr = 0):
     num_programs = tl.num_programs(0)
-    t = first_tile(ticket_ptr, DYNAMIC)
+    t = tl.program_id(0)
     while t < num_tiles:
         pid_m = tl.load(table_ptr + _COLS * t)
         pid_n = tl.load(table_ptr + _COLS * t + 1)
@@ -60,5 +57,4 @@ def consumer_gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, b_narrow_desc, tab
             gemm_tile(a_ptr, b_ptr, c_ptr, a_desc, b_desc, b_narrow_desc, pid_m, pid_n, narrow, M, N, K, stride_am,
                       stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, NARROW_N, EVEN_M,
                       EVEN_N, EVEN_NARROW_N, EVEN_K, INPUT_PRECISION, UPCAST, TMA)
-        t = next_tile(ticket_ptr, t, num_programs, DYNAMIC)
-    finish_tickets(ticket_ptr, num_programs, DYNAMIC)
+        t += num_programs

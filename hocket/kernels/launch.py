@@ -52,7 +52,7 @@ def _descriptors(ws, a, b) -> tuple:
 def _launch_consumer(ws: ConsumerWorkspace, a, b, out, *, wait: bool) -> None:
     descs, tma = _descriptors(ws, a, b)
     consumer_gemm_kernel[(ws.num_programs,)](
-        a, b, out, *descs, ws.table, ws.flags, ws.errors, ws.tickets, *ws.split_args(), ws.m, ws.n, ws.k,
+        a, b, out, *descs, ws.table, ws.flags, ws.errors, *ws.split_args(), ws.m, ws.n, ws.k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         ws.num_tiles, ws.max_spins, WAIT=wait, TMA=tma, PROXY_FENCE=tma and wait and not _INTERPRETED,
         **ws.launch_flags(interpreted=_INTERPRETED))
@@ -74,26 +74,23 @@ def producer_gemm(a: torch.Tensor, b: torch.Tensor, *, workspace: ProducerWorksp
 def _launch_producer(ws: ProducerWorkspace, a, b, out, *, signal: bool) -> None:
     descs, tma = _descriptors(ws, a, b)
     producer_gemm_kernel[(ws.num_programs,)](
-        a, b, out, *descs, ws.table, ws.counters, ws.flags, ws.tickets, *ws.split_args(), ws.m, ws.n, ws.k,
+        a, b, out, *descs, ws.table, ws.counters, ws.flags, *ws.split_args(), ws.m, ws.n, ws.k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         ws.num_tiles, SIGNAL=signal, TMA=tma, **ws.launch_flags(interpreted=_INTERPRETED))
 
 
 def reset_consumer(ws: ConsumerWorkspace) -> None:
-    """Zero chunk flags, the error buffer and the tile tickets on the current stream (the
-    tickets reset themselves after a complete launch; this covers an interrupted one)."""
+    """Zero chunk flags and the error buffer on the current stream."""
     ws.flags.zero_()
     ws.errors.zero_()
-    ws.tickets.zero_()
     ws.reset_splits()
 
 
 def reset_producer(ws: ProducerWorkspace) -> None:
-    """Zero group flags, group counters, the error buffer and the tile tickets on the current stream."""
+    """Zero group flags, group counters and the error buffer on the current stream."""
     ws.flags.zero_()
     ws.counters.zero_()
     ws.errors.zero_()
-    ws.tickets.zero_()
     ws.reset_splits()
 
 

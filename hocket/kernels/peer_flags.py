@@ -7,7 +7,7 @@ program, system-scope release). The receiving GPU's compute stream waits with
 with system-scope acquire loads, each poll bounded, and records ``index + 1`` of the
 first flag that never rose into a one-slot error buffer. The wait occupies one SM while
 it spins; the work that raises the flags runs on another GPU (or on copy engines), so
-the spin always ends or times out. See DESIGN.md section 4.
+the spin always ends or times out. See docs/transports.md.
 """
 
 from __future__ import annotations

@@ -421,8 +421,8 @@ TILE_OVERHEAD_COLUMNS = 112
 """A tile's time grows like ``width + TILE_OVERHEAD_COLUMNS`` (the A block loaded per K step
 and the pipeline's fill and epilogue cost the same at any width): a narrow tile costs
 ``(narrow_block_n + 112) / (block_n + 112)`` of a full one. Fitted on an H200 (bf16, 128-row
-tiles, K=8192, benchmarks/results/h200/README.md): 64 of 256 columns took 0.48 of a full
-tile, 128 of 256 took 0.61 (0.50 and 0.66 by this rule)."""
+tiles, K=8192, ``sweep_tile_configs.py`` in benchmarks/results/h200/2026-12-01_probes.md): 64 of
+256 columns took 0.48 of a full tile, 128 of 256 took 0.61 (0.50 and 0.66 by this rule)."""
 
 
 TAIL_MIN_GAIN = 0.03

@@ -1,10 +1,9 @@
 """Device resources of the tile-fused GEMMs, allocated once per shape class (no Triton needed).
 
 A workspace owns the schedule table, the flags (chunk flags for the consumer, group
-flags and counters for the producer), the error buffer, the tile-ticket counter (used
-when ``dynamic=True``: programs take tiles in table order as they come free, see
-``hocket.kernels.tickets``) and the set of argument signatures whose kernels were
-compiled and loaded by ``hocket.kernels.warmup``.
+flags and counters for the producer), the error buffer, the K-split partials where edge
+tiles are split, and the set of argument signatures whose kernels were compiled and loaded
+by ``hocket.kernels.warmup``.
 """
 
 from __future__ import annotations
@@ -16,13 +15,7 @@ import torch
 from hocket import env
 from hocket.kernels.config import FP_FUSION, TileConfig, default_config, persistent_programs
 from hocket.kernels.errors import error_buffer, spins_for_timeout
-from hocket.kernels.schedule import (
-    TICKET_WORDS,
-    ConsumerSchedule,
-    ProducerSchedule,
-    consumer_schedule,
-    producer_schedule,
-)
+from hocket.kernels.schedule import ConsumerSchedule, ProducerSchedule, consumer_schedule, producer_schedule
 
 CPU_PROGRAMS = 4
 """Persistent grid on the CPU (Triton's interpreter): several programs, so the
@@ -73,7 +66,7 @@ class _Workspace:
 
     def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
                  config: TileConfig | None, table: list[int], num_tiles: int, num_programs: int | None,
-                 max_spins: int | None, dynamic: bool = False) -> None:
+                 max_spins: int | None) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -88,10 +81,6 @@ class _Workspace:
         self.num_programs = _grid(self.device, num_tiles, num_programs)
         self.max_spins = _max_spins(max_spins)
         self.errors = error_buffer(self.device)
-        if not isinstance(dynamic, bool):
-            raise TypeError(f"dynamic={dynamic!r} must be a bool (True: programs take tiles from a ticket counter)")
-        self.dynamic = dynamic
-        self.tickets = torch.zeros(TICKET_WORDS, dtype=torch.int32, device=self.device)
         self.warmed: set[tuple] = set()
         split_table = self.schedule.split_table()
         if split_table is None:
@@ -147,7 +136,7 @@ class _Workspace:
                     EVEN_K=self.k % cfg.block_k == 0,
                     INPUT_PRECISION="tf32" if self.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
                     else "ieee",
-                    UPCAST=interpreted and self.dtype == torch.bfloat16, DYNAMIC=self.dynamic,
+                    UPCAST=interpreted and self.dtype == torch.bfloat16,
                     SPLIT=self.split_table is not None, PART_STRIDE=cfg.block_m * cfg.block_n,
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages, **FP_FUSION)
 
@@ -159,7 +148,6 @@ class ConsumerWorkspace(_Workspace):
     wide (0: none), so the GEMM ends soon after the last chunk lands. ``split_rows`` and
     ``splits``: the last rows to arrive whose tiles are cut along K into ``splits`` slices
     (at most one per ``block_k`` step), so the drain takes a fraction of one K loop.
-    ``dynamic``: tiles taken from a ticket counter instead of a fixed stride.
     """
 
     kind = "consumer"
@@ -167,16 +155,14 @@ class ConsumerWorkspace(_Workspace):
     def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
                  chunk_offsets: Sequence[int], arrival: Sequence[int] | None = None,
                  config: TileConfig | None = None, num_programs: int | None = None,
-                 max_spins: int | None = None, narrow_rows: int = 0, dynamic: bool = False, split_rows: int = 0,
-                 splits: int = 1) -> None:
+                 max_spins: int | None = None, narrow_rows: int = 0, split_rows: int = 0, splits: int = 1) -> None:
         cfg = config or default_config(dtype)
         self.schedule: ConsumerSchedule = consumer_schedule(
             m=m, n=n, block_m=cfg.block_m, block_n=cfg.block_n, chunk_offsets=chunk_offsets,
             arrival=arrival, group_m=cfg.group_m, narrow_block_n=_narrow(cfg), narrow_rows=narrow_rows,
             split_rows=split_rows, splits=_slices(splits, k, cfg))
         super().__init__(m=m, n=n, k=k, dtype=dtype, device=device, config=cfg, table=self.schedule.table(),
-                         num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins,
-                         dynamic=dynamic)
+                         num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins)
         self.flags = torch.zeros(self.schedule.num_chunks, dtype=torch.int32, device=self.device)
 
 
@@ -188,7 +174,6 @@ class ProducerWorkspace(_Workspace):
     (0: none), so the first group is ready sooner. ``split_rows`` and ``splits``: the first
     output rows whose tiles are cut along K into ``splits`` slices (at most one per
     ``block_k`` step), so the first group is ready after a fraction of one K loop.
-    ``dynamic``: tiles taken from a ticket counter instead of a fixed stride.
     """
 
     kind = "producer"
@@ -196,15 +181,13 @@ class ProducerWorkspace(_Workspace):
     def __init__(self, *, m: int, n: int, k: int, dtype: torch.dtype, device: torch.device | str,
                  groups: int | None = None, group_offsets: Sequence[int] | None = None,
                  config: TileConfig | None = None, num_programs: int | None = None,
-                 max_spins: int | None = None, narrow_rows: int = 0, dynamic: bool = False, split_rows: int = 0,
-                 splits: int = 1) -> None:
+                 max_spins: int | None = None, narrow_rows: int = 0, split_rows: int = 0, splits: int = 1) -> None:
         cfg = config or default_config(dtype)
         self.schedule: ProducerSchedule = producer_schedule(
             m=m, n=n, block_m=cfg.block_m, block_n=cfg.block_n, groups=groups, group_offsets=group_offsets,
             group_m=cfg.group_m, narrow_block_n=_narrow(cfg), narrow_rows=narrow_rows, split_rows=split_rows,
             splits=_slices(splits, k, cfg))
         super().__init__(m=m, n=n, k=k, dtype=dtype, device=device, config=cfg, table=self.schedule.table(),
-                         num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins,
-                         dynamic=dynamic)
+                         num_tiles=len(self.schedule.tiles), num_programs=num_programs, max_spins=max_spins)
         self.flags = torch.zeros(self.schedule.num_groups, dtype=torch.int32, device=self.device)
         self.counters = torch.zeros(self.schedule.num_groups, dtype=torch.int32, device=self.device)

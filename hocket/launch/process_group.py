@@ -11,6 +11,7 @@ import torch.distributed as dist
 from hocket.env import wait_timeout_s
 from hocket.launch.backend import choose_backend, device_for_rank
 from hocket.launch.torchrun import detect_torchrun
+from hocket.launch.validate import check_seconds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,9 +26,7 @@ class RankContext:
 
 
 def _check_timeout(timeout_s: float) -> timedelta:
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s={timeout_s} must be > 0 (seconds a collective may wait)")
-    return timedelta(seconds=timeout_s)
+    return timedelta(seconds=check_seconds("timeout_s", timeout_s))
 
 
 def _context(local_rank: int) -> RankContext:

@@ -11,11 +11,16 @@ def check_world_size(world_size: object) -> int:
     return world_size
 
 
+MAX_SECONDS = 1e8
+"""the longest bound accepted (about three years; ``datetime.timedelta`` overflows near 1e14 s)."""
+
+
 def check_seconds(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name}={value!r} must be a number of seconds")
-    if not value > 0:
-        raise ValueError(f"{name}={value} must be > 0 seconds")
+    if not 0 < value <= MAX_SECONDS:  # also refuses nan and inf
+        raise ValueError(f"{name}={value} must be a finite number of seconds > 0 and at most {MAX_SECONDS:g}, "
+                         f"e.g. {name}=300")
     return float(value)
 
 

@@ -76,7 +76,8 @@ class Descriptor:
 
     def text(self) -> str:
         return json.dumps({"op": self.op, "site": self.site, "plan": self.plan, "flags": self.flags,
-                           "error": self.error}, sort_keys=True, separators=(",", ":"))
+                           "error": self.error}, sort_keys=True, separators=(",", ":"), default=repr)
+        # default=repr: a flag the local checks reject (reduce_op=dist.ReduceOp.SUM) is still sent, as text
 
     def digest(self) -> tuple[int, int]:
         raw = hashlib.sha1(self.text().encode()).digest()
@@ -228,13 +229,15 @@ def settle_replay(group: GroupHandle, op: str, choose: Callable[[], bool], *, de
 
 
 def settle(group: GroupHandle, op: str, what: str, choose: Callable[[], str], *, device: torch.device) -> str:
-    """``choose()`` (text) on every rank, rank 0's text returned on every rank; an error (ValueError or
-    TypeError) on any rank raises on every rank, naming ``what`` failed where."""
-    local_error: ValueError | TypeError | None = None
+    """``choose()`` (text) on every rank, rank 0's text returned on every rank; an error (any ``Exception``: a
+    bad setting, a cache or profile the planner could not handle, a decision that failed on rank 0) on any
+    rank raises on every rank, naming ``what`` failed where: the failed rank raises its own error, the others
+    :class:`RankInputError` quoting it, so no rank waits in a collective the failed one never joins."""
+    local_error: Exception | None = None
     chosen = None
     try:
         chosen = choose()
-    except (ValueError, TypeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - reported to every rank, re-raised here
         local_error = exc
     if group.world == 1 or mode_in_force() == "0":
         if local_error is not None:

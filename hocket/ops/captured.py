@@ -33,8 +33,9 @@ where they run a barrier protocol (pull or put: an all-gather by rows, a one-pie
 CapturedCall their calls use slots of their own and close on a second device-side barrier
 (``hocket.ops.lowering.peer_pull``), so a replay never overwrites a slot a peer still reads. Their barrier is
 bounded on the device (``HOCKET_TIMEOUT_S``) as in an eager call, whose timeout traps the waiting kernel and
-leaves that process's CUDA context unusable; a replay whose peer never replays ends the same way (2xH200
-run50: a CUDA error after 3.4-3.6 s with ``HOCKET_TIMEOUT_S=3``, ``tests/gpu/test_peer_timeout_nccl.py``). The
+leaves that process's CUDA context unusable; a replay whose peer never replays ends the same way (2xH200: a
+CUDA error after 3.4-3.6 s with ``HOCKET_TIMEOUT_S=3``, ``tests/gpu/test_peer_timeout_nccl.py``;
+benchmarks/results/validation/2026-12-01_measured-rules.md). The
 push protocol, ``tile_fused`` and peer reads check device error flags from the host and are not captured: a
 call with one raises during capture with the reason (``hocket.plan.capture``), and ``plan=None`` chooses among
 the plans a graph captures.

@@ -27,7 +27,7 @@ from torch.profiler import record_function
 from hocket.core.plan import CAPTURABLE_TRANSPORTS, Plan
 from hocket.core.site import Site
 from hocket.core.sizes import TransportSizes, sizes_in_force
-from hocket.env import agreement_every_call, autotune_env, disabled, eager_graphs, host_stage_dir
+from hocket.env import agreement_every_call, autotune_env, disabled, eager_graphs, host_stage_dir, wait_timeout_s
 from hocket.env import raw as raw_settings
 from hocket.ops.agreement import Descriptor, agree, all_ranks_ok, mode_in_force, settle_plan, settle_replay
 from hocket.ops.context import context_for
@@ -37,6 +37,7 @@ from hocket.ops.lowering.runtime import Runtime
 from hocket.ops.planning import OP_NAMES, check_supported, choose_plan, explicit_plan, planning_captured
 from hocket.plan.capture import capture_refusal
 from hocket.transport.group import GroupHandle, process_group_of, resolve_group
+from hocket.transport.pending import set_current_call
 from hocket.transport.registry import get_transport
 
 
@@ -59,6 +60,8 @@ class Prepared:
     graph: EagerGraph | None = None
     """the call's own CUDA graph when its calls are replayed (``HOCKET_EAGER_GRAPHS``,
     :mod:`hocket.ops.eager_graph`), else None."""
+    where: str = ""
+    """the call as a failed wait's error names it (:func:`call_description`)."""
 
 
 _PREPARED: dict[tuple, Prepared] = {}
@@ -134,11 +137,15 @@ def run_prepared(prep: Prepared, *args):
             raise ValueError(f"{prep.label}: a copy-engine call is captured only through hocket.ops.CapturedCall "
                              f"(its calls then use slots of their own and end on a barrier); a bare "
                              f"torch.cuda.graph would bake one slot parity of the eager protocol into every replay")
+    set_current_call(prep.where)
     run = prep.run if prep.graph is None or torch.cuda.is_current_stream_capturing() else prep.graph
-    if torch.autograd._profiler_enabled():
-        with record_function(prep.label):
-            return run(*args)
-    return run(*args)
+    try:
+        if torch.autograd._profiler_enabled():
+            with record_function(prep.label):
+                return run(*args)
+        return run(*args)
+    finally:
+        set_current_call("")  # a wait outside an operator call names its own transfer, not a finished call
 
 
 def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_arg: int, plan_text: str,
@@ -166,9 +173,13 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
         return hit
     group = resolve_group(pg)
     op = OP_NAMES[kind]
+    try:
+        wait_timeout_s()  # a bad HOCKET_TIMEOUT_S is reported to every rank here, not in a wait after data moved
+    except ValueError as exc:
+        settings_error = settings_error or exc
     site = plan = None
     dim = 0
-    local_error: ValueError | TypeError | None = settings_error
+    local_error: ValueError | TypeError | None = settings_error or _flags_error(op, flags)
     try:
         if local_error is None:
             dim = check(group.world)
@@ -182,10 +193,14 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
                **settings_in_descriptor(plan if local_error is None else None, disabled_now=is_disabled,
                                         graphs=graphs, sizes=sizes)},
         error=f"{type(local_error).__name__}: {local_error}" if local_error else "")
-    agree(group, descriptor, device=device, local_error=local_error)
-    if plan is None:
-        plan = settle_plan(group, op, lambda: check_supported(kind, choose_plan(site, eager_graphs=graphs)),
-                           device=device)
+    set_current_call(call_description(op, site, group, plan))
+    try:
+        agree(group, descriptor, device=device, local_error=local_error)
+        if plan is None:
+            plan = settle_plan(group, op, lambda: check_supported(kind, choose_plan(site, eager_graphs=graphs)),
+                               device=device)
+    finally:
+        set_current_call("")  # call() names the call again while it runs
     transport = _transport(plan, group, sizes)
     run = executor_for(kind, plan.strategy)
     runtime = Runtime(group=group, ctx=context_for(group.name, device, tensors[0].dtype), transport=transport)
@@ -197,9 +212,34 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
     prepared = Prepared(group=group, site=site, plan=plan, dim=dim, runtime=runtime, run=run, label=label,
                         graph=graph,
                         capture_check=device.type == "cuda" and plan.transport not in CAPTURABLE_TRANSPORTS,
-                        capture_refusal=capture_refusal(site, plan) if site is not None else None)
+                        capture_refusal=capture_refusal(site, plan) if site is not None else None,
+                        where=call_description(op, site, group, plan))
     _PREPARED[key] = prepared
     return prepared
+
+
+def call_description(op: str, site: Site | None, group: GroupHandle, plan: Plan | None) -> str:
+    """``hocket.<op> [plan] on site <kind> m=.. k=.. n=.. <dtype> on group '<name>' as rank r of w``."""
+    shape = (f" on site {site.kind} m={site.m} k={site.k} n={site.n}" + (f" x{site.num_b}" if site.num_b > 1 else "")
+             + f" {site.dtype} dim={site.dim}") if site is not None else ""
+    label = f" [{plan.describe()}]" if plan is not None else ""
+    return f"hocket.{op}{label}{shape} on group {group.name!r} as rank {group.rank} of {group.world}"
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+FLAG_EXAMPLES = {"reduce_op": "reduce_op='sum' (or 'avg'), not torch.distributed.ReduceOp.SUM"}
+
+
+def _flags_error(op: str, flags: dict) -> TypeError | None:
+    """A clear error for a flag that is not a plain value (the operators take strings, ints and bools), else
+    None; raised as the rank's local error, so every rank reports it before any data moves."""
+    for name, value in flags.items():
+        if not isinstance(value, _PLAIN):
+            example = FLAG_EXAMPLES.get(name, f"a str, int or bool for {name}")
+            return TypeError(f"hocket.{op}: {name}={value!r} is a {type(value).__module__}.{type(value).__qualname__}; "
+                             f"pass {example}")
+    return None
 
 
 def _transport(plan: Plan, group: GroupHandle, sizes: TransportSizes):

@@ -11,7 +11,11 @@ Decisions come from, in order: the in-memory table; the on-disk cache (an autotu
 decision from an earlier run of this environment); measured autotuning, when switched
 on (API argument, else ``HOCKET_AUTOTUNE``) and the caller supplies the live group;
 otherwise prediction alone (:func:`hocket.plan.search.search`). Only strategies the
-operators implement (``hocket.ops.executors.supported_table()``) are considered.
+operators implement (``hocket.ops.executors.supported_table()``) are considered; a cached plan this
+process cannot run (a strategy without an executor here, a transport this build lacks) is skipped with a
+:class:`~hocket.plan.cache.PlanCacheWarning` naming the cache file. A cache file that cannot be read or
+written only warns (:class:`~hocket.plan.cache.PlanCache`); under autotuning a failure on the deciding
+rank reaches every rank as the same error (:func:`hocket.plan.autotune.broadcast_decision`).
 """
 
 from __future__ import annotations
@@ -23,9 +27,17 @@ from dataclasses import dataclass, field, replace
 from hocket.core.plan import SEQUENTIAL, Plan
 from hocket.core.site import Site
 from hocket.ops import planning
-from hocket.plan.autotune import STEADY_REPS, AutotuneConfig, RunnerFactory, autotune, autotune_enabled, plans_to_time
+from hocket.plan.autotune import (
+    STEADY_REPS,
+    AutotuneConfig,
+    RunnerFactory,
+    autotune,
+    autotune_enabled,
+    gather_texts,
+    plans_to_time,
+)
 from hocket.plan.bucket import DEFAULT_BUCKET_POLICY, BucketPolicy, bucket_site, fit_plan
-from hocket.plan.cache import PlanCache, current_environment
+from hocket.plan.cache import PlanCache, PlanCacheWarning, current_environment
 from hocket.plan.memory import live_free_memory_bytes
 from hocket.plan.search import SearchConfig, SearchResult, search
 from hocket.plan.space import SpaceConfig
@@ -166,6 +178,33 @@ class LivePlanner:
             return tuning
         return replace(tuning, reps=STEADY_REPS if self.search_config().steady_state else 1)
 
+    def _usable(self, bucket: Site) -> Callable[[Plan], str | None]:
+        """Why a (cached) plan cannot run on ``bucket`` in this process, or None: its strategy has no executor
+        for the site's kind here, or its transport is not registered in this build."""
+        space = self._space_config(bucket)
+
+        def refusal(plan: Plan) -> str | None:
+            if plan.strategy not in space.strategies:
+                return (f"strategy {plan.strategy!r} is not available for {bucket.kind} here; this process runs "
+                        f"{space.strategies}")
+            if plan.strategy != "sequential" and plan.transport not in space.transports:
+                return f"transport {plan.transport!r} is not available here; this build has {space.transports}"
+            return None
+        return refusal
+
+    def _cached(self, bucket: Site) -> object:
+        """The disk cache's entry for ``bucket`` if this process can run its plan (else a warning, None)."""
+        if self.cache is None:
+            return None
+        hit = self.cache.get(self._cache_key(bucket))
+        refusal = self._usable(bucket)(hit.plan) if hit is not None else None
+        if refusal is not None:
+            warnings.warn(f"plan cache {self.cache.path}: the cached plan {hit.plan.describe()} for {bucket.key} "
+                          f"cannot run here ({refusal}); skipping it and planning afresh", PlanCacheWarning,
+                          stacklevel=4)
+            return None
+        return hit
+
     def _cache_key(self, bucket: Site) -> str:
         """The on-disk cache key of a bucket's decision: its key, apart per ``eager_graphs`` mode (a decision
         timed with calls replayed where they pay is not one for calls always issued)."""
@@ -231,13 +270,19 @@ class LivePlanner:
         # Under autotune rank 0's candidates are used by every rank, so its free device
         # memory may set the budget; prediction alone must stay identical on every rank.
         free = live_free_memory_bytes() if measure else None
+        result, failure = None, None
         try:
             result = search(bucket, self.cluster, profile=self.profile, config=self.search_config(),
                             space_config=self._space_config(bucket, measured=measure), free_memory_bytes=free,
                             cost_fn=self._eager_graph_cost())
         except ValueError as exc:
+            failure = f"{exc}"
+        if measure:  # autotuning is collective: every rank must know whether some rank could not search
+            failures = [text for text in gather_texts(failure or "", group=group, device=device) if text]
+            failure = failure or (f"another rank could not plan it: {failures[0]}" if failures else None)
+        if failure is not None:
             warnings.warn(f"hocket could not plan {site.key} on cluster {getattr(self.cluster, 'name', '?')!r} "
-                          f"({exc}); running it sequentially. Describe the cluster with HOCKET_CLUSTER=<preset "
+                          f"({failure}); running it sequentially. Describe the cluster with HOCKET_CLUSTER=<preset "
                           f"or YAML> if this machine's probe does not cover the group.", PlannerWarning,
                           stacklevel=3)
             decision = Decision(plan=SEQUENTIAL, source="predicted", bucket_key=bucket.key)
@@ -249,11 +294,11 @@ class LivePlanner:
                 shortlist = self._with_issued_leaders(bucket, shortlist, free)  # newer model
             tuned = autotune(bucket, shortlist, runners(bucket), group=group,
                              device=device, config=self.tuning_config(), cache=self.cache,
-                             cache_key=self._cache_key(bucket))
+                             cache_key=self._cache_key(bucket), usable=self._usable(bucket))
             decision = Decision(plan=tuned.chosen, source=tuned.source, bucket_key=bucket.key, search=result,
                                 timings_ms=dict(tuned.timings_ms))
         else:
-            cached = self.cache.get(self._cache_key(bucket)) if self.cache is not None else None
+            cached = self._cached(bucket)
             if cached is not None:
                 decision = Decision(plan=cached.plan, source="cache", bucket_key=bucket.key, search=result,
                                     timings_ms=dict(cached.timings_ms))

@@ -22,14 +22,12 @@ exposed: the first group to host, the last chunk from host; that piece's tiles a
 ``hocket.kernels.schedule.trapezoid_row_offsets`` gives sizes small at both ends).
 
 tile_fused defaults (``OffloadContext``): the shape's tile config (``offload_tile_config``:
-``config_for``'s tiles with tensor-descriptor loads),
-fixed-stride tiles, narrow tiles on the edge piece and on as many more row blocks as fill
-the launch's last wave (``fused_narrow_rows``), to-host copies held at their flags by a driver
-wait on the copy stream (spin kernels on a side stream where the driver has none: they made the
-pipeline bimodal on an H200), from-host chunk flags behind each copy. Options measured on an H200
-(benchmarks/results/h200/README.md), none a reliable gain there: tiles from a ticket counter
-(``dynamic``), spin-kernel waits (``copy_wait="side_kernel"``), from-host flags off the copy stream
-(``chunk_flags="side"``), two copy streams (``copy_streams=2``).
+``config_for``'s tiles with tensor-descriptor loads), fixed-stride tiles, narrow tiles on the
+edge piece and on as many more row blocks as fill the launch's last wave (``fused_narrow_rows``),
+to-host copies held at their flags by a driver wait on the copy stream (spin kernels on a side
+stream where the driver has none), from-host chunk flags raised behind each copy on the copy
+stream. The options measured no better than these and removed are listed in
+benchmarks/results/h200/2026-12-01_probes.md.
 
 Resources (copy streams, pinned and device staging buffers, kernel workspaces) live in an
 :class:`OffloadContext`; without ``context=`` each device gets one default context, kept
@@ -51,11 +49,9 @@ from hocket.ops.executors import executor_for, register_executor
 from hocket.ops.offload_fused import fused_from_host, fused_to_host
 from hocket.ops.offload_pieces import EDGE_PIECES, edge_rows, piece_offsets
 from hocket.ops.offload_plans import CHUNK_ALIGN_ROWS, _resolve_plan
-from hocket.ops.split_k import split_k_mm, split_k_parts
 from hocket.transport.host_staged import HostStagedContext, cuda_device, require_cuda
 
-COPY_WAITS = ("auto", "stream", "side_kernel", "copy_kernel")
-CHUNK_FLAGS = ("side", "copy")
+COPY_WAITS = ("auto", "stream", "side_kernel")
 
 
 def _matrix(name: str, t: object) -> torch.Tensor:
@@ -88,19 +84,14 @@ def _check_cuda(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name} is on {t.device}; it must be on a CUDA device ({name}.cuda())")
 
 
-def _resolve_copy_wait(copy_wait: str, side_waits: bool, device: torch.device) -> str:
-    if copy_wait == "stream":
-        from hocket.kernels.stream_wait import stream_wait_available
-
-        if not stream_wait_available(device.index):
-            raise ValueError(f"copy_wait='stream' but {device} offers no stream wait-value (cuStreamWaitValue32); "
-                             f"use copy_wait='side_kernel'")
-    if copy_wait != "auto":
-        return copy_wait
-    if not side_waits:
-        return "copy_kernel"
+def _resolve_copy_wait(copy_wait: str, device: torch.device) -> str:
     from hocket.kernels.stream_wait import stream_wait_available
 
+    if copy_wait == "stream" and not stream_wait_available(device.index):
+        raise ValueError(f"copy_wait='stream' but {device} offers no stream wait-value (cuStreamWaitValue32); "
+                         f"use copy_wait='side_kernel'")
+    if copy_wait != "auto":
+        return copy_wait
     return "stream" if stream_wait_available(device.index) else "side_kernel"
 
 
@@ -108,11 +99,12 @@ def offload_tile_config(m: int, n: int, k: int, dtype: torch.dtype) -> TileConfi
     """The offload operators' default tile config (see :meth:`OffloadContext.tile_config`).
 
     16-bit: ``config_for``'s tiles (128x256x64, 4 stages, 128-wide narrow tiles, where ``n >= 256``)
-    loaded through tensor descriptors (``tma=True``). On an H200 (benchmarks/results/h200/run26_tma and
-    run29_balanced, the same process, tile_fused medians of 50 and the fused GEMM alone in alternation
-    with cuBLAS), against the previous default (128x128 tiles through pointers for n >= 2048; 64-wide
-    edge tiles): with the context's last-wave balancing the GEMM alone went from 79-93% to 91-97% of
-    cuBLAS on issue 5's eight cells, while every tile_fused pipeline stayed within 0.02 ms
+    loaded through tensor descriptors (``tma=True``). On an H200 (``probe_fused_tma.py`` in
+    benchmarks/results/h200/2026-12-01_probes.md; tile_fused medians of 50 and the fused GEMM alone in
+    alternation with cuBLAS), against the previous default (128x128 tiles through pointers for n >= 2048;
+    64-wide edge tiles): with the context's last-wave balancing the GEMM alone went from 79-93% to 91-97%
+    of cuBLAS on the eight offload cells of benchmarks/results/h200/2026-11-30_offload-defaults.md, while
+    every tile_fused pipeline stayed within 0.02 ms
     (8192x8192x7168 to / from host 2.257 / 2.531 against 2.256 / 2.528). 128x128 tiles lose to host
     at n=1280 (0.843 against 0.513 ms). Operands whose rows a descriptor cannot address load through
     pointers. Other dtypes: ``config_for`` (descriptor loads not measured there)."""
@@ -126,8 +118,8 @@ def fused_narrow_rows(offsets: tuple[int, ...], *, direction: str, n: int, confi
 
     Cached: the operators ask on every call (the workspace is keyed by the answer), and with
     ``balance_tail`` the search over row counts takes milliseconds of Python (2-4.5 ms here for
-    m = 4096-8192): uncached, that host time *was* the call in a back-to-back loop (h200 run27's
-    and h200x2 run13's balanced pipelines, 1.2-7x slower than without).
+    m = 4096-8192): uncached, that host time *was* the call in a back-to-back loop (the balanced
+    pipelines measured 1.2-7x slower than without on an H200, benchmarks/results/h200/2026-12-01_probes.md).
 
     The ``edge_pieces`` pieces at the exposed edge (``edge_rows``: first to host, last from
     host); with ``balance_tail``, as many more whole row blocks as make the ``programs``-program fixed-stride launch's busiest program shortest
@@ -174,65 +166,40 @@ class _TimeoutWatch:
 class OffloadContext:
     """Streams, staging buffers and kernel workspaces of the offload ops on one device.
 
-    ``edge_pieces``: how many pieces at the exposed edge get narrow tiles (0: none).
-    ``dynamic``: the tile-fused GEMMs take tiles from a ticket counter (free programs take
-    the next tile) instead of a fixed stride (with ``chunk_flags="copy"`` or ``"side"``; do
-    not pair fixed-stride tiles with ``"side"``: 1.5x slower from host on an H200). ``copy_wait``: how a to-host group's copy
-    waits for its flag: ``"stream"`` (the D2H stream holds on the flag value in the GPU's
-    front end, ``hocket.kernels.wait_value_on_stream``), ``"side_kernel"`` (spin kernels on
-    a side stream hand over with events), ``"copy_kernel"`` (spin kernels on the D2H stream);
-    ``"auto"``: ``"stream"`` where the driver offers it, else ``"side_kernel"``. On an H200
-    (benchmarks/results/h200/run15_modes) spin kernels made the pipeline bimodal by context:
-    to host 8192x8192x7168 tile_fused(8) took 2.24 ms in every other context and 2.43 in the rest
-    (the copies ran ~5% slower beside the GEMM; 2.29 / 2.34 with the spin kernels on the copy
-    stream), while the driver wait took 2.257-2.262 in every context (~8 us per group of its own);
-    ``side_waits=False`` keeps its old meaning, ``"copy_kernel"``. ``chunk_flags``: where a
-    from-host chunk's flag is raised: ``"side"`` (every chunk but the last from a side stream
-    after the chunk's event, so the copies run back to back; the last right behind its copy)
-    or ``"copy"`` (each right behind its copy on the H2D stream). ``copy_streams``: 1, or 2
-    to alternate the pieces between two copy streams (to host: stream or side-kernel waits;
-    from host: side flags), so one piece's copy set-up overlaps the other's transfer (from
-    host this breaks arrival order: measured slower). ``config``: the tile config (None:
-    ``offload_tile_config`` each shape). ``balance_tail``: more narrow row blocks where they fill the
-    persistent launch's last wave (``fused_narrow_rows``; on an H200 with descriptor loads, h200 run29:
-    the GEMM alone of 8192x8192x1280 from 80-83% to 92-97% of cuBLAS, 4096x12288x6144 from 89-91% to
-    91-94%, pipelines within 0.02 ms). On by default since that run; before it, the search ran on every
-    call (2-4.5 ms of Python), which made the balanced pipelines look 1.2-7x slower (h200x2 run13, h200
-    run27) and kept it off. ``edge_split_k``: a ``chunked``
-    plan's exposed piece (the first to host, the last from host) runs its GEMM split along k
-    (``hocket.ops.split_k``), so a piece of a few row blocks uses every SM. Off by default: on an
-    H200 (benchmarks/results/h200/run11_splitk) a 128 x 8192 x 7168 piece took 0.070 ms split in 4
-    (batched GEMM, reduction, rounding: three kernels) against 0.035 for cuBLAS's own, and the ramped
-    pipelines lost 0.02-0.03 ms with it. ``edge_splits``: a ``tile_fused`` plan's exposed piece (the
-    first group to host, the last chunk from host) has each tile cut along K into this many slices
-    inside the persistent launch (``hocket.kernels.gemm_tile.gemm_split_tile``: fp32 partials, the
-    last slice adds them), so that piece needs a fraction of one K loop on many programs instead of a
-    whole one on few; 1: none, the default: on an H200 (benchmarks/results/h200, runs 34-39) the first
-    group to host was ready 0.014 ms sooner with 2 slices but the next group 0.03-0.04 ms later (the slices
-    take the programs that would have started it), and no split count (2, 4, 8; fixed-stride or ticket
-    tiles) beat the unsplit kernel on issue 5's target shapes (0.00 to -0.13 ms).
+    ``config``: the tile config of the tile-fused GEMMs (None: :func:`offload_tile_config` each
+    shape). ``num_programs``: their persistent grid (None: :func:`persistent_programs` of the
+    device). ``flag_method``: how the copy streams raise chunk flags (``HostStagedContext``).
+    ``edge_pieces``: how many pieces at the exposed edge (the first group to host, the last chunk
+    from host) get narrow tiles (0: none). ``balance_tail``: more narrow row blocks where they fill
+    the persistent launch's last wave (``fused_narrow_rows``); on an H200 the GEMM alone of
+    8192x8192x1280 went from 80-83% to 92-97% of cuBLAS with it, pipelines within 0.02 ms.
+
+    ``copy_wait``: how a to-host group's copy waits for its flag: ``"stream"`` (the D2H stream
+    holds on the flag value in the GPU's front end, ``hocket.kernels.wait_value_on_stream``) or
+    ``"side_kernel"`` (bounded spin kernels on a side stream, handed over with events);
+    ``"auto"`` (the default): ``"stream"`` where the driver offers it, else ``"side_kernel"``.
+    On an H200 the driver wait took 2.257-2.262 ms in every context to host on 8192x8192x7168
+    (tile_fused(8)); the spin kernels 2.24 or 2.43 ms depending on the context.
+
+    ``edge_splits``: a ``tile_fused`` plan's exposed piece has each tile cut along K into this many
+    slices inside the persistent launch (``hocket.kernels.gemm_tile.gemm_split_tile``); 1 (the
+    default): none. No split count (2, 4, 8) beat the unsplit kernel on an H200 (0.00 to -0.13 ms).
+
+    Every figure: benchmarks/results/h200/2026-12-01_probes.md (with the options removed as no better:
+    ticket-counter tiles, from-host flags off the copy stream, two copy streams, spin-kernel waits on
+    the copy stream, a ``chunked`` exposed piece split along k).
     """
 
     def __init__(self, device: torch.device | str | int | None = None, *, config: TileConfig | None = None,
                  num_programs: int | None = None, flag_method: str = "auto", edge_pieces: int = EDGE_PIECES,
-                 side_waits: bool = True, dynamic: bool = False, copy_wait: str = "auto",
-                 chunk_flags: str = "copy", copy_streams: int = 1, balance_tail: bool = True,
-                 edge_split_k: bool = False, edge_splits: int = 1) -> None:
+                 copy_wait: str = "auto", balance_tail: bool = True, edge_splits: int = 1) -> None:
         require_cuda("hocket.ops offload operators")
         if not isinstance(edge_pieces, int) or isinstance(edge_pieces, bool) or edge_pieces < 0:
             raise ValueError(f"edge_pieces={edge_pieces!r} must be an int >= 0 (0: no narrow tiles)")
         if copy_wait not in COPY_WAITS:
             raise ValueError(f"copy_wait={copy_wait!r} must be one of {COPY_WAITS}")
-        if chunk_flags not in CHUNK_FLAGS:
-            raise ValueError(f"chunk_flags={chunk_flags!r} must be one of {CHUNK_FLAGS}")
-        if not isinstance(dynamic, bool):
-            raise TypeError(f"dynamic={dynamic!r} must be a bool")
-        if copy_streams not in (1, 2):
-            raise ValueError(f"copy_streams={copy_streams!r} must be 1 or 2")
         if not isinstance(balance_tail, bool):
             raise TypeError(f"balance_tail={balance_tail!r} must be a bool")
-        if not isinstance(edge_split_k, bool):
-            raise TypeError(f"edge_split_k={edge_split_k!r} must be a bool")
         if not isinstance(edge_splits, int) or isinstance(edge_splits, bool) or edge_splits < 1:
             raise ValueError(f"edge_splits={edge_splits!r} must be an int >= 1 (K slices of each tile of the "
                              f"exposed piece in tile_fused plans; 1: none)")
@@ -241,33 +208,20 @@ class OffloadContext:
         self.config = config
         self.num_programs = num_programs
         self.edge_pieces = edge_pieces
-        self.side_waits = bool(side_waits)
-        self.dynamic = dynamic
-        self.copy_wait = _resolve_copy_wait(copy_wait, self.side_waits, self.device)
-        self.chunk_flags = chunk_flags
+        self.copy_wait = _resolve_copy_wait(copy_wait, self.device)
         self.balance_tail = balance_tail
-        self.edge_split_k = edge_split_k
         self.edge_splits = edge_splits
-        self.second_copy_stream = torch.cuda.Stream(self.device) if copy_streams == 2 else None
         self._workspaces: dict[tuple, ConsumerWorkspace | ProducerWorkspace] = {}
         self.timeouts = _TimeoutWatch()
 
     def tile_config(self, m: int, n: int, k: int, dtype: torch.dtype) -> TileConfig:
         """The context's ``config``, else :func:`offload_tile_config` (128-wide narrow edge tiles: with
         pointer loads they made the to-host operator slower on an H200, 8192x3584x8192 2.744 ms against
-        2.491 with 64-wide ones, h200 run4; with descriptor loads they ran as fast, 2.515 against 2.517,
-        h200 run26)."""
+        2.491 with 64-wide ones; with descriptor loads they ran as fast, 2.515 against 2.517;
+        benchmarks/results/h200/2026-12-01_probes.md)."""
         if self.config is not None:
             return self.config
         return offload_tile_config(m, n, k, dtype)
-
-    def edge_parts(self, rows: int, exposed: bool, n: int, k: int) -> int:
-        """k-slices of a ``rows``-row chunked piece's GEMM (``hocket.ops.split_k``): ``split_k_parts`` for
-        the exposed piece (``exposed``: the first to host, the last from host, of two or more) with
-        ``edge_split_k``, else 1."""
-        if not (self.edge_split_k and exposed) or rows < 1:
-            return 1
-        return split_k_parts(rows, n, k, torch.cuda.get_device_properties(self.device).multi_processor_count)
 
     def programs(self) -> int:
         """Persistent grid size of the tile-fused GEMMs on this device."""
@@ -289,7 +243,7 @@ class OffloadContext:
         if key not in self._workspaces:
             self._workspaces[key] = ConsumerWorkspace(
                 m=m, n=n, k=k, dtype=dtype, device=self.device, config=cfg, num_programs=self.num_programs,
-                chunk_offsets=offsets, narrow_rows=narrow, dynamic=self.dynamic, split_rows=split_rows,
+                chunk_offsets=offsets, narrow_rows=narrow, split_rows=split_rows,
                 splits=self.edge_splits)
         return self._workspaces[key]
 
@@ -303,7 +257,7 @@ class OffloadContext:
         if key not in self._workspaces:
             self._workspaces[key] = ProducerWorkspace(m=m, n=n, k=k, dtype=dtype, device=self.device, config=cfg,
                                                       num_programs=self.num_programs, group_offsets=offsets,
-                                                      narrow_rows=narrow, dynamic=self.dynamic, split_rows=split_rows,
+                                                      narrow_rows=narrow, split_rows=split_rows,
                                                       splits=self.edge_splits)
         return self._workspaces[key]
 
@@ -313,8 +267,6 @@ class OffloadContext:
 
     def close(self) -> None:
         self.check()
-        if self.second_copy_stream is not None:
-            self.second_copy_stream.synchronize()
         self.staged.close()
         self._workspaces.clear()
 
@@ -389,21 +341,15 @@ def _from_host_sequential(ctx: OffloadContext, A_host, a_dev, B, out, plan: Plan
 
 
 def _from_host_chunked(ctx: OffloadContext, A_host, a_dev, B, out, plan: Plan) -> None:
-    m, k = A_host.shape
+    m = A_host.shape[0]
     current = torch.cuda.current_stream(ctx.device)
     offsets = piece_offsets(plan, m, align=CHUNK_ALIGN_ROWS, direction="from_host")
     start = current.record_event()
     events = ctx.staged.h2d_chunks(A_host, a_dev, offsets, after=start)
-    last = len(events) - 1
     for i, event in enumerate(events):
         current.wait_event(event)
         rows = slice(offsets[i], offsets[i + 1])
-        # the last piece's GEMM runs after every copy: split along k it runs on every SM
-        parts = ctx.edge_parts(rows.stop - rows.start, i == last > 0, B.shape[1], k)
-        if parts > 1:
-            split_k_mm(a_dev[rows], B, out[rows], parts)
-        else:
-            torch.mm(a_dev[rows], B, out=out[rows])
+        torch.mm(a_dev[rows], B, out=out[rows])
 
 
 def matmul_to_host(A: torch.Tensor, B: torch.Tensor, *, out: torch.Tensor | None = None, plan=None,
@@ -459,18 +405,13 @@ def _to_host_sequential(ctx: OffloadContext, A, B, c_dev, out, plan: Plan) -> No
 
 def _to_host_chunked(ctx: OffloadContext, A, B, c_dev, out, plan: Plan):
     """Each piece's GEMM, then its copy; returns the last copy's event (the caller's stream waits on it)."""
-    m, n = A.shape[0], B.shape[1]
+    m = A.shape[0]
     current = torch.cuda.current_stream(ctx.device)
     done = None
     offsets = piece_offsets(plan, m, align=CHUNK_ALIGN_ROWS, direction="to_host")
     for i in range(len(offsets) - 1):
         rows = slice(offsets[i], offsets[i + 1])
-        # the first copy waits for the first piece's GEMM: split along k it runs on every SM
-        parts = ctx.edge_parts(rows.stop - rows.start, i == 0 < len(offsets) - 2, n, A.shape[1])
-        if parts > 1:
-            split_k_mm(A[rows], B, c_dev[rows], parts)
-        else:
-            torch.mm(A[rows], B, out=c_dev[rows])
+        torch.mm(A[rows], B, out=c_dev[rows])
         # issued right behind its GEMM: from an idle GPU the first copy is queued before the
         # later GEMMs are issued, not after all of them
         done = ctx.staged.d2h_groups(c_dev, out, offsets[i:i + 2], events=[current.record_event()])[-1]

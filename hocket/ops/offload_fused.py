@@ -1,14 +1,12 @@
 """The ``tile_fused`` flows of the offload operators, event by event.
 
-``fused_from_host``: host -> device chunks back to back on the H2D stream; each chunk's
-flag is raised behind it: from the flag stream after the chunk's event for every chunk
-but the last (``chunk_flags="side"``: the copy engine never waits for a flag write), the
-last one right behind its copy; or all on the H2D stream (``chunk_flags="copy"``). The
-consumer GEMM on the current stream spins per tile on its chunk's flag.
+``fused_from_host``: host -> device chunks back to back on the H2D stream, each chunk's
+flag raised right behind its copy there; the consumer GEMM on the current stream spins per
+tile on its chunk's flag.
 ``fused_to_host``: the producer GEMM on the current stream raises a flag per finished
 group; the D2H stream copies each group once its flag rose: held at the flag in the GPU's
 front end (``copy_wait="stream"``), or behind bounded spin kernels on the flag stream and
-events (``"side_kernel"``), or behind spin kernels on the D2H stream (``"copy_kernel"``).
+events (``"side_kernel"``).
 
 Both return a :class:`FusedEvents`; ``timing=True`` makes every event a timing event,
 which ``hocket.ops.offload_timeline`` reads to show where a pipeline waits. ``ctx`` is the
@@ -63,55 +61,14 @@ def fused_from_host(ctx, A_host: torch.Tensor, a_dev: torch.Tensor, B: torch.Ten
     reset_consumer(ws)
     start = _event(current, timing)
     offsets = ws.schedule.chunk_offsets
-    if ctx.chunk_flags == "copy":
-        landed = ctx.staged.h2d_chunks(A_host, a_dev, offsets, flags=ws.flags, after=start, timing=timing)
-        flags_done = None
-    else:
-        landed, flags_done = _h2d_with_side_flags(ctx, A_host, a_dev, ws, start, timing)
+    landed = ctx.staged.h2d_chunks(A_host, a_dev, offsets, flags=ws.flags, after=start, timing=timing)
     consumer_gemm(a_dev, B, workspace=ws, out=out)
     gemm_done = _event(current, timing)
     for event in landed:
         current.wait_event(event)
-    if flags_done is not None:
-        current.wait_event(flags_done)
     ctx.timeouts.watch(ws.errors, max_spins=ws.max_spins, what="matmul_from_host (tile_fused)")
     return FusedEvents(start=start, ready=tuple(landed), copied=tuple(landed), gemm_done=gemm_done,
                        done=landed[ws.schedule.arrival[-1]], row_offsets=offsets)
-
-
-def _copy_streams(ctx, first: torch.cuda.Stream, start) -> list[torch.cuda.Stream]:
-    """``first`` and, with ``copy_streams=2``, the context's second copy stream; each waits for ``start``."""
-    streams = [first] if ctx.second_copy_stream is None else [first, ctx.second_copy_stream]
-    for stream in streams:
-        stream.wait_event(start)
-    return streams
-
-
-def _h2d_with_side_flags(ctx, A_host, a_dev, ws, start, timing: bool):
-    """Chunks back to back on the H2D stream(s) (an event after each); the flag stream raises
-    each chunk's flag after its event, except the last chunk's, raised on the H2D stream
-    right behind it (nothing follows it there). Returns (events by chunk, flag stream's end)."""
-    from hocket.kernels.flags import set_flag_on_stream
-
-    staged = ctx.staged
-    offsets, order = ws.schedule.chunk_offsets, ws.schedule.arrival
-    landed: list = [None] * len(order)
-    streams = _copy_streams(ctx, staged.h2d_stream, start)
-    for step, chunk in enumerate(order):
-        stream = streams[step % len(streams)]
-        with on_stream(stream):
-            rows = slice(offsets[chunk], offsets[chunk + 1])
-            a_dev[rows].copy_(A_host[rows], non_blocking=True)
-            if step == len(order) - 1:
-                set_flag_on_stream(ws.flags, chunk, method=staged.flag_method)
-            landed[chunk] = _event(stream, timing)
-    with on_stream(staged.flag_stream):
-        staged.flag_stream.wait_event(start)
-        for chunk in order[:-1]:
-            staged.flag_stream.wait_event(landed[chunk])
-            set_flag_on_stream(ws.flags, chunk, method=staged.flag_method)
-        flags_done = _event(staged.flag_stream, False)
-    return landed, flags_done
 
 
 def fused_to_host(ctx, A: torch.Tensor, B: torch.Tensor, c_dev: torch.Tensor, out: torch.Tensor,
@@ -130,34 +87,14 @@ def fused_to_host(ctx, A: torch.Tensor, B: torch.Tensor, c_dev: torch.Tensor, ou
     wait = dict(errors=ws.errors, max_spins=ws.max_spins, after=start)
     if ctx.copy_wait == "stream":
         ready, copied = _d2h_stream_waits(ctx, c_dev, out, ws, start, timing)
-    elif ctx.copy_wait == "side_kernel":
-        ready = ctx.staged.flag_waits(ws.flags, len(offsets) - 1, timing=timing, **wait)
-        copied = _d2h_after_events(ctx, c_dev, out, offsets, ready, start, timing)
     else:
-        ready = []
-        copied = ctx.staged.d2h_groups(c_dev, out, offsets, flags=ws.flags, side_waits=False, timing=timing, **wait)
-    for event in copied:  # the error mirror below must follow the copy-side waits (every copy stream)
+        ready = ctx.staged.flag_waits(ws.flags, len(offsets) - 1, timing=timing, **wait)
+        copied = ctx.staged.d2h_groups(c_dev, out, offsets, events=ready, after=start, timing=timing)
+    for event in copied:  # the error mirror below must follow the copy-side waits
         current.wait_event(event)
     ctx.timeouts.watch(ws.errors, max_spins=ws.max_spins, what="matmul_to_host (tile_fused)")
     return FusedEvents(start=start, ready=tuple(ready), copied=tuple(copied), gemm_done=gemm_done,
-                       done=copied[-1], row_offsets=offsets)  # with two copy streams: see every copied event
-
-
-def _d2h_after_events(ctx, c_dev, out, offsets, ready, start, timing: bool):
-    """Each group's copy after its ready event, on the D2H stream (or alternating between
-    two copy streams, ``copy_streams=2``). Returns the events after each copy."""
-    if ctx.second_copy_stream is None:
-        return ctx.staged.d2h_groups(c_dev, out, offsets, events=ready, after=start, timing=timing)
-    streams = _copy_streams(ctx, ctx.staged.d2h_stream, start)
-    copied = []
-    for group in range(len(offsets) - 1):
-        stream = streams[group % len(streams)]
-        with on_stream(stream):
-            stream.wait_event(ready[group])
-            rows = slice(offsets[group], offsets[group + 1])
-            out[rows].copy_(c_dev[rows], non_blocking=True)
-            copied.append(_event(stream, timing))
-    return copied
+                       done=copied[-1], row_offsets=offsets)
 
 
 def _d2h_stream_waits(ctx, c_dev, out, ws, start, timing: bool):
@@ -166,11 +103,11 @@ def _d2h_stream_waits(ctx, c_dev, out, ws, start, timing: bool):
     each wait, events after each copy)."""
     from hocket.kernels.stream_wait import wait_value_on_stream
 
-    streams = _copy_streams(ctx, ctx.staged.d2h_stream, start)
+    stream = ctx.staged.d2h_stream
+    stream.wait_event(start)
     offsets = ws.schedule.group_offsets
     ready, copied = [], []
     for group in range(len(offsets) - 1):
-        stream = streams[group % len(streams)]
         with on_stream(stream):
             wait_value_on_stream(ws.flags, group, stream=stream)
             if timing:

@@ -24,7 +24,7 @@ HEAD_START_CYCLES = 2_000_000
 @dataclass(frozen=True, kw_only=True)
 class OffloadTimeline:
     """Times in ms from the call's start. ``ready_ms``: to host, each group's flag seen;
-    from host, each chunk landed (empty to host with ``side_waits=False``)."""
+    from host, each chunk landed."""
 
     direction: str
     piece_rows: tuple[int, ...]

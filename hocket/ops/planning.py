@@ -67,7 +67,7 @@ _CHOSEN_GRAPHED: dict[tuple[str, str], Plan] = {}
 
 _CALL_PLANNER: list[Callable[..., Plan]] = []
 """the process planner's ``plan_for_call`` (:func:`hocket.ops.live.plan_for_call` installs itself on import:
-the planner, issue 4: bucketed, cached, never slower)."""
+the process planner: bucketed, cached, never slower)."""
 
 
 def set_call_planner(fn: Callable[..., Plan]) -> None:

@@ -1,6 +1,6 @@
 """Build the :class:`~hocket.core.site.Site` of one operator call (used by the ops and the graph pass).
 
-Shapes follow DESIGN.md's convention (per-rank operands, leading dims folded into m):
+Shapes follow docs/operators.md's convention (per-rank operands, leading dims folded into m):
 
 * ``ag_mm``: ``m`` = rows after the gather, ``k`` = the matmul's K, ``n`` = B's N;
   gathering the last dim of ``A_shard`` gathers K, so ``m`` = local rows and

@@ -7,11 +7,15 @@ was decided (measured times when autotuned). Rules:
 * writes are atomic: a temporary file in the same folder, fsync, ``os.replace``; the
   read-merge-write runs under an advisory lock file, so two ranks or two jobs writing
   at once never tear the file and never drop each other's entries;
-* a corrupt file (bad JSON, wrong format, a malformed entry) is reported with a
-  :class:`PlanCacheWarning`, moved aside to ``<name>.corrupt`` and rebuilt; nothing
-  in it is trusted;
+* a corrupt file (bad JSON, not UTF-8, over :data:`MAX_CACHE_BYTES`, wrong format or schema, a
+  malformed entry) is reported with a :class:`PlanCacheWarning`, moved aside to ``<name>.corrupt``
+  and rebuilt; nothing in it is trusted;
 * an entry for the same site made in another environment (other hardware, driver,
-  transport environment, hocket or torch version) is ignored with a warning.
+  transport environment, hocket or torch version) is ignored with a warning;
+* a cache that cannot be read or written at all (its folder cannot be created, the path is a
+  directory or lies below a regular file, a read-only or full disk) never fails a call: one
+  :class:`PlanCacheWarning` names the path and the problem, and the cache object then keeps its
+  decisions in memory only (hocket plans without the file).
 """
 
 from __future__ import annotations
@@ -27,12 +31,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hocket.core.files import ConfigFileError, read_bounded
 from hocket.core.plan import Plan
 
 CACHE_FORMAT = "hocket-plan-cache"
 CACHE_SCHEMA_VERSION = 1
 CACHE_FILENAME = "plans.json"
 SOURCES = ("autotune", "predicted")
+MAX_CACHE_BYTES = 64 * 2**20
+"""a cache file larger than this is treated as corrupt (a decision is ~1 KiB: 64 MiB is ~60k sites)."""
 
 
 class PlanCacheWarning(UserWarning):
@@ -193,25 +200,53 @@ class PlanCache:
         self.path = Path(path) if path is not None else default_cache_path()
         self._entries: dict[str, CacheEntry] | None = None
         self._warned: set[str] = set()
+        self.unusable: str | None = None
+        """why the file is not used any more (an OS error reading or writing it), or None."""
 
     # -- reading -------------------------------------------------------------
     def _load_unlocked(self) -> dict[str, CacheEntry]:
+        if self.path.is_dir():
+            raise IsADirectoryError(21, "is a directory, not a plan cache file", str(self.path))
         if not self.path.exists():
             return {}
-        text = self.path.read_text(encoding="utf-8", errors="replace")
         try:
+            text = read_bounded(self.path, what="plan cache", max_bytes=MAX_CACHE_BYTES)
             return parse_cache(text)
-        except CorruptCacheError as exc:
+        except (CorruptCacheError, ConfigFileError) as exc:
+            problem = str(exc).removeprefix(f"{self.path}: ")
             aside = self.path.with_name(self.path.name + ".corrupt")
-            warnings.warn(f"plan cache {self.path} is corrupt: {exc}; moved it to {aside} and rebuilding "
-                          f"(nothing in it is used)", PlanCacheWarning, stacklevel=3)
-            os.replace(self.path, aside)
+            try:
+                os.replace(self.path, aside)
+                moved = f"moved it to {aside} and rebuilding"
+            except OSError as move_exc:
+                moved = f"could not move it aside ({move_exc.strerror or move_exc})"
+            warnings.warn(f"plan cache {self.path} is corrupt: {problem}; {moved} (nothing in it is used)",
+                          PlanCacheWarning, stacklevel=4)
             return {}
+
+    def _fault(self, exc: OSError, doing: str) -> None:
+        """Stop using the file after an OS error (warned once): decisions stay in memory only."""
+        problem = exc.strerror or str(exc)
+        where = exc.filename if exc.filename and str(exc.filename) != str(self.path) else None
+        if where is not None:
+            problem += f" ({where})"
+        if self.unusable is None:
+            warnings.warn(f"plan cache {self.path} cannot be used: {doing} it failed with {type(exc).__name__}: "
+                          f"{problem}; hocket plans without the cache file (decisions are kept in memory). Point "
+                          f"HOCKET_CACHE_DIR at a writable directory to keep them", PlanCacheWarning, stacklevel=4)
+        self.unusable = f"{doing}: {type(exc).__name__}: {problem}"
 
     def entries(self) -> dict[str, CacheEntry]:
         if self._entries is None:
-            with self._locked():
-                self._entries = self._load_unlocked()
+            if self.unusable is not None:
+                self._entries = {}
+                return self._entries
+            try:
+                with self._locked():
+                    self._entries = self._load_unlocked()
+            except OSError as exc:
+                self._fault(exc, "reading")
+                self._entries = {}
         return self._entries
 
     def get(self, site_key: str) -> CacheEntry | None:
@@ -235,10 +270,19 @@ class PlanCache:
         """Record a decision for this environment and write the file atomically."""
         entry = CacheEntry(site_key=site_key, plan=plan, environment=self.environment, source=source,
                            timings_ms=timings_ms or {}, created_unix_s=time.time())
-        with self._locked():
-            entries = self._load_unlocked()
+        entries = None
+        if self.unusable is None:
+            try:
+                with self._locked():
+                    entries = self._load_unlocked()
+                    entries[entry.key] = entry
+                    write_atomic(self.path, render_cache(entries))
+            except OSError as exc:
+                self._fault(exc, "writing")
+                entries = None
+        if entries is None:
+            entries = dict(self._entries or {})
             entries[entry.key] = entry
-            write_atomic(self.path, render_cache(entries))
         self._entries = entries
         return entry
 

@@ -1,7 +1,8 @@
 """Pricing eager calls that hocket replays from CUDA graphs of its own (``HOCKET_EAGER_GRAPHS``).
 
 An overlapped plan issues many small items per call; where the host issues them slower than the
-device runs them, the call runs at the host's pace (the 0.3 ms cases of issue 6 on slow-host leases).
+device runs them, the call runs at the host's pace (the two 0.3 ms cases of
+benchmarks/results/h200x2/2026-12-01_nvlink-eager.md on slow-host leases).
 :mod:`hocket.ops.eager_graph` then captures the call once and replays it: the host pays one replay
 and a few copy launches, the device pays copying the call's inputs into the graph's and its outputs
 out (a graph reads and writes fixed addresses, and an eager caller expects fresh output tensors).

@@ -12,7 +12,7 @@ candidates (:func:`offload_candidates`), all ``transport="host_staged"``:
   the first copy waits for the first piece's GEMM; last from host, where the last piece's
   GEMM runs after every copy. A library GEMM of a 128-256-row piece uses the whole GPU, so
   the copy starts ~0.05 ms in; the pieces then grow as fast as the copy lets the GEMM stay
-  ahead. On an H200 over PCIe (benchmarks/results/h200/run9) this was the fastest layout on
+  ahead. On an H200 over PCIe (benchmarks/results/h200/2026-12-01_probes.md) this was the fastest layout on
   the copy-bound shapes: to host 8192x8192x7168 2.197 ms (eff 0.94) against 2.270 for
   tile_fused(8) and 2.253 for even chunked(16);
 * ``tile_fused`` (``FUSED_CHUNKS`` flag groups).
@@ -96,9 +96,9 @@ def choose_offload_plan(site: Site, cluster=None, profile=None, *, cost=None, ma
     (:func:`hocket.plan.search.select`): a plan must beat sequential by more than ``margin`` after its
     prediction is inflated by its class's model error and its pieces' (``uncertainty``; default the
     documented constants, with the classes ``profile`` measured where there is one), and the lowest inflated
-    price wins. Without that rule the cheapest raw price won: on 1xH200 run49 an even chunked(32) to host,
+    price wins. Without that rule the cheapest raw price won: on 1xH200 an even chunked(32) to host,
     priced 1% under the next plan, ran host-bound at 2.63 ms where tile_fused(8) and the 8-piece ramp ran
-    2.20-2.26."""
+    2.20-2.26 (benchmarks/results/h200/2026-12-01_offload-plan-none.md)."""
     if cost is None:
         if cluster is None:
             raise ValueError("choose_offload_plan needs a cluster (hocket.hardware.load_cluster or probe()) "

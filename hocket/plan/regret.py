@@ -79,8 +79,8 @@ def machine_key(record) -> str:
     """The machine a results line ran on: its hardware fingerprint (devices, nodes, topology and links, driver,
     CUDA, NCCL and torch versions, the link-changing environment) without the parts that name hocket's
     version or the process rather than the machine: the transports each island offers (the list grows
-    with hocket: ``peer_read`` joined it at 2xH200 run6, which gave the same 2xH200 and 1xH200 machines a new
-    fingerprint ``hash``) and ``PROCESS_ENV``. Lines without a fingerprint dict fall back to its ``hash``."""
+    with hocket: adding ``peer_read`` gave the same 2xH200 and 1xH200 machines a new fingerprint
+    ``hash``) and ``PROCESS_ENV``. Lines without a fingerprint dict fall back to its ``hash``."""
     hardware = record.hardware if isinstance(record.hardware, dict) else {}
     if "topology" not in hardware:
         return str(hardware.get("hash", "unknown"))

@@ -102,8 +102,9 @@ def tuning_shortlist(ranked: Sequence[Plan], *, baseline: Plan, k: int) -> tuple
     order variants. So: the best plan; the same plan with half and a quarter of its pieces,
     when priced; then the best plan of each *class* (strategy and transport) not yet listed,
     in predicted order (a class the model misprices as a whole still gets one measurement:
-    2xH200 run9's fastest plan of mm_rs 8192x14336x8192, chunked(1)/copy_engine, was ranked
-    19th); then the best plan of each other family; then the rest of ``ranked``.
+    on 2xH200 the fastest measured plan of mm_rs 8192x14336x8192, chunked(1)/copy_engine, was ranked
+    19th, benchmarks/results/validation/2026-12-01_measured-rules.md); then the best plan of each other family; then
+    the rest of ``ranked``.
     Over ``host_staged`` the own-data-first order is a class of its own (:func:`plan_class`).
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
@@ -251,7 +252,8 @@ def plan_class(plan: Plan) -> tuple:
     """What the shortlist measures at least once: strategy and transport, and over ``host_staged``
     whether the pipeline is own-data-first (one relay call for every piece) or not (a relay call per
     piece). The two run different executors and the model can misprice one as a whole: on 2xH200
-    (run47, slow link, CUDA graph replays) natural-order pieces cost ~25-40 us more each than
+    (slow link, CUDA graph replays; benchmarks/results/validation/2026-12-01_measured-rules.md) natural-order pieces
+    cost ~25-40 us more each than
     predicted, so the five best predicted plans of ag_mm 8192x4096x1536 were natural-order ones
     (measured 1.06-1.32 ms) while chunked(8)[local_first] measured 0.905."""
     return plan.strategy, plan.transport, plan.transport == "host_staged" and plan.order == "local_first"

@@ -1,6 +1,6 @@
 """Candidate space: every valid Plan for a Site on a group, and why the rest were pruned.
 
-Enumeration is apart from selection (DESIGN.md section 3): this module only lists
+Enumeration is apart from selection (docs/planning.md): this module only lists
 plans; :mod:`hocket.plan.search` prices and picks. The enumerator works on plain data:
 a :class:`GroupFacts` (what the cluster offers between the group's ranks), built from a
 ClusterSpec by :func:`group_facts`, so tests can hand it a toy group.
@@ -76,7 +76,7 @@ class GroupFacts:
 
 @dataclass(frozen=True, kw_only=True)
 class SpaceConfig:
-    """Knobs of the candidate space (defaults follow issue 4)."""
+    """Knobs of the candidate space (docs/planning.md)."""
 
     max_chunks: int = 64
     min_gemm_rows: int = 16

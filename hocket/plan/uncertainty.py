@@ -17,7 +17,7 @@ overlapped plans pay, and leaves out more of them for some mechanisms than for o
 ``DEFAULT_REL_ERROR`` holds, per class, how much the model may under-price a plan
 *relative to sequential*: the plan may run ``(1 + e)`` times slower (relative to the
 sequential run) than predicted. They are documented constants (see their docstring for
-where they come from: validate_cost's calibration sites, never its held-out ones). Each
+where they come from: the calibration sites of `hocket validate`, never its held-out ones). Each
 further piece adds ``per_piece_error`` (the un-priced overhead grows with the piece
 count), up to ``max_error``.
 
@@ -56,64 +56,45 @@ DEFAULT_REL_ERROR: Mapping[str, float] = {
 """Per class: how much slower relative to sequential a plan may run than predicted (see module doc),
 where the profile the planner prices with measured the class (:func:`calibrated_classes`).
 
-Derived, not hand-set: the output of
-
-    python benchmarks/derive_uncertainty.py --lease-profiles \
-        --profile benchmarks/results/calibration/h200x2-nccl-full.json
-
-re-run in session 22 (2026-12-01) after the copy-engine defaults and superseded profile parts changed
-(``hocket.cost.contention``, ``hocket.hardware.profile.SUPERSEDED_BEFORE``; every results file committed by
-then: 1xH200 runs up to run44, 2xH200 runs up to run88): pipelined 0.06 of 585 plans, copy_engine 0.06 of 191,
-ring 0.06 of 156, tile_fused 0.09 of 55, host_staged 0.01 of 2315; medians +0.032 / +0.033 / +0.032 / +0.025 /
--0.013. (On the model just before the change the same files gave 0.06 / 0.05 / 0.06 / 0.03 / 0.01: the module's
-tile_fused 0.00 of session 16 had gone stale as tile_fused lines were added.) Session 16's run
-(2026-11-30) on the cost model of commit 3149d20, which prices a tile_fused call's own
-host work (every results file committed by then: 1xH200 runs up to run25, 2xH200 runs up to run71): pipelined
-0.06 of 502 plans, copy_engine 0.05 of 207, ring 0.06 of 134, tile_fused 0.00 of 96 (its p75 -0.017: the model now
-prices tile_fused a little slow, the Triton GEMM's efficiency and its host work), host_staged 0.01 of 1908;
-medians +0.034 / +0.025 / +0.036 / -0.043 / -0.013. Session 14's run, on the cost model of commit 927d5a5
-(every results file committed by then: 1xH200 runs up to run22, 2xH200 runs up to run63): over the *calibration* sites of
-``benchmarks/validate_cost.py``'s frozen split only (never its held-out sites), every H200 results
-file with current executors (graph replays priced as such), each file predicted with the profile
-``hocket calibrate`` measured on its own lease where that lease kept one, else with that older profile;
-sequential priced as the planner's own baseline on the line's cluster (on the slow-link preset: the
-relay's bulk call); the 75th percentile per class of how much the model under-priced ``plan /
-sequential``, less the per-piece allowance, over the plans whose profile measured their class
-(pipelined 0.07 of 422 plans, copy_engine 0.04 of 171, ring 0.06 of 114, tile_fused 0.10 of 86,
-host_staged 0.01 of 1842; medians +0.033 / +0.025 / +0.038 / +0.047 / -0.013). Session 9 (runs up to
-run39): 0.08 / 0.04 / 0.08 / 0.06 / 0.02; runs up to run11: 0.09 / 0.05 / 0.11 / 0.07 / 0.11; the
-planner regret tables did not move with the update (benchmarks/results/planner_regret*.txt). A plan
-must win by the margin even if its prediction is that far off. Re-run the command when the cost model
-changes and copy its last lines here."""
+Derived, not hand-set: per class, the 75th percentile of how much the cost model under-priced
+``plan / sequential`` (less the per-piece allowance), over the plans whose profile measured their class, on the
+*calibration* sites of the validation's frozen split only (never its held-out sites): every H200 results line with
+current executors (graph replays priced as such), each priced with the profile ``hocket calibrate`` made on its own
+lease where it has one, sequential priced as the planner's own baseline on the line's cluster. On the model of
+2026-12-01: pipelined 0.06 of 585 plans, copy_engine 0.06 of 191, ring 0.06 of 156, tile_fused 0.09 of 55,
+host_staged 0.01 of 2315 (medians +0.032 / +0.033 / +0.032 / +0.025 / -0.013); the planner regret tables did not
+move with it. Command and table (with the earlier derivations):
+benchmarks/results/validation/2026-12-01_measured-rules.md
+("Uncertainty allowances"). A plan must win by the margin even if its prediction is that far off. Re-derive
+when the cost model changes; copy the values here and the table into a dated report."""
 
 DEFAULT_UNCALIBRATED_REL_ERROR: Mapping[str, float] = {"copy_engine": 0.11, "tile_fused": 0.12, "host_staged": 0.17}
 """Per class where the same derivation has points whose profile did *not* measure the class: the
 error the planner allows there instead of ``uncalibrated_factor`` times ``DEFAULT_REL_ERROR``.
-copy_engine and tile_fused (session 22): the 2xH200 lines of runs 1-16 priced with the first profile,
-whose copy-engine curve and contention ``hocket.hardware.profile`` now ignores (they timed another
-copy): p75 +0.105 of 60 plans and +0.122 of 61 (medians +0.064 / +0.065).
-host_staged: the 2xH200 relay lines priced with a profile that has no ``host_relay`` curve
-(p75 +0.17 of 506 plans, median +0.061 in session 14; +0.18 of 504 in session 9; runs 22-28 and 31,
-and the earlier lines of leases that calibrated later), against +0.01 with one."""
+copy_engine and tile_fused: the 2xH200 lines priced with the first shared profile, whose copy-engine curve
+and contention ``hocket.hardware.profile`` ignores (they timed another copy): p75 +0.105 of 60 plans and +0.122 of
+61 (medians +0.064 / +0.065). host_staged: the 2xH200 relay lines priced with a profile that has no
+``host_relay`` curve: p75 +0.17 of 506 plans (median +0.061), against +0.01 with one. Table:
+benchmarks/results/validation/2026-12-01_measured-rules.md ("Uncertainty allowances")."""
 
 DEFAULT_HOST_SPREAD = 2.0
 """How much slower than the model the host may issue a call: the same call's host time differed
-2.1x between two leases of one machine kind (2xH200 run10: chunked(1)/copy_engine 370 vs 789 us
-per call), and run10's per-call host times were 1.6-6x the issue chain the defaults of
-``hocket.cost.issue`` price. A candidate whose host issue time, stretched by this, exceeds its
-predicted time is priced at that: a pipeline that is host-bound on a slower host must still win.
-Not applied to the ``host_staged`` class: its relay and host-copy issue costs were derived from
-those pipelines' own per-piece times on the calibration sites (``hocket.cost.issue``), so they
-already sit at the measured hosts' level (2xH200 run5: chunked(8)/host_staged[reverse] of mm_rs
-8192x14336x8192 ran in 3.60 ms, under the 3.16 ms of host time the model gives it plus its tail).
+2.1x between two 2xH200 leases of one machine kind (chunked(1)/copy_engine 370 vs 789 us per call), and
+those per-call host times were 1.6-6x the issue chain the defaults of ``hocket.cost.issue`` price. A candidate
+whose host issue time, stretched by this, exceeds its predicted time is priced at that: a pipeline that is
+host-bound on a slower host must still win. Not applied to the ``host_staged`` class: its relay and host-copy
+issue costs were derived from those pipelines' own per-piece times on the calibration sites
+(``hocket.cost.issue``), so they already sit at the measured hosts' level (chunked(8)/host_staged[reverse] of
+mm_rs 8192x14336x8192 ran in 3.60 ms, under the 3.16 ms of host time the model gives it plus its tail).
 
-Kept at 2.0 where the profile measured the issue costs on the same lease (``issue_us``): those costs
-moved 1.5-1.9x within one lease (2xH200 run35, ``profile.json`` against ``profile_host.json`` of one
-device call: entry 93.8 vs 63.0 us, p2p 97.4 vs 53.2; run39, two calibrations a minute apart: entry
-119.7 vs 62.7), and run35's steady-state chunked(1)/copy_engine put of ag_mm 8192x4096x1536, priced
-host-bound at 0.198 ms with that lease's profile, measured 0.376 ms (1.9x). The price of keeping it:
-prediction alone leaves run36's pull plan of mm_rs 8192x2048x4096 (0.269 ms, 0.73x sequential) for
-sequential, the 1.375 regret of ``benchmarks/results/planner_regret.txt``; the autotuner takes it."""
+Kept at 2.0 where the profile measured the issue costs on the same lease (``issue_us``): those costs moved
+1.5-1.9x within one lease (the NVLink and the host-mode calibration of one lease: entry 93.8 vs 63.0 us, p2p
+97.4 vs 53.2; two calibrations a minute apart: entry 119.7 vs 62.7), and a steady-state chunked(1)/copy_engine
+put of ag_mm 8192x4096x1536, priced host-bound at 0.198 ms with its lease's profile, measured 0.376 ms (1.9x).
+The price of keeping it: prediction alone leaves a pull plan of mm_rs 8192x2048x4096 that ran 0.269 ms (0.73x
+sequential) for sequential (regret 1.375); the autotuner takes it. Measurements:
+benchmarks/results/validation/2026-12-01_measured-rules.md
+("Host issue spread")."""
 DEFAULT_PER_PIECE_ERROR = 0.003
 """Added per piece beyond the first (chunks, ring sub-steps, flag groups)."""
 DEFAULT_MAX_ERROR = 0.30
@@ -134,8 +115,9 @@ RELAY_TRANSFERS: tuple[str, ...] = ("host_relay",)
 """What ``host_staged`` between ranks (the relay of ``hocket.transport.host_relay``: a PCIe pipeline
 through shared host memory, and its own issue costs) further needs a profile to hold: without the
 relay's curve the model prices it from the datasheet's PCIe rate and default issue costs, which on
-2xH200 under-priced it relative to sequential by a p75 of 0.13 (``benchmarks/derive_uncertainty.py``
-over the relay lines of runs 22-28 and 31, old profile) against 0.04 with the profile of each lease."""
+2xH200 under-priced it relative to sequential by a p75 of 0.13 (the allowance derivation over the relay lines
+priced with a profile without the relay's curve) against 0.04 with the profile of each lease
+(benchmarks/results/validation/2026-12-01_measured-rules.md, "Uncertainty allowances")."""
 
 
 def plan_class(plan: Plan) -> str:

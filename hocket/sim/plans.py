@@ -16,15 +16,25 @@ default plan. ``per_stage`` layer counts, when present, fix the pipeline partiti
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hocket.core.files import load_json_file
 from hocket.core.plan import Plan
-from hocket.core.site import canonical_dtype
+from hocket.core.site import SITE_KINDS, canonical_dtype
 
 SITE_ENTRY_FIELDS = ("kind", "m", "k", "n", "plan")
+PLAN_FILE_FIELDS = ("model", "cluster", "parallel", "sites", "per_stage", "predicted_step_ms")
+"""the top-level fields of a planner's JSON (a JSON object with any of them is a plan file, not one Plan)."""
+
+
+def _entry_int(entry: dict, name: str, where: str, default: int | None = None) -> int:
+    value = entry.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{where}.{name}={value!r} must be a positive int (per-rank shapes in m k n order, as "
+                         f"`hocket plan --json` writes them)")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +63,9 @@ def parse_plan_file(data: object, *, source: str = "<dict>") -> PlanFile:
         raise ValueError(f"{source}: the plan file must hold a JSON object with 'sites', got {type(data).__name__}")
     sites = data.get("sites")
     if not isinstance(sites, list):
-        raise ValueError(f"{source}: 'sites' must be a list of {{name, kind, m, k, n, dtype, world, plan}} objects")
+        got = "is missing" if "sites" not in data else f"is a {type(sites).__name__}"
+        raise ValueError(f"{source}: 'sites' {got}; a plan file holds a list of {{name, kind, m, k, n, dtype, "
+                         f"world, plan}} objects under 'sites' (write one with `hocket plan --json`)")
     by_shape: dict[tuple, Plan] = {}
     by_name: dict[str, Plan] = {}
     by_key: dict[str, Plan] = {}
@@ -67,8 +79,16 @@ def parse_plan_file(data: object, *, source: str = "<dict>") -> PlanFile:
             plan = Plan.from_dict(entry["plan"]) if isinstance(entry["plan"], dict) else Plan.from_json(entry["plan"])
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{source}: sites[{i}].plan is not a valid plan ({exc})") from None
-        by_shape.setdefault(_shape_key(entry["kind"], entry["m"], entry["k"], entry["n"], entry.get("num_b", 1),
-                                       entry.get("dtype", "bfloat16"), entry.get("world", 1)), plan)
+        where = f"{source}: sites[{i}]"
+        if entry["kind"] not in SITE_KINDS:
+            raise ValueError(f"{where}.kind={entry['kind']!r} is unknown; use one of {SITE_KINDS}")
+        m, k, n = (_entry_int(entry, name, where) for name in ("m", "k", "n"))
+        num_b, world = _entry_int(entry, "num_b", where, 1), _entry_int(entry, "world", where, 1)
+        try:
+            dtype = canonical_dtype(entry.get("dtype", "bfloat16"))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}.dtype: {exc}") from None
+        by_shape.setdefault(_shape_key(entry["kind"], m, k, n, num_b, dtype, world), plan)
         if entry.get("name"):
             by_name.setdefault(str(entry["name"]), plan)
         if entry.get("key"):
@@ -91,16 +111,15 @@ def parse_plan_file(data: object, *, source: str = "<dict>") -> PlanFile:
 
 
 def load_plan_file(path: str | Path) -> PlanFile:
+    """A planner's JSON file, read bounded (:func:`hocket.core.files.read_bounded`) and validated."""
     p = Path(path).expanduser()
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"plan file {str(p)!r} does not exist; write one with `hocket plan --json`") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"plan file {str(p)!r} is not valid JSON ({exc})") from None
-    return parse_plan_file(data, source=str(p))
+    return parse_plan_file(load_json_file(p, what="plan file (write one with `hocket plan --json`)"), source=str(p))
+
+
+def is_plan_file(data: object) -> bool:
+    """Whether ``data`` (parsed JSON) is meant as a planner's file rather than one Plan: an object with one of
+    :data:`PLAN_FILE_FIELDS`."""
+    return isinstance(data, dict) and any(name in data for name in PLAN_FILE_FIELDS)
 
 
 class PlanBook:

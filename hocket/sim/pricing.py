@@ -64,7 +64,7 @@ class Pricer:
     # -- sites ----------------------------------------------------------------------
     def site(self, site, ranks: tuple[int, ...]) -> SitePricing:
         """Stage list of ``site`` run by the TP group ``ranks`` (the class's representative)."""
-        from hocket.cost.candidates import sequential_plan
+        from hocket.plan.space import GroupFacts, baseline_plan
         from hocket.strategies import pipeline_stages
 
         plan = self.choose_plan(site)  # asked with the StepGraph's own site (its key names DP replica 0)
@@ -78,7 +78,7 @@ class Pricer:
             priced = SitePricing(stages=tuple(pipeline_stages(site, plan, self.cluster, self.profile)), plan=plan)
         except ValueError as exc:  # the plan does not apply (kind, transport): run the baseline instead
             offered = self.cluster.group_transports(site.group_ranks) if site.world > 1 else frozenset({"collective"})
-            fallback = sequential_plan(offered)
+            fallback = baseline_plan(GroupFacts(transports=offered), site)
             if plan == fallback:
                 raise
             priced = SitePricing(stages=tuple(pipeline_stages(site, fallback, self.cluster, self.profile)),

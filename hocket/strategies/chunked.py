@@ -132,8 +132,9 @@ def capture_refusal(site, plan, default: str) -> str | None:
 
 def single_piece(site, plan) -> bool:
     """``chunks=1`` is a pipeline of its own (not ``bulk``) where the executor multiplies this rank's own
-    data beside the transfer: the copy-engine peer protocols and ``order="local_first"`` (2xH200 run9:
-    chunked(1)/copy_engine was the fastest plan of ag_mm 8192x8192x7168 and mm_rs 8192x14336x8192)."""
+    data beside the transfer: the copy-engine peer protocols and ``order="local_first"`` (2xH200:
+    chunked(1)/copy_engine is the fastest plan of ag_mm 8192x8192x7168 and mm_rs 8192x14336x8192,
+    benchmarks/results/h200x2/2026-12-01_nvlink-eager.md)."""
     return site.world > 1 and (plan.transport == "copy_engine" or plan.order == "local_first")
 
 

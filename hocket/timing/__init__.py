@@ -1,4 +1,4 @@
-"""Timing collective calls honestly (DESIGN.md section 4): samples behind barriers, the maximum across
+"""Timing collective calls honestly (docs/validation.md, how a results line is measured): samples behind barriers, the maximum across
 ranks, warm-up, CUDA events on GPUs (``timer``); median / p10 / p90 / n (``stats``)."""
 
 from hocket.timing.stats import Summary, summarize

@@ -56,6 +56,17 @@ def process_group_of(group: object) -> dist.ProcessGroup:
         return group
     if isinstance(group, str):
         return _from_name(group)
+    if group is dist.GroupMember.NON_GROUP_MEMBER or (isinstance(group, int) and not isinstance(group, bool)
+                                                      and group == dist.GroupMember.NON_GROUP_MEMBER):
+        raise ValueError(
+            f"group={group!r} is torch.distributed.GroupMember.NON_GROUP_MEMBER: this process (global rank "
+            f"{dist.get_rank()}) is not a member of the group it was given (torch.distributed.new_group returns "
+            "that value on the ranks outside the group); call the operator only on the group's ranks, e.g. "
+            "`if group != dist.GroupMember.NON_GROUP_MEMBER: ...`"
+        )
+    if group is None:
+        raise TypeError("group=None: pass a ProcessGroup (torch.distributed.group.WORLD for every rank), a 1-D "
+                        "DeviceMesh or a group name")
     if isinstance(group, DeviceMesh):
         if group.ndim != 1:
             raise ValueError(

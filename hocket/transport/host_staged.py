@@ -18,9 +18,8 @@ How the two directions meet the tile-fused kernels (``hocket.kernels``):
   single kernel launch has one completion event, not one per group. The spin kernels
   run on a third stream (``flag_stream``), each followed by an event the D2H stream
   waits on before the group's copy: the copy engine then goes from one group's copy to
-  the next without waiting for a kernel launch in between (with the spin on the copy
-  stream itself, ``side_waits=False``, every group boundary leaves the link idle for a
-  launch).
+  the next without waiting for a kernel launch in between (a spin on the copy stream itself
+  would leave the link idle for a launch at every group boundary).
 
 Ordering rule: every flag a kernel spins on is raised by work that is already enqueued
 when the spinning kernel is launched, and every kernel is compiled and loaded by a
@@ -128,34 +127,26 @@ class HostStagedContext:
     def d2h_groups(self, src: torch.Tensor, dst: torch.Tensor, row_offsets: Sequence[int], *,
                    flags: torch.Tensor | None = None, errors: torch.Tensor | None = None,
                    max_spins: int | None = None, events: Sequence[torch.cuda.Event] | None = None,
-                   after: torch.cuda.Event | None = None, timing: bool = False,
-                   side_waits: bool = True) -> list[torch.cuda.Event]:
+                   after: torch.cuda.Event | None = None, timing: bool = False) -> list[torch.cuda.Event]:
         """Copy row groups ``src[rows] -> dst[rows]`` (device -> pinned host) on the D2H stream,
         each once it is ready: after ``flags[g]`` rises (a bounded spin kernel; pass the
-        producer workspace's ``errors`` and ``max_spins``) or after ``events[g]``.
-
-        ``side_waits``: the spin kernels run on ``flag_stream`` and hand over with events
-        (default), or run on the D2H stream between the copies.
+        producer workspace's ``errors`` and ``max_spins``; the spin kernels run on ``flag_stream``
+        and hand over with events) or after ``events[g]``.
 
         Returns one event per group, recorded after its copy (the last one marks the end;
         ``timing=True`` makes them timing events).
         """
-        from hocket.kernels.flags import wait_flag_on_stream
-
         if flags is not None and (errors is None or max_spins is None):
             raise ValueError("d2h_groups with flags needs errors= and max_spins= (the producer workspace's)")
         groups = len(row_offsets) - 1
-        if flags is not None and side_waits:
+        if flags is not None:
             events = self.flag_waits(flags, groups, errors=errors, max_spins=max_spins, after=after)
-            flags = None
         copied = []
         with on_stream(self.d2h_stream):
             if after is not None:
                 self.d2h_stream.wait_event(after)
             for group in range(groups):
-                if flags is not None:
-                    wait_flag_on_stream(flags, group, errors, max_spins=max_spins)
-                elif events is not None:
+                if events is not None:
                     self.d2h_stream.wait_event(events[group])
                 rows = _rows(row_offsets, group)
                 dst[rows].copy_(src[rows], non_blocking=True)

@@ -5,11 +5,18 @@ seconds and turns a timeout or a broken peer into :class:`TransportError`. On CU
 (NCCL) ``wait`` only makes the current stream wait on the communication (blocking the
 host would stall kernel launches); that wait is bounded by the process group's own
 timeout, which NCCL's watchdog enforces.
+
+The error names the call it happened in (the operator, its site's shapes and dtype, the group and this
+rank: :func:`set_current_call`, set by :mod:`hocket.ops.dispatch`), says whether the peer failed at
+once (it closed its connection: stopped or crashed) or the wait ran out, and points at
+``HOCKET_AGREEMENT=always``, which checks every call (a rank on another operator or shape then raises a
+clear ``AgreementError`` instead of waiting).
 """
 
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Sequence
 
 import torch.distributed as dist
@@ -19,6 +26,40 @@ from hocket.env import wait_timeout_s
 
 class TransportError(RuntimeError):
     """A transfer failed or did not finish in time (a rank stopped, diverged or died)."""
+
+
+DEFAULT_TIMEOUT_S = 300.0
+"""the bound of a wait while ``HOCKET_TIMEOUT_S`` holds a value :func:`hocket.env.wait_timeout_s` refuses."""
+
+_CURRENT_CALL = [""]
+"""what this process is running now (one string: set per call on the hot path, so kept to one store)."""
+
+
+def set_current_call(description: str) -> None:
+    """Name the call whose transfers follow (``hocket.all_gather_matmul on ag_mm m=... on group 'g' rank r of
+    w``), for the error a failed or timed-out wait raises."""
+    _CURRENT_CALL[0] = description
+
+
+def current_call() -> str:
+    return _CURRENT_CALL[0]
+
+
+AGREEMENT_HINT = ("Ranks may be calling different operators or shapes (a rank that changed its shape after the "
+                  "first call is not checked by default): run with HOCKET_AGREEMENT=always to check every call, "
+                  "so that such a rank raises a clear AgreementError instead of waiting")
+
+
+def failure_message(what: str, group_name: str, *, timeout_s: float, elapsed_s: float, error: object) -> str:
+    """The text of a failed or timed-out wait (see the module docstring)."""
+    call = current_call()
+    head = f"hocket: {what} in {call}" if call else f"hocket: {what} on group {group_name!r}"
+    if elapsed_s < 0.9 * timeout_s:
+        how = (f"failed after {elapsed_s:.2f} s (the limit is {timeout_s:g} s, HOCKET_TIMEOUT_S): a peer closed "
+               f"its connection, so it stopped, crashed or raised")
+    else:
+        how = f"did not finish within {timeout_s:g} s (HOCKET_TIMEOUT_S): a peer stopped or is waiting elsewhere"
+    return f"{head} {how}. {AGREEMENT_HINT}. Underlying error: {error}"
 
 
 class Pending:
@@ -38,17 +79,18 @@ class Pending:
             for work in works:
                 work.wait()
             return
-        timeout_s = wait_timeout_s()
+        try:
+            timeout_s = wait_timeout_s()
+        except ValueError:  # reported to every rank by the call's agreement (hocket.ops.dispatch), which waits
+            timeout_s = DEFAULT_TIMEOUT_S  # here too: raising mid-exchange would leave the peers waiting
         limit = datetime.timedelta(seconds=timeout_s)
+        start = time.monotonic()
         for work in works:
             try:
                 work.wait(timeout=limit)
             except RuntimeError as exc:
-                raise TransportError(
-                    f"hocket: {self._what} on group {self._group_name!r} failed or did not finish within "
-                    f"{timeout_s:g} s (HOCKET_TIMEOUT_S). Another rank may have stopped, crashed, or called a "
-                    f"different operator or shape. Underlying error: {exc}"
-                ) from exc
+                raise TransportError(failure_message(self._what, self._group_name, timeout_s=timeout_s,
+                                                     elapsed_s=time.monotonic() - start, error=exc)) from exc
 
     @property
     def done(self) -> bool:

@@ -41,7 +41,7 @@ class SmBudgets:
 
 
 class SmBudgetRegistry:
-    """The budgets made so far, per group name (explicit create/close, DESIGN.md house rules)."""
+    """The budgets made so far, per group name (explicit create/close, docs/architecture.md's rules of the house)."""
 
     def __init__(self) -> None:
         self._by_group: dict[str, SmBudgets] = {}

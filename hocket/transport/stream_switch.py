@@ -3,7 +3,7 @@
 ``torch.cuda.stream(s)`` resolves the current device through several Python layers on every
 enter and exit (about 40 Python calls); the host-staged relay switched streams twice per
 message, which made a ``chunked(4)`` relay call spend ~1.7 ms of host time on a 1.5 ms device
-call (2xH200, ``benchmarks/results/h200x2/run24``). :class:`on_stream` asks for the stream of an
+call (2xH200, benchmarks/results/validation/2026-12-01_measured-rules.md). :class:`on_stream` asks for the stream of an
 explicit device index (the fast path of ``torch.cuda.current_stream``) and restores the caller's
 current device if selecting the stream moved it.
 """

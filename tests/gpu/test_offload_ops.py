@@ -90,17 +90,9 @@ def _ramped_and_planned(kind: str, dtype, shape) -> list:
     return [Plan(strategy="chunked", chunks=len(sizes), split_sizes=sizes, transport="host_staged"), None]
 
 
-@pytest.fixture(scope="module")
-def split_ctx():
-    with OffloadContext(DEV, edge_split_k=True) as context:
-        yield context
-
-
-@pytest.mark.parametrize("split", [False, True], ids=["mm", "edge-split-k"])
 @pytest.mark.parametrize("dtype,shape", CASES, ids=lambda c: str(c))
-def test_ramped_pieces_and_plan_none(ctx, split_ctx, split, dtype, shape):
+def test_ramped_pieces_and_plan_none(ctx, dtype, shape):
     m, k, n = shape
-    ctx = split_ctx if split else ctx
     for plan in _ramped_and_planned("h2d_mm", dtype, shape):
         a_host = torch.randn(m, k).to(dtype).pin_memory()
         b = torch.randn(k, n, device=DEV).to(dtype)
@@ -118,23 +110,20 @@ def test_ramped_pieces_and_plan_none(ctx, split_ctx, split, dtype, shape):
 
 
 SETTINGS = [  # (edge_pieces, context knobs)
-    (0, dict(side_waits=False, dynamic=False, chunk_flags="copy")),  # the schedule before tuning
-    (2, dict(copy_wait="side_kernel", dynamic=True, chunk_flags="side")),
-    (1, dict(copy_wait="stream", dynamic=True, chunk_flags="side")),
-    (1, dict(copy_wait="stream", dynamic=False, chunk_flags="copy")),
-    (1, dict(copy_wait="stream", dynamic=True, chunk_flags="side", copy_streams=2)),
-    (1, dict(copy_wait="side_kernel", dynamic=True, chunk_flags="side", copy_streams=2)),
+    (0, dict(copy_wait="side_kernel")),  # no narrow tiles; spin-kernel waits (the fallback of copy_wait="auto")
+    (2, dict(copy_wait="side_kernel")),
+    (1, dict(copy_wait="stream")),
+    (1, dict(balance_tail=False)),
     (1, dict(edge_splits=4)),  # the exposed piece's tiles cut along K
-    (1, dict(edge_splits=3, copy_wait="side_kernel", dynamic=True, chunk_flags="side")),
+    (1, dict(edge_splits=3, copy_wait="side_kernel")),
 ]
 
 
 @pytest.mark.parametrize("edge_pieces,knobs", SETTINGS, ids=lambda s: str(s))
 def test_tile_fused_schedules_agree(edge_pieces, knobs):
-    """Other tile_fused settings: no narrow tiles, static tiles and flag waits on the copy
-    stream (the schedule before tuning); two narrow pieces; stream waits on the flag value;
-    two copy streams; the exposed piece's tiles split along K; explicit uneven split_sizes;
-    all exact."""
+    """Other tile_fused settings: no narrow tiles and two narrow pieces with spin-kernel flag
+    waits; stream waits on the flag value; no last-wave balancing; the exposed piece's tiles
+    split along K; explicit uneven split_sizes; all exact."""
     from hocket.kernels.stream_wait import stream_wait_available
 
     if knobs.get("copy_wait") == "stream" and not stream_wait_available(DEV.index):
@@ -144,7 +133,7 @@ def test_tile_fused_schedules_agree(edge_pieces, knobs):
     plans = [Plan(strategy="tile_fused", chunks=5, transport="host_staged"),
              Plan(strategy="tile_fused", chunks=3, split_sizes=(256, 1024, 256), transport="host_staged")]
     with OffloadContext(DEV, edge_pieces=edge_pieces, **knobs) as context:
-        for plan in plans * 2:  # twice: the ticket counters must have reset themselves
+        for plan in plans * 2:  # twice: flags, counters and split counters must have been reset
             a = torch.randn(m, k, device=DEV).to(dtype)
             b = torch.randn(k, n, device=DEV).to(dtype)
             host = torch.full((m, n), float("nan"), dtype=dtype).pin_memory()

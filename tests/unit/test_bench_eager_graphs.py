@@ -1,21 +1,20 @@
 """bench_eager_graphs.py's arguments and lines, the executor fields every multi-GPU bench line records
-(bench_multigpu.executor_fields), and which of its lines validate_cost.py scores."""
+(bench_multigpu.executor_fields), and which of its lines `hocket validate` (hocket.validate.lines) scores."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
-from _bench_scripts import baselines, load_script, record, write
+from _results_lines import baselines, record, write
 
+import benchmarks.bench_eager_graphs as beg
+import benchmarks.bench_multigpu as bm
+import hocket.validate.lines as vc
 from hocket.core.peer_protocol import peer_protocol_for
 from hocket.core.site import Site
 from hocket.core.sizes import DEFAULT_SIZES, MIB, TransportSizes, using_sizes
 from hocket.plan import Plan
-
-bm = load_script("bench_multigpu")
-beg = load_script("bench_eager_graphs")
-vc = load_script("validate_cost")
 
 
 class FakeCase:

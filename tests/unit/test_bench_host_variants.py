@@ -6,12 +6,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from _bench_scripts import load_script
 
+import benchmarks.bench_multigpu as bm
 from hocket.core.plan import Plan
 from hocket.core.sizes import DEFAULT_SIZES, MIB, TransportSizes, using_sizes
-
-bm = load_script("bench_multigpu")
 
 
 def variants(spec: str, link: str = "host_staged"):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from _bench_scripts import load_script
 
-bm = load_script("bench_multigpu")
+import benchmarks.bench_multigpu as bm
 
 
 def test_graph_results_get_their_own_file(monkeypatch, tmp_path):

@@ -149,7 +149,7 @@ def test_summary_text_says_hides_nothing_when_the_plan_is_slower_than_the_parts_
 
 
 def test_results_lines_say_whether_the_calls_were_replayed(tmp_path):
-    """validate_cost.py prices a line by ``run.captured`` / ``run.eager_graphs``: a ``hocket bench --graph``
+    """``hocket validate`` prices a line by ``run.captured`` / ``run.eager_graphs``: a ``hocket bench --graph``
     run must say it timed replays, or its lines are scored as host-issued calls."""
     from io import StringIO
 

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from _bench_scripts import load_script
 
+import benchmarks.bench_captured as bc
 from hocket.bench.provenance import Provenance
 from hocket.core.plan import Plan
-
-load_script("bench_multigpu")  # bench_captured imports it as a sibling
-bc = load_script("bench_captured")
-vc = load_script("validate_cost")
+from hocket.validate import lines as vl
 
 SITE = {"kind": "ag_mm", "m": 8192, "k": 4096, "n": 1536, "dtype": "bfloat16", "world": 2}
 LF8 = "chunked(8)/host_staged[local_first]"
@@ -49,11 +46,11 @@ def test_records_are_results_lines_per_plan_and_mode():
     lines = bc.records([_row()], prov)
     # sequential and two relay plans per mode; the planner's pick is the chunked(4) line, not a second one
     assert len(lines) == 6
-    graph = [r for r in lines if vc.captured_line(r)]
+    graph = [r for r in lines if vl.captured_line(r)]
     assert len(graph) == 3 and all(r.baselines.sequential_ms == 1.4 and r.baselines.comm_alone_ms == 0.9
                                    for r in graph)
-    eager = [r for r in lines if not vc.captured_line(r)]
+    eager = [r for r in lines if not vl.captured_line(r)]
     assert {r.baselines.sequential_ms for r in eager} == {1.5}
-    assert {vc.line_label(r) for r in graph} == {"sequential [graph]", f"{LF4} [graph]", f"{LF8} [graph]"}
+    assert {vl.line_label(r) for r in graph} == {"sequential [graph]", f"{LF4} [graph]", f"{LF8} [graph]"}
     four = next(r for r in eager if r.plan.chunks == 4)
     assert four.max_error == 0.01 and four.plan.order == "local_first" and four.run["reps"] == 4

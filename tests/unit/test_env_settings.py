@@ -91,9 +91,14 @@ def test_bad_values_name_the_variable_the_value_and_the_choices(monkeypatch):
     monkeypatch.setenv("HOCKET_AGREEMENT", "sometimes")
     with pytest.raises(ValueError, match=r"HOCKET_AGREEMENT='sometimes' must be one of \('1', '0', 'always'\)"):
         env.agreement_mode()
-    for raw in ("0", "-2", "soon"):
+    for raw in ("0", "-2", "inf", "nan", "1e300"):
         monkeypatch.setenv("HOCKET_TIMEOUT_S", raw)
-        with pytest.raises(ValueError, match=f"HOCKET_TIMEOUT_S='{raw}' must be a number of seconds > 0"):
+        with pytest.raises(ValueError, match=f"HOCKET_TIMEOUT_S='{raw}' must be a finite number of seconds > 0"):
+            env.wait_timeout_s()
+    for raw in ("soon", "abc"):
+        monkeypatch.setenv("HOCKET_TIMEOUT_S", raw)
+        with pytest.raises(ValueError, match=f"HOCKET_TIMEOUT_S='{raw}' is not a number; set it to a number of "
+                                             f"seconds > 0, e.g. HOCKET_TIMEOUT_S=300"):
             env.wait_timeout_s()
     monkeypatch.setenv("HOCKET_TIMEOUT_S", " 2.5 ")
     assert env.wait_timeout_s() == 2.5

@@ -43,10 +43,10 @@ def _compile(kernel, pointers: dict, constants: dict, **options):
     return triton.compile(src, target=SM90, options={**FP_FUSION, **options})
 
 
-def _gemm_constants(cfg, narrow_n=0, dynamic=False, split=False, **extra):
+def _gemm_constants(cfg, narrow_n=0, split=False, **extra):
     return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, NARROW_N=narrow_n, EVEN_M=True,
                 EVEN_N=True, EVEN_NARROW_N=narrow_n > 0, EVEN_K=True, INPUT_PRECISION="ieee", UPCAST=False,
-                DYNAMIC=dynamic, SPLIT=split, PART_STRIDE=cfg.block_m * cfg.block_n if split else 0, **extra)
+                SPLIT=split, PART_STRIDE=cfg.block_m * cfg.block_n if split else 0, **extra)
 
 
 SPLIT_POINTERS = {"split_ptr": "*i32", "part_ptr": "*fp32", "split_count_ptr": "*i32"}
@@ -55,8 +55,7 @@ SPLIT_POINTERS = {"split_ptr": "*i32", "part_ptr": "*fp32", "split_count_ptr": "
 
 @pytest.mark.parametrize("dtype,cfg", [("bf16", BF16_CONFIGS[0]), ("fp32", FP32_CONFIGS[0])])
 def test_consumer_compiles_pipelined_with_acquire_polls(dtype, cfg):
-    pointers = {f"{x}_ptr": f"*{dtype}" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32", "err_ptr": "*i32",
-                                                            "ticket_ptr": "*i32"}
+    pointers = {f"{x}_ptr": f"*{dtype}" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32", "err_ptr": "*i32"}
     kernel = _compile(consumer_gemm_kernel, pointers, _gemm_constants(cfg, WAIT=True),
                       num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     ptx = kernel.asm["ptx"]
@@ -67,8 +66,7 @@ def test_consumer_compiles_pipelined_with_acquire_polls(dtype, cfg):
 
 def test_producer_compiles_with_release_flag():
     cfg = BF16_CONFIGS[0]
-    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "counters_ptr": "*i32", "flags_ptr": "*i32",
-                                                       "ticket_ptr": "*i32"}
+    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "counters_ptr": "*i32", "flags_ptr": "*i32"}
     kernel = _compile(producer_gemm_kernel, pointers, _gemm_constants(cfg, SIGNAL=True),
                       num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     ptx = kernel.asm["ptx"]
@@ -79,7 +77,7 @@ def test_producer_compiles_with_release_flag():
 
 def _gemm_kernel(kind: str, active: bool):
     """(kernel, bf16 pointer signature, its WAIT/SIGNAL constexpr) of the producer or consumer."""
-    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32", "ticket_ptr": "*i32"}
+    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32"}
     if kind == "producer":
         return producer_gemm_kernel, pointers | {"counters_ptr": "*i32"}, dict(SIGNAL=active)
     return consumer_gemm_kernel, pointers | {"err_ptr": "*i32"}, dict(WAIT=active)
@@ -100,18 +98,36 @@ def test_narrow_edge_tiles_share_shared_memory(kind):
         "the narrow tiles get their own tensor-core loop"
 
 
-@pytest.mark.parametrize("kind", ["producer", "consumer"])
-def test_dynamic_tiles_take_tickets(kind):
-    """DYNAMIC=True: tiles come from a relaxed gpu-scope ticket counter that the last program
-    resets (an exchange); the static kernel has no ticket atomics at all."""
+def test_static_gemm_tiles_take_no_atomics():
+    """The tile-fused GEMMs walk their table with a fixed stride: without waits or signals the
+    compiled kernel has no atomics at all."""
     cfg = BF16_CONFIGS[0]
-    kernel_fn, pointers, extra = _gemm_kernel(kind, False)
-    ptx = {dyn: _compile(kernel_fn, pointers, _gemm_constants(cfg, dynamic=dyn, **extra), num_warps=cfg.num_warps,
-                         num_stages=cfg.num_stages).asm["ptx"] for dyn in (False, True)}
-    assert not re.search(r"atom\.global", ptx[False]), "static tiles: no atomics without waits or signals"
-    assert len(re.findall(r"atom\.global(\.relaxed)?(\.gpu)?(\.relaxed)?\.add", ptx[True])) >= 2, \
-        "a ticket for the first tile and one per next tile"
-    assert re.search(r"atom\.global\.[a-z.]*exch", ptx[True]), "the last program resets the counter"
+    for kind in ("producer", "consumer"):
+        kernel_fn, pointers, extra = _gemm_kernel(kind, False)
+        ptx = _compile(kernel_fn, pointers, _gemm_constants(cfg, **extra), num_warps=cfg.num_warps,
+                       num_stages=cfg.num_stages).asm["ptx"]
+        assert not re.search(r"atom\.global", ptx), f"{kind}: static tiles, no atomics without waits or signals"
+
+
+PEER_READ_POINTERS = ({f"{x}_ptr": "*bf16" for x in ("local", "stage", "b", "c")} | {f"r{i}": "*bf16" for i in range(8)}
+                      | {f"{x}_ptr": "*i32" for x in ("table", "peer_flags", "row_flags", "err", "ticket")})
+
+
+def test_peer_read_dynamic_tiles_take_tickets():
+    """The peer-read GEMM's DYNAMIC=True: tiles come from a relaxed gpu-scope ticket counter that
+    the last program resets (an exchange); with DYNAMIC=False there are no ticket atomics."""
+    from hocket.kernels.peer_read_gemm import peer_read_gemm_kernel
+
+    constants = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, EVEN_M=True, EVEN_N=True, EVEN_K=True, STAGE_K=128,
+                     EVEN_STAGE_K=True, INPUT_PRECISION="ieee", UPCAST=False)
+    ptx = {dyn: _compile(peer_read_gemm_kernel, PEER_READ_POINTERS, dict(constants, DYNAMIC=dyn), num_warps=8,
+                         num_stages=3).asm["ptx"] for dyn in (False, True)}
+    relaxed_adds = r"atom\.global(\.relaxed)?(\.gpu)?(\.relaxed)?\.add"
+    assert not re.findall(relaxed_adds, ptx[False]), "fixed-stride tiles: no ticket atomics"
+    assert len(re.findall(relaxed_adds, ptx[True])) >= 2, "a ticket for the first tile and one per next tile"
+    exchanges = r"atom\.global\.[a-z.]*exch"
+    assert len(re.findall(exchanges, ptx[True])) > len(re.findall(exchanges, ptx[False])), \
+        "the last program resets the counter"
 
 
 def test_flag_kernels_compile():
@@ -119,13 +135,6 @@ def test_flag_kernels_compile():
     assert re.search(r"(ld|atom)\.global\.(sys\.acquire|acquire\.sys)", wait.asm["ptx"])
     setter = _compile(set_flag_kernel, {"flags_ptr": "*i32"}, {}, num_warps=1)
     assert re.search(r"atom\.global\.(sys\.release|release\.sys)\.exch", setter.asm["ptx"])
-
-
-def test_sm_copy_compiles():
-    from hocket.kernels.sm_copy import COPY_BLOCK, sm_copy_kernel
-
-    kernel = _compile(sm_copy_kernel, {"src_ptr": "*bf16", "dst_ptr": "*bf16"}, {"BLOCK": COPY_BLOCK}, num_warps=8)
-    assert "ld.global" in kernel.asm["ptx"] and "st.global" in kernel.asm["ptx"]
 
 
 @pytest.mark.parametrize("kind", ["consumer", "producer"])
@@ -136,7 +145,7 @@ def test_operators_wide_config_fits_with_half_width_narrow_tiles(kind):
 
     cfg = config_for(8192, 1280, 8192, "bfloat16")
     assert cfg == WIDE_BF16
-    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32", "ticket_ptr": "*i32"}
+    pointers = {f"{x}_ptr": "*bf16" for x in "abc"} | {"table_ptr": "*i32", "flags_ptr": "*i32"}
     if kind == "consumer":
         kernel_fn, extra = consumer_gemm_kernel, dict(WAIT=True)
         pointers["err_ptr"] = "*i32"

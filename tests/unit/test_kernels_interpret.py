@@ -52,14 +52,13 @@ def _cases(rng: random.Random) -> list[dict]:
                               offsets=[0, *cuts, m], arrival=arrival, programs=rng.randint(1, 5),
                               narrow_rows=rng.choice([0, m, _last_chunk_rows([0, *cuts, m], arrival)]),
                               split_rows=rng.choice([0, m, _last_chunk_rows([0, *cuts, m], arrival)]),
-                              splits=rng.randint(2, 4), dynamic=rng.random() < 0.5, tma=tma or rng.random() < 0.5))
+                              splits=rng.randint(2, 4), tma=tma or rng.random() < 0.5))
             groups = rng.randint(1, -(-m // CONFIG["block_m"]))
             cases.append(dict(kind="producer", dtype=dtype, m=m, k=k, n=n, seed=rng.getrandbits(31),
                               groups=groups, ramp=rng.random() < 0.5, programs=rng.randint(1, 5),
-                              narrow_rows=rng.choice([0, rng.randint(1, m)]), dynamic=rng.random() < 0.5,
+                              narrow_rows=rng.choice([0, rng.randint(1, m)]),
                               split_rows=rng.choice([0, rng.randint(1, m)]), splits=rng.randint(2, 4),
                               tma=tma or rng.random() < 0.5))
-    cases[0]["dynamic"], cases[1]["dynamic"] = True, False  # both tile orders, whatever the draws
     cases[2]["split_rows"], cases[3]["split_rows"] = 0, 1  # unsplit and split launches of both kinds
     cases[4]["split_rows"], cases[5]["split_rows"] = cases[4]["m"], 0
     cases.append(dict(kind="timeout", dtype="float32", m=64, k=32, n=64, seed=rng.getrandbits(31),
@@ -94,7 +93,7 @@ def _child(cases_path: str, out_path: str) -> None:
         b = torch.randn(case["k"], case["n"], generator=gen).to(dtype)
         out = torch.empty(case["m"], case["n"], dtype=dtype)
         common = dict(m=case["m"], n=case["n"], k=case["k"], dtype=dtype, device="cpu", config=cfg,
-                      num_programs=case["programs"], dynamic=case.get("dynamic", False))
+                      num_programs=case["programs"])
         record = dict(case=case, a=a, b=b, descriptors=uses_descriptors(cfg, a, b))
         if case["kind"] == "producer":
             offsets = (ramp_row_offsets if case["ramp"] else even_row_offsets)(case["m"], case["groups"],
@@ -122,7 +121,6 @@ def _child(cases_path: str, out_path: str) -> None:
             except FlagTimeoutError as exc:
                 record["timeout_message"] = str(exc)
         record["out"] = out
-        record["tickets"] = ws.tickets.tolist()
         record["narrow_tiles"] = sum(tile[2] for tile in ws.schedule.tiles)
         record["split_tiles"] = ws.schedule.split_tiles
         record["split_counters"] = None if ws.split_counters is None else ws.split_counters.tolist()
@@ -196,16 +194,6 @@ def test_descriptor_loads_ran_where_rows_are_aligned(results):
             assert all(t.stride(0) * t.element_size() % 16 == 0 for t in (record["a"], record["b"]))
         elif record["case"].get("tma"):
             assert any(t.stride(0) * t.element_size() % 16 for t in (record["a"], record["b"]))
-
-
-@pytest.mark.timeout(300)
-def test_dynamic_tickets_reset_themselves(results):
-    """With tiles taken from the ticket counter, the last program leaves it at zero for the
-    next launch (no memset between calls); both orders appear among the cases."""
-    gemms = [r for r in results if r["case"]["kind"] != "timeout"]
-    assert {r["case"]["dynamic"] for r in gemms} == {False, True}
-    for record in gemms:
-        assert record["tickets"] == [0, 0], f"tickets left at {record['tickets']} in {record['case']}"
 
 
 @pytest.mark.timeout(300)

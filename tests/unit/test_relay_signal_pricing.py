@@ -1,4 +1,4 @@
-"""The relay's issue costs in the cost model, and the signalling mode of validate_cost's results lines (each
+"""The relay's issue costs in the cost model, and the signalling mode of hocket.validate's results lines (each
 line is priced with the mode it ran)."""
 
 from __future__ import annotations
@@ -6,15 +6,15 @@ from __future__ import annotations
 import random
 
 import pytest
-from _bench_scripts import baselines, load_script, record
+from _results_lines import baselines, record
 
+import hocket.validate.lines as vc
 from hocket.core.plan import Plan
 from hocket.core.site import Site
 from hocket.cost.issue import DEFAULT_ISSUE_US
 from hocket.hardware import load_preset
 from hocket.strategies import predict
 
-vc = load_script("validate_cost")
 SITE = Site(kind="ag_mm", m=8192, k=4096, n=1536, world=2, dtype="bf16")
 CLUSTER = load_preset("h200-host-staged")
 

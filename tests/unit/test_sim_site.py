@@ -6,9 +6,9 @@ import math
 import random
 
 import pytest
+from _plans import spread_of_plans
 
 from hocket.core.site import Site
-from hocket.cost import candidate_plans
 from hocket.hardware.catalog import load_cluster
 from hocket.sim.site import simulate_site
 from hocket.sim.trace import chrome_trace
@@ -30,7 +30,7 @@ def test_single_site_equals_cost_predict(cluster_name):
     rng = random.Random()
     cluster = load_cluster(cluster_name)
     site = _random_site(rng, cluster)
-    plans = candidate_plans(site, cluster)
+    plans = spread_of_plans(site, cluster)
     for plan in [plans[0]] + rng.sample(plans[1:], min(6, len(plans) - 1)):
         sim = simulate_site(site, plan, cluster)
         pred = predict(site, plan, cluster)
@@ -44,7 +44,7 @@ def test_explicit_ranks_equal_class_reduced():
     cluster = load_cluster("h100x8")
     site = Site(kind=rng.choice(["ag_mm", "mm_rs"]), m=4 * rng.randint(64, 2048), k=rng.randint(256, 8192),
                 n=rng.randint(256, 8192), world=4, dtype="bf16")
-    for plan in rng.sample(candidate_plans(site, cluster), 5):
+    for plan in rng.sample(spread_of_plans(site, cluster), 5):
         reduced = simulate_site(site, plan, cluster)
         explicit = simulate_site(site, plan, cluster, explicit_ranks=True)
         assert len(explicit.members) == 4 and len(reduced.members) == 1
@@ -65,7 +65,7 @@ def test_tiny_and_huge_sites_stay_finite():
     for m, k, n in ((8, 1, 1), (8 * 2**17, 2**15, 2**15)):
         for kind in ("ag_mm", "mm_rs", "mm_ar"):
             site = Site(kind=kind, m=m, k=k, n=n, world=8)
-            for plan in candidate_plans(site, cluster)[:8]:
+            for plan in spread_of_plans(site, cluster)[:8]:
                 sim = simulate_site(site, plan, cluster)
                 assert all(math.isfinite(x) for x in sim.timeline.end_ms)
                 assert sim.total_ms > 0

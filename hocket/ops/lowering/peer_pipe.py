@@ -22,7 +22,7 @@ One call runs this protocol (``cur`` = the caller's stream, ``S`` = the copy str
    (the caller may then overwrite its inputs); flag timeouts are checked asynchronously.
 
 Every kernel the protocol launches is compiled and loaded when the pipe is built
-(DESIGN.md section 4), and every spin is bounded (``HOCKET_TIMEOUT_S``).
+(docs/transports.md), and every spin is bounded (``HOCKET_TIMEOUT_S``).
 """
 
 from __future__ import annotations

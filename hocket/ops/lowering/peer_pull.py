@@ -19,7 +19,7 @@ Why two slots are enough: a rank writes slot ``p`` in call ``i`` only after its 
 ``i - 1`` completed (stream order), and that barrier completes only once every peer reached it,
 i.e. after every peer's copies out of slot ``p`` in call ``i - 2``. The host never blocks: no
 flags, no spin kernels, no error mirrors, so a call issues about half the host work of the
-push pipe (2xH200 run10: host time was what bounded the small copy-engine cases).
+push pipe (on 2xH200 host time bounds the small copy-engine cases: benchmarks/results/h200x2/2026-12-01_probes.md).
 
 Calls planned for CUDA graph replays (inside ``hocket.ops.CapturedCall``, whose warm-up and capture
 run under :func:`hocket.ops.planning.captured_planning`) cannot alternate parities: a replay repeats

@@ -14,7 +14,7 @@ from hocket.core.site import Site
 from hocket.core.version import __version__
 
 SUBPACKAGES = ("bench", "calibrate", "cli", "core", "cost", "graph", "hardware", "kernels", "launch", "models",
-               "ops", "plan", "sim", "strategies", "timing", "transport")
+               "ops", "plan", "search", "sim", "strategies", "timing", "transport", "validate")
 """the subpackages ``hocket.<name>`` loads on first use"""
 
 __all__ = ["Plan", "Site", "__version__", "compile", "explain", *SUBPACKAGES]

@@ -11,15 +11,24 @@ The table shows each site (merged across pipeline stages when identical), its pe
 shapes (m k n, DESIGN.md's convention), the chosen plan, predicted sequential and
 chosen ms per occurrence and the saving; then totals per layer and per step.
 ``--json`` writes the report that ``hocket simulate`` reads.
+
+``--search`` chooses the parallel configuration instead of taking --tp/--pp/--dp (hocket.search,
+docs/parallel-search.md): tp, cp, pp, dp, micro-batches, 1F1B or interleaved, sharding and
+recomputation, device groups on mixed clusters; it prints the ranked table and the winner's
+torchtitan and Megatron-LM settings, and --json writes the winner's plan plus a "search" section.
+
+  hocket plan --search --model llama3-70b --cluster h100-8node --seq 8192 --global-batch 512 --top 5
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
+from hocket.cli._clusters import add_cluster_arguments
 from hocket.cli._ranks import positive_int
 
 
@@ -47,10 +56,11 @@ def register(subparsers) -> None:
         "plan", help="choose every site's decomposition for a model step on a cluster (predicted)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="model preset (e.g. llama3-70b) or a config.json path")
-    parser.add_argument("--cluster", required=True, help="cluster preset name or YAML path (e.g. h100x8)")
-    parser.add_argument("--tp", type=positive_int, required=True, help="tensor-parallel degree")
-    parser.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel degree (default 1)")
-    parser.add_argument("--dp", type=positive_int, default=1, help="data-parallel degree (default 1)")
+    add_cluster_arguments(parser, required=True)
+    parser.add_argument("--tp", type=positive_int, default=None,
+                        help="tensor-parallel degree (required unless --search)")
+    parser.add_argument("--pp", type=positive_int, default=None, help="pipeline-parallel degree (default 1)")
+    parser.add_argument("--dp", type=positive_int, default=None, help="data-parallel degree (default 1)")
     parser.add_argument("--seq", type=positive_int, required=True, help="sequence length in tokens")
     parser.add_argument("--batch", type=positive_int, default=1, help="sequences per micro-batch (default 1)")
     parser.add_argument("--micro-batches", type=positive_int, default=None,
@@ -62,16 +72,65 @@ def register(subparsers) -> None:
     parser.add_argument("--margin", type=_fraction, default=0.03,
                         help="saving over sequential a plan needs to be chosen (default 0.03)")
     parser.add_argument("--exhaustive", action="store_true", help="price every candidate (slower)")
+    search = parser.add_argument_group("parallel search (--search; excludes --tp/--pp/--dp)")
+    search.add_argument("--search", action="store_true",
+                        help="choose tp/cp/pp/dp, schedule, micro-batches, sharding, recomputation and device groups")
+    search.add_argument("--global-batch", type=positive_int, default=None, metavar="SEQUENCES",
+                        help="sequences per step (default: 4M tokens' worth)")
+    search.add_argument("--top", type=positive_int, default=5, help="rows of the ranked table (default 5)")
+    search.add_argument("--rerank", type=int, default=3,
+                        help="best candidates re-ranked by the event simulator (default 3)")
     parser.add_argument("--json", dest="json_out", default=None, metavar="OUT.json",
                         help="write the report as JSON ('-' for stdout instead of the table)")
     parser.set_defaults(func=run)
 
 
+def check_tokens(tp: int, seq: int, batch: int) -> None:
+    """Refuse a step whose tokens (``batch * seq``) the sequence-parallel layout cannot split over ``tp`` ranks:
+    the operators reject such shapes (the gathered and scattered rows must divide by the group size)."""
+    tokens = batch * seq
+    if tp > 1 and tokens % tp:
+        fit = seq + (-seq) % (tp // math.gcd(tp, batch))
+        raise ValueError(f"--seq {seq} with --batch {batch} gives {tokens} tokens, not divisible by --tp {tp}: "
+                         f"sequence parallelism splits the tokens evenly over the tensor-parallel ranks (the "
+                         f"operators reject it); use --seq {fit} (pad the sequence) or a --tp dividing {tokens}")
+
+
+def build_search(args) -> tuple[dict, str]:
+    """``--search``: (JSON report, table text)."""
+    from hocket.hardware import load_cluster
+    from hocket.search import search_parallel
+    from hocket.search.report import format_table, to_json, winner_plan
+
+    given = [flag for flag, value in (("--tp", args.tp), ("--pp", args.pp), ("--dp", args.dp)) if value is not None]
+    if given:
+        raise ValueError(f"--search chooses the parallel degrees: leave out {' '.join(given)}")
+    if args.rerank < 0:
+        raise ValueError(f"--rerank {args.rerank} must be >= 0")
+    profile = None
+    if args.profile:
+        from hocket.hardware.profile import load_profile
+
+        profile = load_profile(args.profile, expected=None)
+    outcome = search_parallel(args.model, load_cluster(args.cluster), seq=args.seq, global_batch=args.global_batch,
+                              top=args.top, rerank=args.rerank, dtype=args.dtype, profile=profile)
+    plan = winner_plan(outcome, profile=profile) if args.json_out else None
+    return to_json(outcome, plan=plan), format_table(outcome)
+
+
 def build(args) -> dict:
     from hocket.hardware import load_cluster
+    from hocket.models.catalog import load_model
+    from hocket.models.step import check_degrees
     from hocket.plan.search import SearchConfig
     from hocket.sim.model_plan import plan_model
 
+    if args.tp is None:
+        raise ValueError("--tp is required (or --search to choose the degrees)")
+    args.pp = 1 if args.pp is None else args.pp
+    args.dp = 1 if args.dp is None else args.dp
+    check_degrees(load_model(args.model), args.tp, args.pp, args.dp)  # the model's own limits are named first
+    check_tokens(args.tp, args.seq, args.batch)
     cluster = load_cluster(args.cluster)
     profile = None
     if args.profile:
@@ -139,7 +198,10 @@ def render(report: dict) -> None:
 
 def run(args) -> int:
     try:
-        report = build(args)
+        if args.search:
+            report, table = build_search(args)
+        else:
+            report, table = build(args), None
     except (ValueError, TypeError) as exc:
         print(f"hocket plan: {exc}", file=sys.stderr)
         return 2
@@ -147,7 +209,10 @@ def run(args) -> int:
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
-    render(report)
+    if table is not None:
+        print(table)
+    else:
+        render(report)
     if args.json_out:
         path = Path(args.json_out)
         path.parent.mkdir(parents=True, exist_ok=True)

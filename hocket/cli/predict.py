@@ -7,6 +7,11 @@ model prices each plan from the cluster preset (and a calibration profile if giv
   hocket predict ag_mm --m 4096 --k 12288 --n 6144 --world 8 --dtype bf16 --cluster h800x8
   hocket predict mm_rs --m 8192 --k 3584 --n 8192 --world 8 --cluster h200x8 --strategy chunked --chunks 4 --json
   hocket predict mm_d2h --m 8192 --k 8192 --n 7168 --cluster h200x1
+  hocket predict halo --grid 4096x4096 --procs 2 --radius 2 --steps 4 --cluster cpu-host
+
+``halo`` is a halo-exchange stencil (``hocket.ops.stencil_steps``): ``--grid``, ``--procs`` (the process
+grid, product = ranks) and ``--radius`` instead of --m/--k/--n; its candidates are ``hocket.plan.halo``'s
+and a step's compute is estimated from the grid (a program's ``plan=None`` call times its ``step_fn``).
 
 ``h2d_mm`` / ``mm_d2h`` are the single-device offloads (``hocket.ops.matmul_from_host`` /
 ``matmul_to_host``: A from, or C to, pinned host memory); their candidates are
@@ -27,13 +32,15 @@ import json
 import sys
 from pathlib import Path
 
+from hocket.cli import _halo
+from hocket.cli._clusters import add_cluster_arguments
 from hocket.cli._ranks import positive_int
 from hocket.graph.report import also_text, priced_alike
 from hocket.plan.labels import plan_label
 
 COLLECTIVE_KINDS = ("ag_mm", "mm_rs", "mm_ar")
 OFFLOAD_KINDS = ("h2d_mm", "mm_d2h")
-KINDS = COLLECTIVE_KINDS + OFFLOAD_KINDS
+KINDS = COLLECTIVE_KINDS + OFFLOAD_KINDS + ("halo",)
 
 
 def register(subparsers) -> None:
@@ -41,17 +48,19 @@ def register(subparsers) -> None:
         "predict", help="predicted time of one site: sequential, every candidate plan, the best",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=KINDS, help="all-gather+matmul, matmul+reduce-scatter, matmul+all-reduce, "
-                                                    "or a single-device offload (from / to pinned host memory)")
-    parser.add_argument("--m", type=positive_int, required=True, help="rows (after the gather for ag_mm)")
-    parser.add_argument("--k", type=positive_int, required=True, help="inner dim (local k for mm_rs/mm_ar)")
-    parser.add_argument("--n", type=positive_int, required=True, help="columns of B (per rank)")
+                                                    "a single-device offload (from / to pinned host memory), "
+                                                    "or a halo-exchange stencil")
+    parser.add_argument("--m", type=positive_int, default=None, help="rows (after the gather for ag_mm); "
+                                                                     "required but for halo")
+    parser.add_argument("--k", type=positive_int, default=None, help="inner dim (local k for mm_rs/mm_ar)")
+    parser.add_argument("--n", type=positive_int, default=None, help="columns of B (per rank)")
     parser.add_argument("--world", type=positive_int, default=None,
                         help="ranks in the group (required for ag_mm, mm_rs, mm_ar; 1 for the offloads)")
     parser.add_argument("--dtype", default="bf16", help="bf16, fp16, fp32, fp8 (default bf16)")
     parser.add_argument("--num-b", type=positive_int, default=1, help="B matrices sharing the gathered A (ag_mm)")
     parser.add_argument("--first-rank", type=int, default=0,
                         help="global rank of the group's first member (the group is contiguous)")
-    parser.add_argument("--cluster", required=True, help="cluster preset name or YAML path (see `--list-clusters`)")
+    add_cluster_arguments(parser, required=True)
     parser.add_argument("--profile", default=None, help="calibration profile JSON of that cluster")
     group = parser.add_argument_group("one plan to price (besides the candidates)")
     group.add_argument("--strategy", default=None, help="sequential, bulk, chunked, ring, bidir_ring, tile_fused, "
@@ -74,6 +83,7 @@ def register(subparsers) -> None:
                         help="also list the variants a plan stands for (each named copy-engine peer protocol), "
                              "as autotuning times them; prediction alone runs the automatic protocol")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    _halo.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -87,13 +97,23 @@ def requested_plan(args):
     if args.plan is not None:
         if given:
             raise ValueError(f"--plan was given together with {sorted('--' + k for k in given)}; use one or the other")
+        from hocket.core.files import ConfigFileError, parse_json, read_bounded
+
         text = args.plan.strip()
+        source = "--plan (inline JSON)"
         if not text.startswith("{"):
-            path = Path(text)
-            if not path.is_file():
+            path = Path(text).expanduser()
+            if not path.exists():
                 raise ValueError(f"--plan {args.plan!r} is neither inline JSON nor an existing file")
-            text = path.read_text()
-        return Plan.from_json(text)
+            text, source = read_bounded(path, what="plan file (one Plan as JSON)"), str(path)
+        data = parse_json(text, source)
+        if not isinstance(data, dict):
+            raise ConfigFileError(source, f"holds JSON of a {type(data).__name__}; a plan is one JSON object like "
+                                          f'{{"strategy": "chunked", "chunks": 4}}')
+        try:
+            return Plan.from_dict(data)
+        except (TypeError, ValueError) as exc:
+            raise ConfigFileError(source, f"is not a valid plan ({exc})") from None
     return Plan(**given) if given else None
 
 
@@ -105,6 +125,12 @@ def build(args) -> dict:
     from hocket.plan.search import search
     from hocket.strategies import predict
 
+    if args.kind == "halo":
+        args.requested = requested_plan(args)
+        return _halo.build(args)
+    missing = [f"--{name}" for name in ("m", "k", "n") if getattr(args, name) is None]
+    if missing:
+        raise ValueError(f"{args.kind} needs {', '.join(missing)} (the per-rank m, k, n)")
     cluster = load_cluster(args.cluster)
     offload = args.kind in OFFLOAD_KINDS
     if offload and args.world not in (None, 1):
@@ -113,6 +139,11 @@ def build(args) -> dict:
     if not offload and args.world is None:
         raise ValueError(f"--world is required for {args.kind} (ranks in the group)")
     world = 1 if offload else args.world
+    if args.kind in ("ag_mm", "mm_rs") and args.m % world:
+        fit = args.m + (-args.m) % world
+        raise ValueError(f"--m {args.m} is not divisible by --world {world}: {args.kind} splits its m rows evenly over "
+                         f"the ranks (the operators and `hocket bench` reject it); use --m {fit} (pad the rows) or "
+                         f"--m {args.m - args.m % world or world}")
     if args.first_rank < 0 or args.first_rank + world > cluster.world_size:
         raise ValueError(f"--first-rank {args.first_rank} with --world {world} does not fit cluster "
                          f"{cluster.name!r} ({cluster.world_size} ranks); use a smaller group or a larger cluster")
@@ -234,6 +265,8 @@ def run(args) -> int:
         return 2
     if args.json:
         print(json.dumps(result, sort_keys=True))
+    elif args.kind == "halo":
+        print(_halo.format_table(result))
     else:
         print(format_table(result))
     return 0

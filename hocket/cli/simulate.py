@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from hocket.cli._clusters import add_cluster_arguments
 from hocket.cli._ranks import positive_int
 
 
@@ -43,7 +44,7 @@ def register(subparsers) -> None:
     par.add_argument("--stages", default=None, help="'auto' (by device speed) or layers per stage, e.g. 8,8,...")
     par.add_argument("--dp-sync", choices=("reduce_scatter", "all_reduce"), default=None,
                      help="DP gradient synchronisation (default reduce_scatter + all_gather)")
-    parser.add_argument("--cluster", default=None, help="cluster preset name or YAML path")
+    add_cluster_arguments(parser, required=False)
     parser.add_argument("--profile", default=None, help="calibration profile JSON measured on that cluster")
     fixed = parser.add_argument_group("the plan of every site not given by --plan (default sequential)")
     fixed.add_argument("--strategy", default=None, help="sequential, bulk, chunked, ring, bidir_ring, tile_fused, "
@@ -70,17 +71,15 @@ def _stages_arg(text: str | None):
 
 
 def _read_json_arg(text: str, flag: str):
+    from hocket.core.files import load_json_file, parse_json
+
     path = Path(text).expanduser()
     if text.strip().startswith("{"):
-        raw = text
-    elif path.is_file():
-        raw = path.read_text(encoding="utf-8")
-    else:
-        raise ValueError(f"{flag} {text!r} is neither an existing file nor inline JSON")
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{flag} {text!r} is not valid JSON ({exc})") from None
+        return parse_json(text, f"{flag} (inline JSON)")
+    if path.exists():
+        return load_json_file(path, what="plan file (write one with `hocket plan --json`)")
+    raise ValueError(f"{flag} {text!r} is neither an existing file nor inline JSON; give the path of a "
+                     f"`hocket plan --json` file or one Plan as JSON")
 
 
 def _setting(args, plan_file, name: str, *, aliases: tuple[str, ...] = (), default=None):
@@ -100,7 +99,7 @@ def build(args) -> tuple[dict, object]:
     from hocket.hardware import load_cluster
     from hocket.models.step import model_step_sites
     from hocket.sim.metrics import owner_summaries, weighted_utilisation
-    from hocket.sim.plans import PlanBook, parse_plan_file
+    from hocket.sim.plans import PlanBook, is_plan_file, parse_plan_file
     from hocket.sim.step import simulate_step
 
     t0 = time.perf_counter()
@@ -109,12 +108,20 @@ def build(args) -> tuple[dict, object]:
     plan_file = None
     if args.plan is not None:
         data = _read_json_arg(args.plan, "--plan")
-        if isinstance(data, dict) and "sites" in data:
+        if is_plan_file(data):
             plan_file = parse_plan_file(data, source=args.plan)
         else:
             if any(v is not None for v in fields.values()):
                 raise ValueError("--plan holds one Plan; do not combine it with --strategy/--chunks/--transport")
-            default_plan = Plan.from_dict(data) if isinstance(data, dict) else Plan.from_json(str(data))
+            if not isinstance(data, dict):
+                raise ValueError(f"--plan {args.plan!r} holds JSON of a {type(data).__name__}; give a planner's "
+                                 f"JSON object (with 'sites', from `hocket plan --json`) or one Plan object like "
+                                 f'{{"strategy": "chunked", "chunks": 4}}')
+            try:
+                default_plan = Plan.from_dict(data)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"--plan {args.plan!r} is neither a planner's JSON (no 'sites') nor one Plan "
+                                 f"({exc})") from None
     model = args.model or (plan_file.model if plan_file else None)
     cluster_name = args.cluster or (plan_file.cluster if plan_file else None)
     if not model:
@@ -125,13 +132,21 @@ def build(args) -> tuple[dict, object]:
     cluster = load_cluster(cluster_name)
     tp = _setting(args, plan_file, "tp", default=1)
     pp = _setting(args, plan_file, "pp", default=1)
+    # context parallelism, recomputation and virtual stages come from a plan file only (`hocket plan --search`)
+    planned = plan_file.parallel if plan_file is not None else {}
+    cp = int(planned.get("cp") or 1)
+    recompute = str(planned.get("recompute") or "none")
+    virtual = int(planned.get("virtual") or 1)
     dp = _setting(args, plan_file, "dp", default=None)
     if dp is None:
-        dp = max(1, cluster.world_size // (tp * pp))
+        dp = max(1, cluster.world_size // (tp * pp * cp))
     seq = _setting(args, plan_file, "seq")
     if seq is None:
         raise ValueError("no sequence length: give --seq (e.g. 8192)")
     batch = _setting(args, plan_file, "batch", default=1)
+    from hocket.cli.plan import check_tokens
+
+    check_tokens(int(tp), int(seq), int(batch))
     micro = _setting(args, plan_file, "microbatches", aliases=("micro_batches",), default=None)
     if args.stages is not None:
         stages = _stages_arg(args.stages)
@@ -149,7 +164,7 @@ def build(args) -> tuple[dict, object]:
         profile = load_profile(args.profile, expected=None)
     step = model_step_sites(model, tp=int(tp), pp=int(pp), dp=int(dp), seq=int(seq), batch=int(batch),
                             micro_batches=None if micro is None else int(micro), cluster=cluster,
-                            stages=stages, dp_sync=dp_sync)
+                            stages=stages, dp_sync=dp_sync, cp=cp, recompute=recompute, virtual=virtual)
     chooser = PlanBook(plan_file, default=default_plan) if plan_file else default_plan
     t1 = time.perf_counter()
     sim = simulate_step(step, cluster, plan=chooser, profile=profile)

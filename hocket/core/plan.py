@@ -8,9 +8,10 @@ from dataclasses import asdict, dataclass, field, replace
 
 PLAN_VERSION = 1
 
-STRATEGIES = ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted")
+STRATEGIES = ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted", "overlap", "deep_halo")
 """The strategy names a Plan accepts, in tie-break order; :mod:`hocket.strategies` holds one spec per
-name (its registry refuses a spec whose name is not here, and a test fails on a name without a spec)."""
+name (its registry refuses a spec whose name is not here, and a test fails on a name without a spec).
+``overlap`` and ``deep_halo`` run halo-exchange stencil sites only (kind ``halo``, :mod:`hocket.strategies.halo`)."""
 TRANSPORTS = ("collective", "p2p", "copy_engine", "host_staged", "peer_read")
 CAPTURABLE_TRANSPORTS = ("collective", "p2p", "host_staged")
 """transports whose calls a CUDA graph can always capture (``hocket.ops.CapturedCall``): NCCL's (PyTorch
@@ -34,7 +35,8 @@ class Plan:
     """How one Site runs. Fields grow as needed and are never removed.
 
     ``chunks`` means pipeline pieces for ``chunked``/``substituted``, steps per peer for
-    the rings, and chunk-flag groups for ``tile_fused``. ``strategy`` is a name of
+    the rings, chunk-flag groups for ``tile_fused``, and the halo depth ``s`` (steps per exchange) for
+    ``deep_halo``. ``strategy`` is a name of
     ``STRATEGIES``, each described by its spec in :mod:`hocket.strategies`.
     """
 
@@ -115,6 +117,8 @@ class Plan:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"plan JSON could not be parsed ({exc}); expected e.g. {Plan().to_json()}") from None
+        if not isinstance(data, dict):
+            raise ValueError(_not_an_object(text, data))
         return cls.from_dict(data)
 
     @property
@@ -126,7 +130,7 @@ class Plan:
 
     def describe(self) -> str:
         """Short human label, e.g. ``chunked(4)`` or ``ring(1)/p2p``."""
-        label = self.strategy if self.strategy in ("sequential", "bulk") else f"{self.strategy}({self.chunks})"
+        label = self.strategy if self.strategy in ("sequential", "bulk", "overlap") else f"{self.strategy}({self.chunks})"
         if self.transport != "collective":
             label += f"/{self.transport}"
         if self.protocol is not None:
@@ -141,6 +145,13 @@ class Plan:
 SEQUENTIAL = Plan()
 
 
+def _not_an_object(text: str, data: object) -> str:
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    return (f"plan={shown!r} is JSON of a {type(data).__name__}, not an object; give a plan as a JSON object like "
+            f'{{"strategy": "chunked", "chunks": 4}}, a strategy name like \'chunked\' (one of {STRATEGIES}), '
+            f"a dict or a hocket.Plan")
+
+
 def as_plan(plan: Plan | dict | str | None) -> Plan | None:
     """Accept a Plan, a dict, a JSON string, a strategy name, or None."""
     if plan is None or isinstance(plan, Plan):
@@ -151,5 +162,12 @@ def as_plan(plan: Plan | dict | str | None) -> Plan | None:
         text = plan.strip()
         if text.startswith("{"):
             return Plan.from_json(text)
+        if text not in STRATEGIES:
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError:
+                data = text  # not JSON: a strategy name, checked (and refused with the names) by Plan
+            if not isinstance(data, str):
+                raise ValueError(_not_an_object(text, data))
         return Plan(strategy=text)
     raise TypeError(f"plan={plan!r} must be a hocket.Plan, a dict, a JSON string, a strategy name or None")

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from dataclasses import asdict, dataclass, field
 
 SITE_VERSION = 1
 
-SITE_KINDS = ("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a", "h2d_mm", "mm_d2h")
+SITE_KINDS = ("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a", "h2d_mm", "mm_d2h", "halo")
 """``h2d_mm``: ``A [m, k]`` arrives from pinned host memory, then ``@ B``; ``mm_d2h``: ``A @ B``
-goes to pinned host memory (single-device offload, ``world=1``; hocket.ops.offload)."""
+goes to pinned host memory (single-device offload, ``world=1``; hocket.ops.offload). ``halo``: a halo-exchange
+stencil, described by :class:`hocket.core.halo.HaloSite` (no m/k/n), not by a Site."""
 DIRECTIONS = ("forward", "backward")
 
 _DTYPE_ALIASES = {
@@ -52,6 +54,19 @@ DTYPE_BYTES = {
     "float8_e4m3fn": 1,
     "float8_e5m2": 1,
 }
+
+
+def _global_ranks(ranks: object) -> tuple[int, ...]:
+    """``Site.ranks`` as a tuple of ints, refused with the value when it is not a sequence of ranks >= 0."""
+    try:
+        if isinstance(ranks, (str, bytes)) or any(isinstance(r, bool) for r in ranks):
+            raise TypeError
+        values = tuple(operator.index(r) for r in ranks)
+    except TypeError:
+        raise ValueError(f"Site.ranks={ranks!r} must be global ranks (ints >= 0), one per group member") from None
+    if any(r < 0 for r in values):
+        raise ValueError(f"Site.ranks={ranks!r} must be global ranks (ints >= 0), one per group member")
+    return values
 
 
 def canonical_dtype(dtype: object) -> str:
@@ -90,6 +105,8 @@ class Site:
     def __post_init__(self) -> None:
         if self.kind not in SITE_KINDS:
             raise ValueError(f"Site.kind={self.kind!r} is unknown; use one of {SITE_KINDS}")
+        if self.kind == "halo":
+            raise ValueError("Site.kind='halo' has no m/k/n: a halo-exchange stencil is a hocket.core.halo.HaloSite")
         for attr in ("m", "k", "n", "world", "num_b", "count"):
             value = getattr(self, attr)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -97,7 +114,7 @@ class Site:
         if self.direction not in DIRECTIONS:
             raise ValueError(f"Site.direction={self.direction!r} must be one of {DIRECTIONS}")
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
-        object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
+        object.__setattr__(self, "ranks", _global_ranks(self.ranks))
         if self.ranks and len(self.ranks) != self.world:
             raise ValueError(
                 f"Site.ranks has {len(self.ranks)} entries but world={self.world}; give one global rank per member"
@@ -142,12 +159,14 @@ class Site:
 
     @classmethod
     def from_dict(cls, data: dict) -> Site:
+        if not isinstance(data, dict):
+            raise TypeError(f"a Site dict was expected, got {type(data).__name__}: {data!r:.80}")
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"Site fields {sorted(unknown)} are unknown; known fields: {sorted(known)}")
         data = dict(data)
-        if "ranks" in data:
+        if isinstance(data.get("ranks"), list):
             data["ranks"] = tuple(data["ranks"])
         return cls(**data)
 

@@ -19,7 +19,8 @@ from hocket.core.site import Site
 
 COMPUTE_KINDS = ("gemm", "attention", "elementwise")
 COMM_OPS = ("all_gather", "reduce_scatter", "all_reduce", "send_recv")
-AXES = ("tp", "pp", "dp")
+AXES = ("tp", "pp", "dp", "cp")
+"""cp: the context-parallel group (ranks holding one sequence's shards, next to tp in rank order)."""
 PHASES = ("forward", "backward", "step")
 
 
@@ -110,10 +111,16 @@ class StepGraph:
     stages: tuple[PipelineStage, ...]
     schedule: str = "1f1b"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    cp: int = 1
+    """context-parallel degree: each sequence is split over ``cp`` ranks (rank order tp, cp, dp, pp)."""
+    virtual: int = 1
+    """virtual stages per pipeline rank: ``stages`` holds ``pp * virtual`` of them (interleaved 1F1B)."""
+    recompute: str = "none"
+    """activation recomputation: ``none``, ``selective`` (attention core, MLP activation) or ``full``."""
 
     @property
     def world(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     def sites(self) -> list[Site]:
         """Unique Sites (by ``Site.key``) with ``count`` = occurrences per step on one rank of their stage."""
@@ -147,7 +154,8 @@ class StepGraph:
         return {
             "model": getattr(self.model, "name", str(self.model)),
             "parallel": {"tp": self.tp, "pp": self.pp, "dp": self.dp, "seq": self.seq, "batch": self.batch,
-                         "micro_batches": self.micro_batches, "schedule": self.schedule},
+                         "micro_batches": self.micro_batches, "schedule": self.schedule,
+                         "cp": self.cp, "recompute": self.recompute, "virtual": self.virtual},
             "dtype": self.dtype,
             "stages": [{"index": s.index, "first_layer": s.first_layer, "layers": s.layers, "ranks": list(s.ranks),
                         "dp_ranks": list(s.dp_ranks), "params": s.params, "has_embedding": s.has_embedding,

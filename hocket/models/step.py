@@ -21,6 +21,22 @@ last micro-batch each stage reduces its gradients over DP (reduce-scatter of fp3
 and all-gather of the updated bf16 weights with a distributed optimizer, or one
 all-reduce). Ranks are laid out tp fastest, then dp, then pp:
 ``rank = t + tp * (d + dp * s)``.
+
+Context parallelism (``cp > 1``) splits every sequence over ``cp`` ranks placed next to
+the TP group (``rank = t + tp * (c + cp * (d + dp * s))``): each rank holds ``batch * seq
+/ cp`` tokens, so every Site's m is divided by ``cp``; attention needs the keys and values
+of the whole sequence, so each layer all-gathers its K and V shards over the CP group
+before the attention core (``attn.cp_kv_all_gather``: ``2 * batch * seq * kv_size / tp``
+elements) and reduce-scatters their gradients after the attention backward
+(``attn.cp_kv_reduce_scatter``), the all-gather form Llama 3 used (its GQA K/V are small);
+the attention core computes the rank's queries against all keys (FLOPs / cp). The DP
+gradient sync runs over the ``dp * cp`` ranks that hold the same weights.
+
+``recompute``: ``none`` keeps every activation; ``selective`` re-runs the attention core and
+the MLP activation at the start of each layer's backward (Korthikanti et al. 2022,
+"Reducing Activation Recomputation in Large Transformer Models", selective recomputation);
+``full`` re-runs the whole layer forward there (sites included; the stage keeps only the
+layer inputs).
 """
 
 from __future__ import annotations
@@ -33,6 +49,9 @@ from hocket.models.spec import ModelSpec
 
 ATTENTION_BACKWARD_FACTOR = 2.5
 DP_SYNC = ("reduce_scatter", "all_reduce")
+RECOMPUTE = ("none", "selective", "full")
+SELECTIVE_RECOMPUTE = ("attn.core", "mlp.act")
+"""the forward nodes selective recomputation re-runs before a layer's backward."""
 
 
 def _positive(name: str, value) -> int:
@@ -86,54 +105,75 @@ class _Stage:
 def model_step_sites(model: str | ModelSpec, *, tp: int, pp: int = 1, dp: int = 1, seq: int, batch: int = 1,
                      micro_batches: int | None = None, cluster=None, dtype: str = "bfloat16",
                      stages: list[int] | str | None = None, dp_sync: str = "reduce_scatter",
-                     grad_dtype: str = "float32", causal: bool = True) -> StepGraph:
+                     grad_dtype: str = "float32", causal: bool = True, cp: int = 1,
+                     recompute: str = "none", virtual: int = 1) -> StepGraph:
     """The StepGraph of one training step (see the module docstring).
 
     ``batch``: sequences per micro-batch; ``micro_batches``: per step and DP replica
     (default ``pp``); ``stages``: layers per pipeline stage (a list), ``"auto"`` (balanced by
     device speed when ``cluster`` is given, counting the embedding and LM head), or None
-    (= auto). ``cluster``: when given, ``tp * pp * dp`` must equal its world size.
+    (= auto). ``cluster``: when given, ``tp * cp * pp * dp`` must equal its world size.
+    ``cp``: context-parallel degree (must divide ``seq``); ``recompute``: one of ``RECOMPUTE``.
+    ``virtual``: virtual stages per pipeline rank (interleaved 1F1B): the graph then holds ``pp * virtual``
+    stages, virtual stage ``j`` on the ranks of pipeline stage ``j % pp`` (``stages`` lists ``pp * virtual``
+    layer counts).
     """
     model = load_model(model)
     check_degrees(model, tp, pp, dp)
     _positive("seq", seq)
     _positive("batch", batch)
     micro = pp if micro_batches is None else _positive("micro_batches", micro_batches)
+    _positive("cp", cp)
+    _positive("virtual", virtual)
+    if virtual > 1 and pp == 1:
+        raise ValueError(f"virtual={virtual} needs pp > 1: interleaving splits each pipeline rank's layers")
+    if pp * virtual > model.num_hidden_layers:
+        raise ValueError(f"pp * virtual = {pp * virtual} exceeds num_hidden_layers={model.num_hidden_layers}")
+    nstages = pp * virtual
+    if seq % cp:
+        raise ValueError(f"cp={cp} does not divide seq={seq}; context parallelism splits each sequence evenly")
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute={recompute!r} must be one of {RECOMPUTE}")
     dtype = canonical_dtype(dtype)
     grad_dtype = canonical_dtype(grad_dtype)
     if dp_sync not in DP_SYNC:
         raise ValueError(f"dp_sync={dp_sync!r} must be one of {DP_SYNC}")
-    world = tp * pp * dp
+    world = tp * cp * pp * dp
     if cluster is not None and world != cluster.world_size:
-        raise ValueError(f"tp*pp*dp = {tp}*{pp}*{dp} = {world} but cluster {cluster.name!r} has "
+        degrees = f"tp*pp*dp = {tp}*{pp}*{dp}" if cp == 1 else f"tp*cp*pp*dp = {tp}*{cp}*{pp}*{dp}"
+        raise ValueError(f"{degrees} = {world} but cluster {cluster.name!r} has "
                          f"{cluster.world_size} devices; choose degrees whose product is {cluster.world_size}")
     item = DTYPE_BYTES[dtype]
     h, layers = model.hidden_size, model.num_hidden_layers
-    tokens = batch * seq
+    tokens = batch * seq // cp
+    rdp = dp * cp  # ranks holding the same weights (the gradient-sync group)
     vocab = model.padded_vocab(tp)
     layer_flops = 6.0 * tokens * model.layer_params() / tp
     head_flops = 6.0 * tokens * h * vocab / tp
     if stages is None or stages == "auto":
         if cluster is not None:
-            speeds = [_stage_speed(cluster, range(s * tp * dp, (s + 1) * tp * dp), dtype) for s in range(pp)]
+            speeds = [_stage_speed(cluster, range(s % pp * tp * rdp, (s % pp + 1) * tp * rdp), dtype)
+                      for s in range(nstages)]
         else:
-            speeds = [1.0] * pp
-        extras = [0.0] * pp
+            speeds = [1.0] * nstages
+        extras = [0.0] * nstages
         extras[-1] += head_flops
         per_stage = balance_layers(layers, speeds, extras, layer_flops)
     elif isinstance(stages, str):
         raise ValueError(f"stages={stages!r} must be a list of layer counts, 'auto' or None")
     else:
-        per_stage = check_stage_layers(stages, layers, pp)
+        per_stage = check_stage_layers(stages, layers, nstages)
 
     def group(s: int) -> tuple[int, ...]:
-        return tuple(range(s * tp * dp, s * tp * dp + tp))
+        s %= pp  # virtual stage s runs on pipeline stage s % pp
+        return tuple(range(s * tp * rdp, s * tp * rdp + tp))
 
     out_stages = []
     first = 0
     for s, count in enumerate(per_stage):
         ranks = group(s)
-        dp_ranks = tuple(s * tp * dp + tp * d for d in range(dp))
+        dp_ranks = tuple(s % pp * tp * rdp + tp * d for d in range(rdp))
+        cp_ranks = tuple(ranks[0] + tp * c for c in range(cp))
         builder = _Stage()
         common = dict(dtype=dtype, world=tp, ranks=ranks if world > tp or ranks[0] else (), count=micro)
 
@@ -161,28 +201,36 @@ def model_step_sites(model: str | ModelSpec, *, tp: int, pp: int = 1, dp: int = 
                                                             tokens * h * item, "tp", ranks),
                                deps=(last,), phase="forward")
         layer_sites = _layer_sites(model, tp, tokens, site)
-        attention_flops = 4.0 * batch * seq * seq * model.head_size * (model.num_attention_heads // tp)
+        attention_flops = 4.0 * tokens * seq * model.head_size * (model.num_attention_heads // tp)
         attention_flops *= 0.5 if causal else 1.0
         attention_bytes = tokens * (2 * model.q_size + 2 * model.kv_size) // tp * item
         norm_bytes = 2 * tokens // tp * h * item + h * item
-        forward_ids: dict[tuple[int, str], int] = {}
+        cp_kv_bytes = 2 * batch * seq * (model.kv_size // tp) * item
+        forward_ops = [("norm1", elementwise("norm1", norm_bytes)),
+                       ("attn.qkv", layer_sites["attn.qkv"])]
+        if cp > 1:
+            forward_ops.append(("attn.cp_kv_all_gather", comm("attn.cp_kv_all_gather", "all_gather", cp_kv_bytes,
+                                                              "cp", cp_ranks)))
+        forward_ops += [("attn.core", ComputeOp(name="attn.core", kind="attention", flops=attention_flops,
+                                                nbytes=attention_bytes, dtype=dtype)),
+                        ("attn.out", layer_sites["attn.out"]),
+                        ("norm2", elementwise("residual+norm2", 2 * norm_bytes)),
+                        ("mlp.up", layer_sites["mlp.up"]),
+                        ("mlp.act", elementwise("mlp.act", tokens * (model.intermediate_size // tp) * item
+                                                * (model.mlp_up_matrices + 1))),
+                        ("mlp.down", layer_sites["mlp.down"]),
+                        ("residual", elementwise("residual", 3 * tokens // tp * h * item))]
+        if recompute == "full":
+            recompute_ops = forward_ops
+        elif recompute == "selective":
+            recompute_ops = [(n, o) for n, o in forward_ops if n in SELECTIVE_RECOMPUTE or n == "attn.cp_kv_all_gather"]
+        else:
+            recompute_ops = []
         for layer in range(first, first + count):
             L = f"L{layer}"
-            last = builder.add(f"{L}.norm1", elementwise("norm1", norm_bytes), deps=(last,), phase="forward",
-                               layer=layer)
-            for name, node_op in (("attn.qkv", layer_sites["attn.qkv"]),
-                                  ("attn.core", ComputeOp(name="attn.core", kind="attention", flops=attention_flops,
-                                                          nbytes=attention_bytes, dtype=dtype)),
-                                  ("attn.out", layer_sites["attn.out"]),
-                                  ("norm2", elementwise("residual+norm2", 2 * norm_bytes)),
-                                  ("mlp.up", layer_sites["mlp.up"]),
-                                  ("mlp.act", elementwise("mlp.act", tokens * (model.intermediate_size // tp) * item
-                                                          * (model.mlp_up_matrices + 1))),
-                                  ("mlp.down", layer_sites["mlp.down"]),
-                                  ("residual", elementwise("residual", 3 * tokens // tp * h * item))):
+            for name, node_op in forward_ops:
                 last = builder.add(f"{L}.{name}", node_op, deps=(last,), phase="forward", layer=layer)
-                forward_ids[(layer, name)] = last
-        if s == pp - 1:
+        if s == nstages - 1:
             last = builder.add("head.norm", elementwise("head.norm", norm_bytes), deps=(last,), phase="forward")
             head = site("ag_mm", "lm_head", tokens, h, vocab // tp)
             last = builder.add("head.lm_head", head, deps=(last,), phase="forward")
@@ -203,6 +251,8 @@ def model_step_sites(model: str | ModelSpec, *, tp: int, pp: int = 1, dp: int = 
                                                     (group(s + 1)[0], ranks[0])), deps=(last,), phase="backward")
         for layer in reversed(range(first, first + count)):
             L = f"L{layer}"
+            for name, node_op in recompute_ops:
+                last = builder.add(f"{L}.recompute.{name}", node_op, deps=(last,), phase="backward", layer=layer)
             last = _backward_linear(builder, layer_sites["mlp.down"], f"{L}.mlp.down", last, layer=layer, gemm=gemm,
                                     tokens=tokens)
             last = builder.add(f"{L}.mlp.act.grad", elementwise("mlp.act.grad", 1.5 * tokens * (
@@ -217,6 +267,10 @@ def model_step_sites(model: str | ModelSpec, *, tp: int, pp: int = 1, dp: int = 
             last = builder.add(f"{L}.attn.core.grad", ComputeOp(
                 name="attn.core.grad", kind="attention", flops=ATTENTION_BACKWARD_FACTOR * attention_flops,
                 nbytes=2 * attention_bytes, dtype=dtype), deps=(last,), phase="backward", layer=layer)
+            if cp > 1:
+                last = builder.add(f"{L}.attn.cp_kv_reduce_scatter", comm(
+                    "attn.cp_kv_reduce_scatter", "reduce_scatter", cp_kv_bytes, "cp", cp_ranks), deps=(last,),
+                    phase="backward", layer=layer)
             last = _backward_linear(builder, layer_sites["attn.qkv"], f"{L}.attn.qkv", last, layer=layer, gemm=gemm,
                                     tokens=tokens)
             last = builder.add(f"{L}.norm1.grad", elementwise("norm1.grad", 3 * norm_bytes), deps=(last,),
@@ -232,10 +286,10 @@ def model_step_sites(model: str | ModelSpec, *, tp: int, pp: int = 1, dp: int = 
         params = count * model.layer_params() // tp
         if s == 0:
             params += vocab * h // tp
-        if s == pp - 1 and not (model.tie_word_embeddings and pp == 1):
+        if s == nstages - 1 and not (model.tie_word_embeddings and nstages == 1):
             params += vocab * h // tp + h
         step = _Stage()
-        if dp > 1:
+        if rdp > 1:
             grad_bytes = params * DTYPE_BYTES[grad_dtype]
             if dp_sync == "reduce_scatter":
                 g = step.add("dp.grad_reduce_scatter", comm("dp.grad_reduce_scatter", "reduce_scatter", grad_bytes,
@@ -247,7 +301,7 @@ def model_step_sites(model: str | ModelSpec, *, tp: int, pp: int = 1, dp: int = 
                          phase="step")
         out_stages.append(PipelineStage(index=s, first_layer=first, layers=count, ranks=ranks, dp_ranks=dp_ranks,
                                         nodes=tuple(builder.nodes), step_nodes=tuple(step.nodes), params=params,
-                                        has_embedding=s == 0, has_head=s == pp - 1))
+                                        has_embedding=s == 0, has_head=s == nstages - 1))
         first += count
     notes = []
     if model.vocab_size != vocab:
@@ -255,7 +309,8 @@ def model_step_sites(model: str | ModelSpec, *, tp: int, pp: int = 1, dp: int = 
     if tokens % tp:
         notes.append(f"batch*seq={tokens} is not a multiple of tp={tp}: sequence shards are uneven")
     return StepGraph(model=model, tp=tp, pp=pp, dp=dp, seq=seq, batch=batch, micro_batches=micro, dtype=dtype,
-                     stages=tuple(out_stages), notes=tuple(notes))
+                     stages=tuple(out_stages), notes=tuple(notes), cp=cp, recompute=recompute, virtual=virtual,
+                     schedule="1f1b" if virtual == 1 else "interleaved")
 
 
 def _layer_sites(model: ModelSpec, tp: int, tokens: int, site) -> dict[str, Site]:

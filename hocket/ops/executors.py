@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from hocket.strategies import OPERATOR_KINDS, spec, specs
 
 OP_NAMES = {"ag_mm": "all_gather_matmul", "mm_rs": "matmul_reduce_scatter", "mm_ar": "matmul_all_reduce",
-            "h2d_mm": "matmul_from_host", "mm_d2h": "matmul_to_host"}
+            "h2d_mm": "matmul_from_host", "mm_d2h": "matmul_to_host", "halo": "stencil_steps"}
 
 _EXECUTORS: dict[tuple[str, str], Callable] = {}
 

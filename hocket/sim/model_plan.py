@@ -73,14 +73,15 @@ def _site_entry(stage: int, site: Site, result: SearchResult) -> dict:
 def plan_model(model: object, cluster: object, *, tp: int, pp: int = 1, dp: int = 1, seq: int, batch: int = 1,
                micro_batches: int | None = None, dtype: str = "bfloat16", stages: object = None,
                profile: object = None, config: SearchConfig | None = None,
-               space_config: SpaceConfig | None = None) -> dict:
-    """Plan every site of one training step (see the module docstring for the schema)."""
+               space_config: SpaceConfig | None = None, cp: int = 1, recompute: str = "none") -> dict:
+    """Plan every site of one training step (see the module docstring for the schema); ``cp`` and
+    ``recompute`` as ``hocket.models.step.model_step_sites`` takes them (written to ``parallel`` when set)."""
     from hocket.models.step import model_step_sites
 
     config = config or SearchConfig()
     started = time.perf_counter()
     graph = model_step_sites(model, tp=tp, pp=pp, dp=dp, seq=seq, batch=batch, micro_batches=micro_batches,
-                             cluster=cluster, dtype=dtype, stages=stages)
+                             cluster=cluster, dtype=dtype, stages=stages, cp=cp, recompute=recompute)
     staged = _stage_sites(graph)
     results = search_sites((site for _, site, _ in staged), cluster, profile=profile, config=config,
                            space_config=space_config)
@@ -106,7 +107,8 @@ def plan_model(model: object, cluster: object, *, tp: int, pp: int = 1, dp: int 
         "model": getattr(graph.model, "name", str(model)),
         "cluster": getattr(cluster, "name", str(cluster)),
         "parallel": {"tp": tp, "pp": pp, "dp": dp, "seq": seq, "batch": batch,
-                     "micro_batches": graph.micro_batches},
+                     "micro_batches": graph.micro_batches,
+                     **({"cp": cp} if cp != 1 else {}), **({"recompute": recompute} if recompute != "none" else {})},
         "dtype": graph.dtype,
         "margin": config.margin,
         "sites": entries,

@@ -13,6 +13,12 @@ one micro-batch (``hocket.models.StepGraph``) are repeated per micro-batch in 1F
   one task across the ``dp`` resource of *every* class holding that stage: the slowest
   replica gates them.
 
+Interleaved 1F1B (``StepGraph.virtual > 1``): the graph's ``pp * virtual`` stages are virtual stages,
+virtual stage ``j`` run by the owners of pipeline stage ``j % pp`` in the order of
+``schedule_1f1b.interleaved_global_order``; a pipeline transfer goes to the next or previous virtual
+stage (from the last pipeline rank back to the first between chunks), and each virtual stage's
+gradient sync runs on its pipeline rank's ``dp`` resource.
+
 Class-reduced (default), an owner is a (replica class, stage) standing for all of its
 ranks; with ``explicit_ranks=True`` every rank is its own owner (small jobs only; the
 result is the same for identical ranks, which the tests check).
@@ -29,7 +35,7 @@ from hocket.models.graph import CommOp, ComputeOp
 from hocket.sim.engine import TaskGraph, Timeline, simulate
 from hocket.sim.layout import ParallelLayout, ReplicaClass, rank_classes
 from hocket.sim.pricing import Pricer
-from hocket.sim.schedule_1f1b import global_order
+from hocket.sim.schedule_1f1b import global_order, interleaved_global_order
 from hocket.sim.site import CompiledStages
 
 EXPLICIT_RANK_LIMIT = 4096
@@ -78,7 +84,9 @@ def simulate_step(step, cluster, *, plan=None, profile=None, explicit_ranks: boo
                         "(hocket.models.step.model_step_sites(model, tp=..., pp=..., dp=..., seq=...))")
     if not hasattr(cluster, "group_transports"):
         raise TypeError(f"cluster={cluster!r} must be a ClusterSpec (hocket.hardware.load_cluster(name))")
-    layout = ParallelLayout(tp=step.tp, pp=step.pp, dp=step.dp)
+    # context-parallel ranks sit between tp and dp (hocket.models.step): as replicas of the stage's TP group they
+    # are laid out as dp * cp; their K/V collectives are CommOps on the "cp" resource
+    layout = ParallelLayout(tp=step.tp, pp=step.pp, dp=step.dp * getattr(step, "cp", 1))
     layout.check_fits(cluster)
     if explicit_ranks and layout.world > EXPLICIT_RANK_LIMIT:
         raise ValueError(f"explicit_ranks=True would simulate {layout.world} ranks one by one (limit "
@@ -87,10 +95,16 @@ def simulate_step(step, cluster, *, plan=None, profile=None, explicit_ranks: boo
     pricer = Pricer(cluster, profile=profile, choose_plan=plan_chooser(plan))
     builder = _StepBuilder(step=step, cluster=cluster, layout=layout, classes=classes, pricer=pricer,
                            explicit=explicit_ranks)
-    for s, op, mb in global_order(step.pp, step.micro_batches):
+    virtual = getattr(step, "virtual", 1)
+    if virtual == 1:
+        order = ((s, op, mb) for s, op, mb in global_order(step.pp, step.micro_batches))
+    else:
+        order = ((chunk * step.pp + s, op, mb) for s, op, mb, chunk in
+                 interleaved_global_order(step.pp, step.micro_batches, virtual))
+    for s, op, mb in order:
         for ci in range(len(classes)):
             builder.emit_phase(ci, s, "forward" if op == "F" else "backward", mb)
-    for s in range(step.pp):
+    for s in range(len(step.stages)):
         builder.emit_step_nodes(s)
     timeline = simulate(builder.graph)
     notes = tuple(dict.fromkeys(builder.notes))
@@ -149,7 +163,7 @@ class _StepBuilder:
     # -- one phase of one micro-batch -----------------------------------------------------
     def emit_phase(self, ci: int, s: int, phase: str, mb: int) -> None:
         stage = self.step.stages[s]
-        members = self.members[(ci, s)]
+        members = self.members[(ci, s % self.layout.pp)]
         key = (ci, s, mb)
         exits = self.node_exits.setdefault(key, {})
         g = self.graph
@@ -166,7 +180,8 @@ class _StepBuilder:
                     memo_key = (ci, s, i, id(node))
                     priced = self.compute_memo.get(memo_key)
                     if priced is None:
-                        priced = self.compute_memo[memo_key] = self.pricer.compute(op, self._device(ci, s, i))
+                        priced = self.compute_memo[memo_key] = self.pricer.compute(
+                            op, self._device(ci, s % self.layout.pp, i))
                     out[m] = (g.add(name=node.name, resources=[g.resource(m, "compute")], work_ms=priced.ms,
                                     deps=after[m], kind=priced.kind, slowdown_by=priced.slowdown_by,
                                     meta=self._mb_meta(mb, phase)),)
@@ -174,8 +189,8 @@ class _StepBuilder:
             elif isinstance(op, CommOp) and op.axis == "pp":
                 exits[idx] = self._pipeline_transfer(ci, s, node, after, mb)
             elif isinstance(op, CommOp):
-                ranks = self.classes[ci].stages[s].tp_ranks if op.axis == "tp" else tuple(op.ranks)
-                priced = self.pricer.comm(op, ranks, self._device(ci, s, 0))
+                ranks = self.classes[ci].stages[s % self.layout.pp].tp_ranks if op.axis == "tp" else tuple(op.ranks)
+                priced = self.pricer.comm(op, ranks, self._device(ci, s % self.layout.pp, 0))
                 resource = priced.resource if op.axis == "tp" else op.axis
                 deps = sorted({t for m in members for t in after[m]})
                 tid = g.add(name=node.name, resources=[g.resource(m, resource) for m in members], work_ms=priced.ms,
@@ -189,8 +204,8 @@ class _StepBuilder:
             del self.node_exits[key]
 
     def _site(self, ci: int, s: int, node, after, mb: int) -> dict[str, tuple[int, ...]]:
-        pos = self.classes[ci].stages[s]
-        members = self.members[(ci, s)]
+        pos = self.classes[ci].stages[s % self.layout.pp]
+        members = self.members[(ci, s % self.layout.pp)]
         memo_key = (ci, s, id(node))
         compiled = self.site_memo.get(memo_key)
         if compiled is None:
@@ -215,27 +230,33 @@ class _StepBuilder:
 
     def _pipeline_transfer(self, ci: int, s: int, node, after, mb: int) -> dict[str, tuple[int, ...]]:
         op = node.op
+        pp = self.layout.pp
         src_stage = self.layout.coords(op.ranks[0])[2]
         dst_stage = self.layout.coords(op.ranks[1])[2]
-        if dst_stage == s:  # a receive: the sender made the transfer earlier (topological order)
-            tids = self.transfers.pop((ci, src_stage, dst_stage, mb))
-            return {m: (tids[i],) for i, m in enumerate(self.members[(ci, s)])}
-        if src_stage != s:
+        # the virtual stages at either end: a transfer moves to the next stage (activations) or the previous one
+        # (gradients); without interleaving virtual and pipeline stages are the same
+        downstream = "activation" in op.name
+        if dst_stage == s % pp and src_stage != s % pp:  # a receive: the sender made the transfer earlier
+            src_v = s - 1 if downstream else s + 1
+            tids = self.transfers.pop((ci, src_v, s, mb))
+            return {m: (tids[i],) for i, m in enumerate(self.members[(ci, s % pp)])}
+        if src_stage != s % pp:
             raise ValueError(f"pipeline op {node.name!r} on stage {s} moves data from stage {src_stage} to "
                              f"{dst_stage}; one end must be the stage itself")
-        forward = dst_stage > s
+        dst_v = s + 1 if downstream else s - 1
+        forward = dst_v > s
         ranks = (self._class_rank(ci, op.ranks[0]), self._class_rank(ci, op.ranks[1]))
-        priced = self.pricer.comm(op, ranks, self._device(ci, s, 0))
+        priced = self.pricer.comm(op, ranks, self._device(ci, s % pp, 0))
         g = self.graph
-        src_members, dst_members = self.members[(ci, s)], self.members[(ci, dst_stage)]
+        src_members, dst_members = self.members[(ci, s % pp)], self.members[(ci, dst_v % pp)]
         tids = []
         for i, m in enumerate(src_members):
             resources = [g.resource(m, "pp.send_next" if forward else "pp.send_prev"),
                          g.resource(dst_members[i], "pp.recv_prev" if forward else "pp.recv_next")]
             tids.append(g.add(name=node.name, resources=resources, work_ms=priced.ms, deps=after[m],
                               kind=priced.kind, slowdown_by=priced.slowdown_by,
-                              meta={"mb": mb, "bytes": op.nbytes, "to_stage": dst_stage}))
-        self.transfers[(ci, s, dst_stage, mb)] = tuple(tids)
+                              meta={"mb": mb, "bytes": op.nbytes, "to_stage": dst_v}))
+        self.transfers[(ci, s, dst_v, mb)] = tuple(tids)
         return {m: (tids[i],) for i, m in enumerate(src_members)}
 
     # -- once per step -----------------------------------------------------------------
@@ -244,10 +265,10 @@ class _StepBuilder:
         if not stage.step_nodes:
             return
         g = self.graph
-        members = [m for ci in range(len(self.classes)) for m in self.members[(ci, s)]]
+        members = [m for ci in range(len(self.classes)) for m in self.members[(ci, s % self.layout.pp)]]
         tails = sorted({t for r, owner in enumerate(g.resource_owner)
                         if g.owner_names[owner] in members for t in (g.tail(r),) if t is not None})
-        devices = [self.classes[ci].stages[s].slowest for ci in range(len(self.classes))]
+        devices = [self.classes[ci].stages[s % self.layout.pp].slowest for ci in range(len(self.classes))]
         exits: dict[int, int] = {}
         for idx, node in enumerate(stage.step_nodes):
             op = node.op

@@ -8,7 +8,7 @@ name. :func:`predict` / :func:`pipeline_stages` price a plan with its spec's cos
 package registers the built-in specs, one per name of :data:`hocket.core.plan.STRATEGIES`.
 """
 
-from hocket.strategies import bidir_ring, bulk, chunked, ring, sequential, substituted, tile_fused
+from hocket.strategies import bidir_ring, bulk, chunked, halo, ring, sequential, substituted, tile_fused
 from hocket.strategies.pricing import pipeline_stages, predict
 from hocket.strategies.registry import (
     REGISTRY,
@@ -25,6 +25,8 @@ from hocket.strategies.spec import OFFLOAD_KINDS, OPERATOR_KINDS, StrategySpec
 for _module in (sequential, bulk, chunked, ring, bidir_ring, tile_fused, substituted):
     register_spec(_module.SPEC)
 del _module
+register_spec(halo.OVERLAP_SPEC)  # the halo-exchange stencil strategies (site kind halo)
+register_spec(halo.DEEP_HALO_SPEC)
 
 __all__ = [
     "OFFLOAD_KINDS", "OPERATOR_KINDS", "REGISTRY", "Registry", "StrategySpec", "pipeline_stages", "planned_for",

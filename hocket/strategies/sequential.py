@@ -1,9 +1,11 @@
 """``sequential``: the unfused reference (:mod:`hocket.ops.lowering.sequential`): the collective, then
 the GEMM (ag_mm), or the GEMM, then the collective (mm_rs, mm_ar); an offload site copies its whole
-operand, then multiplies (h2d_mm), or multiplies, then copies (mm_d2h). Every other plan must beat it."""
+operand, then multiplies (h2d_mm), or multiplies, then copies (mm_d2h); a halo site exchanges its halos,
+then computes (:mod:`hocket.strategies.halo`). Every other plan must beat it."""
 
 from __future__ import annotations
 
+from hocket.cost.halo import sequential_stages
 from hocket.cost.offload import row_pieces
 from hocket.strategies.memory import product_bytes
 from hocket.strategies.spec import StrategySpec
@@ -11,6 +13,9 @@ from hocket.strategies.spec import StrategySpec
 
 def cost(b) -> None:
     site = b.site
+    if site.kind == "halo":  # a halo-exchange stencil: exchange, then compute (hocket.strategies.halo)
+        sequential_stages(b)
+        return
     m, total = site.m, site.comm_bytes
     if site.kind in ("h2d_mm", "mm_d2h"):
         row_pieces(b, [m])
@@ -32,14 +37,16 @@ def cost(b) -> None:
 def workspace(site, plan) -> int:
     """Sequential gathers straight into the returned ``A`` and reduces in place; the reduce-scatter
     consumes a partial product the caller never sees."""
+    if site.kind == "halo":
+        return 0
     return product_bytes(site) if site.kind == "mm_rs" else 0
 
 
 SPEC = StrategySpec(
     error_class="sequential",
     name="sequential", summary="one blocking collective and one GEMM, in order (the baseline)",
-    kinds=("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h"), cost=cost, workspace=workspace,
-    planned_kinds=("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a"),
+    kinds=("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h", "halo"), cost=cost, workspace=workspace,
+    planned_kinds=("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a", "halo"),
     transports=("collective", "copy_engine", "host_staged"),
     fixed_chunks=True, hierarchical=True, comm_sms=False, host_staging=False,
 )

@@ -1,0 +1,104 @@
+"""Parallel-search benchmark (CPU): search times and the check against published training runs.
+
+    python benchmarks/parallel_search.py > report-body.md
+
+Search times: Llama-3-70B on 64 H100 (h100-8node), Llama-3-405B on 16,384 H100 (h100-16k), Llama-3-70B on the
+64-GPU three-type cluster (mixed-3type-64); every search dimension on (``ParallelSpace()`` defaults), 3 re-ranked.
+
+Validation: each published configuration is priced as given (``hocket.search.run.price_candidate``, simulated),
+then the search runs for the same model, cluster and global batch. Published figures are quoted, not fitted.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from hocket.hardware import load_cluster
+from hocket.models.catalog import load_model
+from hocket.search import Candidate, flops_per_token, search_parallel
+from hocket.search.run import price_candidate
+
+H100_1024_NODES = """name: h100-1024node
+nodes:
+  - {node: hgx-h100, count: 1024}
+network:
+  topology: rail
+  transports: [collective, p2p, host_staged]
+"""
+
+# The Llama 3 Herd of Models (Dubey et al., 2024), Table 4: Llama 3 405B pre-training, BF16 MFU and TFLOPs/GPU.
+# 16M tokens per batch; the paper's pipeline schedule is interleaved with one layer fewer on the first and last
+# stage (126 = 16 * 8 - 2).
+PUBLISHED = [
+    ("Llama 3 405B, 8,192 H100, TP8 CP1 PP16 DP64, seq 8192", "h100-1024node", 8192, 2048,
+     dict(tp=8, cp=1, pp=16, dp=64, micro_batch=1, micro_batches=32), 430.0, 0.43),
+    ("Llama 3 405B, 16,384 H100, TP8 CP1 PP16 DP128, seq 8192", "h100-16k", 8192, 2048,
+     dict(tp=8, cp=1, pp=16, dp=128, micro_batch=1, micro_batches=16), 400.0, 0.41),
+    ("Llama 3 405B, 16,384 H100, TP8 CP16 PP16 DP8, seq 131072", "h100-16k", 131072, 128,
+     dict(tp=8, cp=16, pp=16, dp=8, micro_batch=1, micro_batches=16), 380.0, 0.38),
+]
+STAGES = [7] + [8] * 14 + [7]
+
+
+def _cluster(name: str, tmp: Path):
+    if name == "h100-1024node":
+        path = tmp / "h100-1024node.yaml"
+        path.write_text(H100_1024_NODES, encoding="utf-8")
+        return load_cluster(str(path))
+    return load_cluster(name)
+
+
+def search_times() -> list[str]:
+    lines = ["| search | devices | candidates priced | pruned (space / memory) | distinct sites | seconds | winner |",
+             "|---|---|---|---|---|---|---|"]
+    for model, cluster, seq, batch in (("llama3-70b", "h100-8node", 8192, 512), ("llama3-405b", "h100-16k", 8192, 2048),
+                                       ("llama3-70b", "mixed-3type-64", 8192, 512)):
+        started = time.perf_counter()
+        out = search_parallel(model, cluster, seq=seq, global_batch=batch, rerank=3, top=3)
+        seconds = time.perf_counter() - started
+        priced = out.evaluated - sum(out.memory_pruned.values())
+        lines.append(f"| {model} on {cluster}, seq {seq}, batch {batch} | {out.cluster.world_size} | {priced} | "
+                     f"{out.space.pruned_total} / {sum(out.memory_pruned.values())} | {out.distinct_sites} | "
+                     f"{seconds:.1f} | {out.winner.candidate.label()}, {out.winner.best_ms / 1e3:.2f} s |")
+    return lines
+
+
+def validation(tmp: Path) -> list[str]:
+    lines = ["| published run | published TFLOP/s per GPU (MFU) | predicted, 1F1B | predicted, interleaved v=2 "
+             "(simulated) | fits (memory model) | search's choice | predicted gain |",
+             "|---|---|---|---|---|---|---|"]
+    for label, cluster_name, seq, batch, degrees, tflops, mfu in PUBLISHED:
+        cluster = _cluster(cluster_name, tmp)
+        fpt = flops_per_token(load_model("llama3-405b"), seq)
+        base = Candidate(**degrees, sharding="optimizer")
+        plain = price_candidate("llama3-405b", cluster, base, seq=seq, global_batch=batch, stages=STAGES)
+        inter = price_candidate("llama3-405b", cluster, Candidate(**degrees, sharding="optimizer",
+                                                                  schedule="interleaved", virtual=2),
+                                seq=seq, global_batch=batch, stages=STAGES)
+        world = cluster.world_size
+
+        def per_gpu(p, fpt=fpt, world=world, batch=batch, seq=seq):
+            return batch * seq / (p.best_ms / 1e3) * fpt / world / 1e12
+
+        fits = "yes" if all(m.fits for m in plain.memory) else \
+            f"no: {max(plain.memory, key=lambda m: m.total / m.limit).describe()}"
+        out = search_parallel("llama3-405b", cluster, seq=seq, global_batch=batch, rerank=3, top=1)
+        gain = plain.best_ms / out.winner.best_ms
+        lines.append(f"| {label} | {tflops:.0f} ({mfu:.0%}) | {per_gpu(plain):.0f} ({plain.mfu * plain.step_ms / plain.best_ms:.0%}) "
+                     f"| {per_gpu(inter):.0f} ({inter.mfu * inter.step_ms / inter.best_ms:.0%}) | {fits} | {out.winner.candidate.label()} "
+                     f"{list(out.winner.stages)[:3]}..., {per_gpu(out.winner):.0f} TFLOP/s | {gain:.2f}x |")
+    return lines
+
+
+def main() -> None:
+    print("## Search times\n")
+    print("\n".join(search_times()))
+    print("\n## Validation against published runs\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        print("\n".join(validation(Path(tmp))))
+
+
+if __name__ == "__main__":
+    main()

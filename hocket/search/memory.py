@@ -1,0 +1,163 @@
+"""Device memory of one rank of a parallel training configuration, per pipeline stage.
+
+All figures are bytes on one rank. ``P`` is the parameters the rank's stage holds after tensor
+parallelism (``hocket.search.memory.stage_params``), ``d = dp * cp`` the ranks that hold the same
+weights (the sharding group), ``T = micro_batch * seq / cp`` the tokens of one micro-batch on the rank.
+
+Model states (bf16 weights, fp32 gradient accumulation, Adam with fp32 master weights; the table of
+Megatron-LM's distributed-optimizer documentation: 18 bytes per parameter, 6 + 12/d sharded):
+
+    replicated        2P + 4P + 12P             = 18 P
+    optimizer         2P + 4P + 12P / d         (ZeRO-1 / Megatron --use-distributed-optimizer)
+    full              (2P + 4P + 12P) / d       + the two layers of gathered bf16 weights in flight
+                                                  (FSDP / ZeRO-3 prefetch: 2 * 2 * layer_params / tp)
+
+Activations kept for the backward, per layer and token, tensor- and sequence-parallel so every tensor
+is divided by ``tp`` (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models", Table 2, with a flash-attention core: no ``s^2`` score or dropout-mask terms):
+
+    none       item * (4h + 2q + 2kv + (u + 1) * f) / tp      (norm inputs 2h, GEMM inputs 2h, Q/K/V
+                                                               q + 2kv, attention output q, MLP up
+                                                               outputs u*f and activation output f)
+    selective  item * (4h + q + 2kv + u * f) / tp             (attention output and MLP activation
+                                                               recomputed)
+    full       item * h / tp                                  (the layer input only), plus one layer's
+                                                               ``none`` activations while it is recomputed
+
+with ``h`` hidden, ``q``/``kv`` the query/key-value widths, ``f`` the FFN width, ``u`` its up matrices
+(2 for SwiGLU) and ``item`` the activation dtype's bytes. A stage keeps the activations of the
+micro-batches in flight under its schedule: ``min(pp - s, m)`` under 1F1B; under interleaved 1F1B
+device stage ``s`` keeps ``min(2 (pp - s - 1) + (v - 1) pp + 1, m v)`` virtual-stage micro-batches of
+``L_s / v`` layers each (its warm-up forwards plus one, ``hocket.sim.schedule_1f1b``).
+
+Transient and communication buffers: the last stage's fp32 logits and their gradient
+(``2 * 4 * T * V / tp``); the double-buffered TP all-gather of a GEMM input (``2 * item * T * h``,
+the gathered sequence); with ``cp > 1`` the gathered K and V of one layer (``2 * item * cp * T * kv /
+tp``); with ``d > 1`` a gradient bucket of ``max(40e6, 1e6 * d)`` fp32 values (Megatron-LM's DDP
+default bucket). A fixed ``RESERVED_BYTES`` per device stands for the CUDA context, NCCL's own buffers
+and allocator fragmentation (an assumption, not a measurement). The overlap plans' extra workspace
+(``hocket.strategies`` memory estimates, at most a quarter of the device by the space's budget) is not
+added: the plans were searched inside that budget already.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1 << 30
+RESERVED_BYTES = 3 * GIB
+"""CUDA context, NCCL buffers and fragmentation per device (assumed)."""
+SHARDING = ("replicated", "optimizer", "full")
+RECOMPUTE = ("none", "selective", "full")
+WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 4, 12
+"""bf16 weights; fp32 gradients; fp32 master weights + Adam m and v."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory:
+    """One rank's memory (bytes) by component, and the device limit it is checked against."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    buffers: float
+    limit: float
+    """usable bytes: the device's memory minus RESERVED_BYTES."""
+    device: str = ""
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations + self.buffers
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.limit
+
+    def binding(self) -> str:
+        """The largest component (what to shrink first)."""
+        parts = {"weights": self.weights, "grads": self.grads, "optimizer": self.optimizer,
+                 "activations": self.activations, "buffers": self.buffers}
+        return max(parts, key=lambda k: parts[k])
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{k} {getattr(self, k) / GIB:.1f}" for k in
+                          ("weights", "grads", "optimizer", "activations", "buffers"))
+        return f"{self.total / GIB:.1f} GiB ({parts}) of {self.limit / GIB:.1f} GiB usable on {self.device}"
+
+    def to_dict(self) -> dict:
+        return {"total_gib": self.total / GIB, "limit_gib": self.limit / GIB, "device": self.device,
+                **{f"{k}_gib": getattr(self, k) / GIB for k in ("weights", "grads", "optimizer", "activations",
+                                                                  "buffers")}}
+
+
+def stage_params(model, *, tp: int, layers: int, first: bool, last: bool, pp: int) -> float:
+    """Parameters one rank of a stage holds: its layers / tp, the vocab-parallel embedding on the first
+    stage, the LM head and final norm on the last (one matrix when tied and pp == 1)."""
+    vocab = model.padded_vocab(tp)
+    params = layers * model.layer_params() / tp
+    if first:
+        params += vocab * model.hidden_size / tp
+    if last:
+        params += model.hidden_size
+        if not (model.tie_word_embeddings and pp == 1):
+            params += vocab * model.hidden_size / tp
+    return params
+
+
+def activation_bytes_per_token(model, *, tp: int, recompute: str, item: int = 2) -> float:
+    """Bytes one layer keeps per token under ``recompute`` (module docstring)."""
+    h, q, kv = model.hidden_size, model.q_size, model.kv_size
+    f, u = model.intermediate_size, model.mlp_up_matrices
+    if recompute == "none":
+        return item * (4 * h + 2 * q + 2 * kv + (u + 1) * f) / tp
+    if recompute == "selective":
+        return item * (4 * h + q + 2 * kv + u * f) / tp
+    if recompute == "full":
+        return item * h / tp
+    raise ValueError(f"recompute={recompute!r} must be one of {RECOMPUTE}")
+
+
+def in_flight(*, pp: int, stage: int, micro_batches: int, virtual: int = 1) -> float:
+    """Layer-fractions of micro-batches a stage keeps: in units of ``L_s`` layers times micro-batches."""
+    if virtual == 1:
+        return float(min(pp - stage, micro_batches))
+    chunks = min(2 * (pp - stage - 1) + (virtual - 1) * pp + 1, micro_batches * virtual)
+    return chunks / virtual
+
+
+def stage_memory(model, *, tp: int, cp: int, dp: int, pp: int, stage: int, layers: int, seq: int,
+                 micro_batch: int, micro_batches: int, sharding: str, recompute: str, virtual: int = 1,
+                 device_bytes: float, device: str = "", item: int = 2) -> Memory:
+    """One rank's memory on pipeline stage ``stage`` (module docstring for every term)."""
+    if sharding not in SHARDING:
+        raise ValueError(f"sharding={sharding!r} must be one of {SHARDING}")
+    first, last = stage == 0, stage == pp - 1
+    params = stage_params(model, tp=tp, layers=layers, first=first, last=last, pp=pp)
+    d = dp * cp
+    weights, grads, optimizer = WEIGHT_BYTES * params, GRAD_BYTES * params, OPTIMIZER_BYTES * params
+    buffers = 0.0
+    if sharding in ("optimizer", "full"):
+        optimizer /= d
+    if sharding == "full":
+        weights /= d
+        grads /= d
+        buffers += 2 * WEIGHT_BYTES * model.layer_params() / tp
+    tokens = micro_batch * seq / cp
+    per_layer_token = activation_bytes_per_token(model, tp=tp, recompute=recompute, item=item)
+    activations = per_layer_token * tokens * layers * in_flight(pp=pp, stage=stage, micro_batches=micro_batches,
+                                                                 virtual=virtual)
+    if recompute == "full":
+        activations += activation_bytes_per_token(model, tp=tp, recompute="none", item=item) * tokens
+    if first:
+        activations += item * tokens * model.hidden_size / tp * min(pp, micro_batches)
+    if last:
+        buffers += 2 * 4 * tokens * model.padded_vocab(tp) / tp
+    if tp > 1:
+        buffers += 2 * item * tokens * model.hidden_size
+    if cp > 1:
+        buffers += 2 * item * cp * tokens * model.kv_size / tp
+    if d > 1:
+        buffers += 4 * max(40e6, 1e6 * d)
+    return Memory(weights=weights, grads=grads, optimizer=optimizer, activations=activations, buffers=buffers,
+                  limit=device_bytes - RESERVED_BYTES, device=device)

@@ -1,0 +1,248 @@
+"""The parallel-configuration space: every (tp, cp, pp, dp, micro-batch, schedule, sharding, recomputation,
+device grouping) a model can run with on a cluster, and every point left out with its reason.
+
+Rules (``ParallelSpace`` holds the knobs):
+
+* ``tp`` is a power of two that divides the attention heads, the KV heads, the hidden and FFN widths, and
+  fits in the smallest node (``tp_across_nodes=True`` lifts the last rule).
+* ``cp`` is a power of two dividing ``seq`` with at least ``min_cp_tokens`` tokens per rank; ``cp > 1`` is
+  tried only when ``seq >= cp_from_seq`` (long sequences).
+* ``pp`` divides ``world / (tp * cp)`` and is at most the layer count; ``dp = world / (tp * cp * pp)``.
+* the global batch (sequences) splits into ``dp`` replicas of ``micro_batches`` micro-batches of
+  ``micro_batch`` sequences (``micro_batch`` from ``micro_batch_sizes``); on a mixed cluster under the
+  ``replicas`` grouping the split is uneven, decided by speed (``hocket.search.run``).
+* ``schedule`` is ``1f1b`` or, when ``pp > 1``, ``interleaved`` with ``virtual`` in ``virtual_stages``
+  (layers divisible by ``pp * virtual``, micro-batches a multiple of ``pp``: Megatron-LM's rules).
+* ``sharding`` is ``replicated``, ``optimizer`` (ZeRO-1) or ``full`` (ZeRO-3 / FSDP); with ``dp * cp == 1``
+  only ``replicated``.
+* ``recompute`` is ``none``, ``selective`` or ``full``.
+* ``grouping``: ``uniform`` on a cluster of one device type. On a mixed cluster, ``stages`` (ranks laid
+  out tp, cp, dp, pp over the cluster's node order, so pipeline stages land on device-type blocks and
+  take layers by speed; ``hocket.search.run`` also tries every other order of up to four node groups,
+  ``Candidate.order``) and ``replicas`` (each device type's block forms its own data-parallel replicas
+  of the same tp x cp x pp shape, the batch split by their speed: Metis's data balancing; needs every
+  block's size to be a multiple of ``tp * cp * pp``). A tensor-parallel group never mixes device types
+  (mixing pays only with uneven TP shards, which hocket's sites do not have).
+
+Expert parallelism is not in the space: no model preset has MoE layers and hocket has no all-to-all
+sites yet.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hocket.search.memory import RECOMPUTE, SHARDING
+
+SCHEDULES = ("1f1b", "interleaved")
+GROUPINGS = ("uniform", "stages", "replicas")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelSpace:
+    """Knobs of the parallel space (module docstring)."""
+
+    tp_across_nodes: bool = False
+    micro_batch_sizes: tuple[int, ...] = (1, 2, 4)
+    virtual_stages: tuple[int, ...] = (2, 4)
+    schedules: tuple[str, ...] = SCHEDULES
+    shardings: tuple[str, ...] = SHARDING
+    recomputes: tuple[str, ...] = RECOMPUTE
+    cp_degrees: tuple[int, ...] = (1, 2, 4, 8, 16)
+    cp_from_seq: int = 16384
+    """cp > 1 is tried only for sequences at least this long."""
+    min_cp_tokens: int = 2048
+    max_tp: int = 64
+    max_pp: int = 128
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("schedules", SCHEDULES), ("shardings", SHARDING), ("recomputes", RECOMPUTE)):
+            bad = [v for v in getattr(self, name) if v not in allowed]
+            if bad or not getattr(self, name):
+                raise ValueError(f"ParallelSpace.{name}={getattr(self, name)!r}: give a non-empty subset of "
+                                 f"{allowed}")
+        for name in ("micro_batch_sizes", "virtual_stages", "cp_degrees"):
+            values = getattr(self, name)
+            if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+                raise ValueError(f"ParallelSpace.{name}={values!r} must be a non-empty tuple of ints >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Block:
+    """A run of consecutive ranks of one device model (nodes in cluster order)."""
+
+    device: str
+    first: int
+    size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """One parallel configuration (degrees, batch, schedule, memory policy, grouping)."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    """sequences per micro-batch."""
+    micro_batches: int
+    """per replica (``uniform``/``stages``); under ``replicas`` the most any replica runs (see ``split``)."""
+    schedule: str = "1f1b"
+    virtual: int = 1
+    sharding: str = "replicated"
+    recompute: str = "none"
+    grouping: str = "uniform"
+    split: tuple[tuple[int, int], ...] = ()
+    """``replicas`` grouping: (replicas, micro-batches each) per device block, in block order."""
+    order: tuple[str, ...] = ()
+    """``stages`` grouping on a mixed cluster: the device models of its node groups in the order the stages
+    take them (``()``: the cluster file's order)."""
+
+    def label(self) -> str:
+        sched = "1F1B" if self.schedule == "1f1b" else f"i1F1B/v{self.virtual}"
+        split = ""
+        if self.split:
+            split = " split " + "+".join(f"{r}x{m}" for r, m in self.split)
+        order = f" [{'>'.join(m.split()[0] for m in self.order)}]" if self.order else ""
+        return (f"tp{self.tp} cp{self.cp} pp{self.pp} dp{self.dp} mbs{self.micro_batch} m{self.micro_batches} "
+                f"{sched} {self.sharding} rc:{self.recompute} {self.grouping}{order}{split}")
+
+    def to_dict(self) -> dict:
+        return {k: (list(map(list, v)) if k == "split" else list(v) if k == "order" else v) for k, v in
+                ((k, getattr(self, k)) for k in self.__dataclass_fields__)}
+
+
+@dataclass(kw_only=True)
+class Space:
+    """The enumerated candidates and the pruned points, counted by reason (with one example each)."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    pruned: Counter = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def prune(self, reason: str, what: str, count: int = 1) -> None:
+        self.pruned[reason] += count
+        self.examples.setdefault(reason, what)
+
+    @property
+    def pruned_total(self) -> int:
+        return sum(self.pruned.values())
+
+
+def device_blocks(cluster) -> list[Block]:
+    """The cluster's ranks as runs of one device model, in node order."""
+    blocks: list[Block] = []
+    rank = 0
+    for group in cluster.groups:
+        per_node = [island.device.model for island in group.node.islands for _ in range(island.count)]
+        for _ in range(group.count):
+            for model in per_node:
+                if blocks and blocks[-1].device == model and blocks[-1].first + blocks[-1].size == rank:
+                    last = blocks[-1]
+                    blocks[-1] = Block(device=model, first=last.first, size=last.size + 1)
+                else:
+                    blocks.append(Block(device=model, first=rank, size=1))
+                rank += 1
+    return blocks
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    out, v = [], 1
+    while v <= limit:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def tp_reason(model, tp: int) -> str | None:
+    """Why ``tp`` cannot split the model evenly, or None."""
+    for what, size in (("num_attention_heads", model.num_attention_heads),
+                       ("num_key_value_heads", model.num_key_value_heads),
+                       ("hidden_size", model.hidden_size), ("intermediate_size", model.intermediate_size)):
+        if size % tp:
+            return f"tp={tp} does not divide {what}={size}"
+    return None
+
+
+def enumerate_space(model, cluster, *, seq: int, global_batch: int, space: ParallelSpace | None = None) -> Space:
+    """Every candidate of the space (module docstring) and the pruned points with their reasons."""
+    space = space or ParallelSpace()
+    out = Space()
+    world = cluster.world_size
+    layers = model.num_hidden_layers
+    blocks = device_blocks(cluster)
+    mixed = len({b.device for b in blocks}) > 1
+    groupings = ("stages", "replicas") if mixed else ("uniform",)
+    node_size = min(cluster.ranks_per_node(n) for n in range(cluster.num_nodes))
+    for tp in _powers_of_two(min(space.max_tp, world)):
+        reason = tp_reason(model, tp)
+        if reason is None and tp > node_size and not space.tp_across_nodes:
+            reason = f"tp={tp} exceeds the {node_size} devices of a node (tp stays within a node)"
+        if reason:
+            out.prune(reason, f"tp{tp}")
+            continue
+        for cp in space.cp_degrees:
+            if cp > 1 and seq < space.cp_from_seq:
+                out.prune(f"cp>1 only for seq >= {space.cp_from_seq}", f"tp{tp} cp{cp}")
+                continue
+            if cp > 1 and (seq % cp or seq // cp < space.min_cp_tokens):
+                out.prune(f"cp must divide seq={seq} leaving >= {space.min_cp_tokens} tokens per rank",
+                          f"tp{tp} cp{cp}")
+                continue
+            if world % (tp * cp):
+                out.prune(f"tp*cp does not divide the {world} devices", f"tp{tp} cp{cp}")
+                continue
+            rest = world // (tp * cp)
+            for pp in range(1, min(rest, space.max_pp) + 1):
+                if rest % pp:
+                    continue
+                if pp > layers:
+                    out.prune(f"pp > num_hidden_layers={layers} (a stage needs a layer)", f"tp{tp} cp{cp} pp{pp}")
+                    continue
+                dp = rest // pp
+                for grouping in groupings:
+                    _expand(out, space, model, blocks, tp=tp, cp=cp, pp=pp, dp=dp, grouping=grouping,
+                            global_batch=global_batch)
+    return out
+
+
+def _expand(out: Space, space: ParallelSpace, model, blocks: list[Block], *, tp: int, cp: int, pp: int, dp: int,
+            grouping: str, global_batch: int) -> None:
+    layers = model.num_hidden_layers
+    where = f"tp{tp} cp{cp} pp{pp} dp{dp} {grouping}"
+    if grouping == "replicas":
+        shape = tp * cp * pp
+        if any(b.size % shape for b in blocks):
+            out.prune("a device block is not a multiple of tp*cp*pp (replicas grouping)", where)
+            return
+    shardings = space.shardings if dp * cp > 1 else ("replicated",)
+    schedules = [("1f1b", 1)]
+    if pp > 1 and "interleaved" in space.schedules:
+        schedules += [("interleaved", v) for v in space.virtual_stages]
+    if "1f1b" not in space.schedules:
+        schedules = schedules[1:]
+    per_point = len(shardings) * len(space.recomputes)
+    for mbs in space.micro_batch_sizes:
+        if global_batch % (dp * mbs):
+            if grouping != "replicas" or global_batch % mbs or global_batch // mbs < dp:
+                out.prune("global batch not divisible by dp * micro_batch", f"{where} mbs{mbs}",
+                          len(schedules) * per_point)
+                continue
+        total_mb = global_batch // mbs
+        micro = total_mb // dp if grouping != "replicas" else max(1, total_mb // dp)
+        for sched, v in schedules:
+            if sched == "interleaved":
+                if layers % (pp * v):
+                    out.prune("interleaved: layers not divisible by pp * virtual", f"{where} v{v}", per_point)
+                    continue
+                if grouping != "replicas" and micro % pp:
+                    out.prune("interleaved: micro-batches not a multiple of pp", f"{where} mbs{mbs} v{v}",
+                              per_point)
+                    continue
+            for sharding in shardings:
+                for recompute in space.recomputes:
+                    out.candidates.append(Candidate(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=mbs,
+                                                    micro_batches=micro, schedule=sched, virtual=v,
+                                                    sharding=sharding, recompute=recompute, grouping=grouping))

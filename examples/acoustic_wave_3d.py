@@ -90,19 +90,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from hocket.launch import detect_torchrun, init_torchrun, spawn
+    from hocket.launch import run_everywhere
 
     args = parse_args(argv)
     options = {k: v for k, v in vars(args).items() if k != "world"}
-    if detect_torchrun() is not None:
-        ctx = init_torchrun()
-        text = run(ctx.rank, ctx.world_size, options)
-        if ctx.rank == 0:
-            print(text)
-        dist.destroy_process_group()
-        return
     world = args.world if args.procs is None else int(torch.tensor(args.procs).prod())
-    print(spawn(run, world_size=world, backend="gloo", args=(options,), timeout_s=300)[0])
+    run_everywhere(run, options, world_size=world, timeout_s=300)
 
 
 if __name__ == "__main__":

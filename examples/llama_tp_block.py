@@ -17,7 +17,6 @@ import argparse
 import copy
 
 import torch
-import torch.distributed as dist
 
 import hocket
 from hocket.models.llama_block import LlamaBlock, LlamaBlockConfig, parallelize_llama_block, shard_sequence
@@ -78,19 +77,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from hocket.launch import detect_torchrun, init_torchrun, spawn
+    from hocket.launch import run_everywhere
 
     args = parse_args(argv)
     options = {k: v for k, v in vars(args).items() if k != "world"}
-    if detect_torchrun() is not None:
-        ctx = init_torchrun()
-        text = train_steps(ctx.rank, ctx.world_size, options)
-        if ctx.rank == 0:
-            print(text)
-        dist.destroy_process_group()
-        return
-    texts = spawn(train_steps, world_size=args.world, backend="gloo", args=(options,), timeout_s=900)
-    print(texts[0])
+    run_everywhere(train_steps, options, world_size=args.world, timeout_s=900)
 
 
 if __name__ == "__main__":

@@ -216,16 +216,20 @@ def eager_graphs() -> str:
 
 
 @contextmanager
-def overridden(values: Mapping[str, str]) -> Iterator[None]:
-    """Set ``values`` in ``os.environ`` for the block, then restore what was there (also on an
-    exception); hocket reads its settings at call time, so the block runs with them."""
+def overridden(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the block (None unsets a variable), then restore what was there
+    (also on an exception); hocket reads its settings at call time, so the block runs with them."""
     saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+    _apply(values)
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _apply(saved)
+
+
+def _apply(values: Mapping[str, str | None]) -> None:
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

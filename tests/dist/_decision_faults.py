@@ -12,7 +12,6 @@ import os
 import time
 import warnings
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch.distributed as dist
 import hocket.ops as H
 from hocket.core.plan import Plan
 from hocket.core.site import Site
+from hocket.env import overridden
 from hocket.plan.autotune import AutotuneConfig, autotune
 from hocket.plan.cache import CacheEnvironment, PlanCache
 
@@ -62,22 +62,7 @@ def _reset() -> None:
     set_process_planner(None)
 
 
-@contextmanager
-def _env(values: dict[str, str | None]):
-    saved = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+_env = overridden
 
 
 def _site() -> Site:

@@ -23,7 +23,8 @@ from hocket.cost.compute import memory_ms
 from hocket.cost.stages import Stage
 
 EAGER_FACTOR = 10.0
-"""eager slice arithmetic over memory-bound bytes over bandwidth (issue 35)."""
+"""how much slower eager slice arithmetic runs than its memory-bound bytes over bandwidth (about 10x on CPU; used
+only when no step_fn timing is given)."""
 EAGER_CALL_US = 5.0
 """host overhead of one eager torch op on CPU (a shell box runs every tap as its own op)."""
 COMPUTE_KEY = ("halo_compute",)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -235,29 +236,59 @@ def settle(group: GroupHandle, op: str, what: str, choose: Callable[[], str], *,
     :class:`RankInputError` quoting it, so no rank waits in a collective the failed one never joins."""
     local_error: Exception | None = None
     chosen = None
-    try:
-        chosen = choose()
-    except Exception as exc:  # noqa: BLE001 - reported to every rank, re-raised here
-        local_error = exc
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            chosen = choose()
+        except Exception as exc:  # noqa: BLE001 - reported to every rank, re-raised here
+            local_error = exc
+    mine = [(w.category.__name__, str(w.message)) for w in caught]
     if group.world == 1 or mode_in_force() == "0":
+        _warn_again(mine)
         if local_error is not None:
             raise local_error
         return chosen
-    text = (chosen if local_error is None else f"{type(local_error).__name__}: {local_error}").encode()
+    text = (json.dumps({"value": chosen, "warnings": mine}) if local_error is None
+            else f"{type(local_error).__name__}: {local_error}").encode()
     dev = _exchange_device(group, device)
     transport = TorchDistTransport(group)
-    mine = torch.tensor([1 if local_error is not None else 0, len(text)], dtype=torch.int64, device=dev)
+    status = torch.tensor([1 if local_error is not None else 0, len(text)], dtype=torch.int64, device=dev)
     table = torch.empty((group.world, 2), dtype=torch.int64, device=dev)
-    transport.all_gather(table, mine).wait()
+    transport.all_gather(table, status).wait()
     rows = table.tolist()
     texts = _gather_texts(transport, text, [row[1] for row in rows], dev)
+    # warnings are raised again only now, after the exchange: one made an error (-W error) must not keep this
+    # rank out of a collective its peers are in
+    failed = [r for r, row in enumerate(rows) if row[0]]
+    decided = {r: json.loads(texts[r]) for r in range(group.world) if r not in failed}
+    seen = {message for _, message in mine}
+    peers = []
+    for rank, entry in decided.items():  # a peer's warnings (a cache or profile fault it met) reach every rank
+        for name, message in entry["warnings"]:
+            if message not in seen:
+                seen.add(message)
+                peers.append((name, f"{message} (on rank {rank})"))
+    _warn_again(mine + peers)
     if local_error is not None:
         raise local_error
-    failed = [r for r, row in enumerate(rows) if row[0]]
     if failed:
         errors = "; ".join(f"rank {r}: {texts[r]}" for r in failed)
         raise RankInputError(f"hocket.{op}: {what} failed on rank(s) {failed} ({errors})")
-    return texts[0]
+    return decided[0]["value"]
+
+
+def _warn_again(caught: list[tuple[str, str]]) -> None:
+    for name, message in caught:
+        warnings.warn(message, _warning_class(name), stacklevel=4)
+
+
+def _warning_class(name: str) -> type[Warning]:
+    """The warning class named ``name`` among those loaded (hocket's own are UserWarning subclasses), else
+    UserWarning: a peer's warning is raised again here under its own class."""
+    for cls in UserWarning.__subclasses__():
+        if cls.__name__ == name:
+            return cls
+    return {"RuntimeWarning": RuntimeWarning, "DeprecationWarning": DeprecationWarning}.get(name, UserWarning)
 
 
 def all_ranks_ok(group: GroupHandle, ok: bool, *, device: torch.device) -> bool:

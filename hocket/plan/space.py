@@ -367,14 +367,15 @@ def _enumerate_strategy(site: Site, facts: GroupFacts, config: SpaceConfig, budg
             continue
         hierarchies = _hierarchy_options(site, facts, strategy, transport, plan_t, pruned)
         sms_list = _sms_options(facts, config, strategy, transport, plan_t, pruned)
-        for chunks in ([1] if one_piece else []) + valid_chunks:
+        counts = ([1] if one_piece else []) + valid_chunks
+        for chunks in counts:
             for order in orders:
                 if chunks == 1 and one_piece and not strategy.single_piece(site, plan_t.with_(order=order)):
                     continue
                 if order != "natural" and strategy.order_reason is not None:
                     why = strategy.order_reason(site, plan_t.with_(order=order))
                     if why:
-                        if chunks == valid_chunks[0]:
+                        if chunks == counts[0]:  # pruned once per order, not once per chunk count
                             pruned.append(Pruned(plan=plan_t.with_(order=order), reason=why))
                         continue
                 for hierarchy in hierarchies:

@@ -284,3 +284,18 @@ def test_bulk_is_enumerated_where_an_executor_runs_it_and_the_model_prices_it(ki
     assert bulk_ms > 0
     if kind != "ag_mm":  # the reduction waits for the whole GEMM: one piece overlaps nothing
         assert bulk_ms >= sequential_ms * (1 - 1e-9)
+
+
+def test_a_site_whose_only_chunked_plan_is_one_piece_enumerates():
+    """ag_mm with 8 rows per shard: chunked(2) would issue 8-row GEMMs (pruned), so the copy-engine pipeline's
+    one piece is its only chunk count; its other orders are pruned once, not looked up in an empty list."""
+    from hocket.core.site import Site
+    from hocket.hardware import load_cluster
+    from hocket.plan.space import enumerate_plans, group_facts
+
+    site = Site(kind="ag_mm", m=16, k=64, n=64, world=2, dtype="float32")
+    space = enumerate_plans(site, group_facts(site, load_cluster("h200x2")))
+    assert any(p.strategy == "chunked" and p.chunks == 1 and p.transport == "copy_engine" for p in space.candidates)
+    reasons = [x.reason for x in space.pruned if x.plan.strategy == "chunked" and x.plan.transport == "copy_engine"
+               and x.plan.order != "natural"]
+    assert reasons and all(r == reasons[0] for r in reasons)

@@ -11,7 +11,7 @@ probe and the presets; ``--cluster`` names it instead.
 
   hocket regret --lease-profiles --profile benchmarks/results/calibration/h200x2-nccl-full.json
   hocket regret --lease-profiles --per-run          # every run on its own
-  hocket regret benchmarks/results/h200x2/run9 --cluster h200x2 --json regret.json
+  hocket regret benchmarks/results/h200x2 --cluster h200x2 --json regret.json
 """
 
 from __future__ import annotations

@@ -393,8 +393,8 @@ SUPERSEDED_BEFORE: Mapping[str, tuple[str, str]] = {
     "copy_engine": ("2026-11-30T03:30:00+00:00",
                     "timed a cross-device copy_ between two processes' GPUs (each call synchronising streams of both "
                     "devices: 0.12 ms floor, x3.1 beside a GEMM), not the DMA copy into a peer's symmetric memory "
-                    "that the copy-engine transport runs (0.04 ms floor, x0.96-0.99 beside a GEMM; hocket 0e81fe1, "
-                    "in git at b64b422: benchmarks/results/h200x2/run18)"),
+                    "that the copy-engine transport runs (0.04 ms floor, x0.96-0.99 beside a GEMM; hocket 0e81fe1; "
+                    "benchmarks/results/validation/2026-12-01_measured-rules.md)"),
     "issue_us.copy_engine": ("2026-11-30T03:45:00+00:00",
                              "timed a plain cross-device copy, not the symmetric-memory copy with its event that the "
                              "transport issues (hocket f1fa3b5)"),

@@ -45,11 +45,11 @@ calling thread; with ``order="local_first"`` the hiding GEMM is launched before 
 lines measured the default relay of the commit they ran."""
 FIRST_CURRENT_RELAY_RUN = 5
 CURRENT_RELAY_RUNS = tuple(f"h200x2/run{i}/" for i in range(FIRST_CURRENT_RELAY_RUN, 100))
-"""Results folders whose multi-rank host_staged lines measured the current executor: run5 and
-later (run1-run4 measured relays and a local_first order that no executor runs any more, and the
+"""Results folders whose multi-rank host_staged lines measured the current executor: those numbered from
+``FIRST_CURRENT_RELAY_RUN`` on (the earlier ones measured relays and a local_first order that no executor runs, and the
 lines' git hash cannot tell them apart: the device copies carried a stale ``.git``; lines made
 since carry ``HOCKET_GIT_HASH``). A change of the relay or of its local_first order must move
-``FIRST_CURRENT_RELAY_RUN`` to the first run made with it."""
+``FIRST_CURRENT_RELAY_RUN`` to the first folder made with it."""
 
 
 def line_executor_revision(record) -> int | None:
@@ -62,10 +62,9 @@ PREVIOUS_VARIANT = "previous"
 FIRST_PREVIOUS_NOT_OPERATOR_RUN = 17
 PREVIOUS_NOT_OPERATOR_RUNS = tuple(f"/h200/run{i}_" for i in range(FIRST_PREVIOUS_NOT_OPERATOR_RUN, 100))
 """1xH200 results folders whose offload ``tile_fused`` lines of ``run.variant == "previous"`` timed a schedule
-the operators no longer run. ``bench_single_gpu.py``'s ``previous`` variant was the operators' default until
-run16; since then ``operator`` is (to-host copies held by a driver stream wait where the driver has one),
-and ``previous`` ran 0.74-0.79 efficient where ``operator`` ran 0.88-0.93 (to_host 8192x8192x7168, runs 28
-and 30)."""
+the operators no longer run: from ``FIRST_PREVIOUS_NOT_OPERATOR_RUN`` on, ``operator`` is the operators' schedule
+(to-host copies held by a driver stream wait where the driver has one), and ``previous`` ran 0.74-0.79 efficient
+where ``operator`` ran 0.88-0.93 on to_host 8192x8192x7168 (benchmarks/results/h200/2026-11-30_offload-defaults.md)."""
 
 
 def superseded_offload_variant(record, path: Path | str) -> bool:
@@ -75,7 +74,7 @@ def superseded_offload_variant(record, path: Path | str) -> bool:
     if record.plan.strategy != "tile_fused" or record.site.world != 1 or run.get("variant") != PREVIOUS_VARIANT:
         return False
     if line_executor_revision(record) is not None:
-        return True  # every executor revision postdates run16, the last run where `previous` was the operators'
+        return True  # every executor revision postdates the folders where `previous` was the operators' schedule
     where = Path(path).resolve().as_posix()
     return any(folder in where for folder in PREVIOUS_NOT_OPERATOR_RUNS)
 
@@ -110,8 +109,8 @@ def hocket_bench_graph_command(command: str) -> bool:
 
 EAGER_GRAPHS_BENCH = "bench_eager_graphs"
 """Results files of benchmarks/bench_eager_graphs.py: their lines count only where they say they recorded the
-executor fields (``run.executor_fields``). The lines of 2xH200 runs 84-88
-(sequential, the eager planner's choice) do not record the executor fields the validation prices
+executor fields (``run.executor_fields``). The first eager-graph folders' lines
+(benchmarks/results/h200x2/2026-12-01_eager-graphs.md; sequential, the eager planner's choice) do not record the executor fields the validation prices
 relay and copy-engine lines by (``run.host_stage_calls``, ``run.own_block_zero``, ``run.own_block_sum``: see
 ``line_calls`` and its neighbours), which would make
 them read as the executors of older runs."""
@@ -127,7 +126,7 @@ def eager_graph_line(record) -> bool:
 PEER_PROTOCOL_KINDS = ("ag_mm", "mm_rs", "mm_ar")
 PROTOCOL_BEFORE_RUN14 = "push"
 """What every ``chunked``/``copy_engine`` line without ``run.peer_protocol`` ran: the flag-raising push
-pipe was the only peer protocol until commit 5945583 (h200x2 runs 1-13, bench_h200x2.jsonl, bench_peer_read)."""
+pipe was the only peer protocol until commit 5945583 (the first 2xH200 folders, bench_h200x2.jsonl)."""
 
 
 def line_protocol(record) -> str | None:
@@ -189,7 +188,7 @@ def line_signal(record) -> str | None:
 def line_calls(record) -> str | None:
     """How a multi-rank host_staged line's own-data-first pipeline called the relay
     (``run.host_stage_calls``; ``"piece"``, one call per piece, for lines written before the field
-    existed: runs 1-33), None for every other line (the flag changes only those pipelines)."""
+    existed), None for every other line (the flag changes only those pipelines)."""
     if not is_relay_line(record) or record.plan.strategy != "chunked" or record.plan.order != "local_first":
         return None
     run = record.run if isinstance(record.run, dict) else {}
@@ -279,7 +278,7 @@ def read_current(paths, *, all_relays: bool = False, strict: bool = False,
             unrecorded = [r for r in lines if not (isinstance(r.run, dict) and r.run.get("executor_fields"))]
             if unrecorded:
                 notes.append(f"{path}: {len(unrecorded)} bench_eager_graphs.py lines without the executor fields "
-                             f"skipped (runs 84-88)")
+                             f"skipped")
                 lines = [r for r in lines if r not in unrecorded]
         graphed = [r for r in lines if eager_graph_line(r)]
         if graphed:

@@ -58,7 +58,7 @@ def same_machine(recorded: dict, described: dict) -> bool:
     """Whether a results line's fingerprint ``recorded`` is the machine ``described`` (a preset's
     or the probe's fingerprint): equal in ``MATCH_KEYS``, except that an island of
     ``described`` may offer transports the line's hocket did not know yet (e.g. ``peer_read``,
-    added to the presets after the 2xH200 runs 1-5): the described ones must include the recorded."""
+    added to the presets after the first 2xH200 results): the described ones must include the recorded."""
     if _shape(recorded) == _shape(described):
         return True
     if any(recorded.get(k) != described.get(k) for k in MATCH_KEYS if k != "topology"):
@@ -123,7 +123,7 @@ def one_protocol_per_site(records) -> tuple[list, dict[tuple[str, str], str], li
 
 def one_relay_calls_per_site(records) -> tuple[list, dict[tuple[str, str], str], list[str]]:
     """:func:`one_mode_per_site` for how the relay lines' pipelines called the relay
-    (:func:`hocket.validate.lines.line_calls`: ``piece`` for every line before run34, ``one`` since), so that a site is
+    (:func:`hocket.validate.lines.line_calls`: ``piece`` for lines that do not record it, ``one`` since the field exists), so that a site is
     scored with lines of the executor its newest line ran."""
     return one_mode_per_site(records, line_calls, "host-staged (relay calls)")
 
@@ -218,7 +218,7 @@ def newest_lease_profiles(paths) -> dict[tuple[str, str], object]:
 
 def protocol_label(plan, protocol: str | None) -> str:
     """``plan_label(plan)``, plus `` ~pull``/`` ~put`` for a copy-engine chunked plan of a site scored
-    with another protocol than push (unmarked copy-engine plans ran push, as every line before run14)."""
+    with another protocol than push (unmarked copy-engine plans ran push: ``hocket.validate.lines.PROTOCOL_BEFORE_RUN14``)."""
     label = plan_label(plan)
     if plan.strategy == "chunked" and plan.transport == "copy_engine" and protocol not in (None, "push"):
         return f"{label} ~{protocol}"

@@ -18,8 +18,8 @@ NCCL_THROUGH_HOST = {"h200-host-staged": "h200x2"}
 """Slow-link presets -> the machine they describe hocket's view of: NCCL baselines of those runs ran on that
 machine with ``NCCL_P2P_DISABLE=1`` (NCCL's own transport through host memory, not hocket's relay), and
 ``hocket calibrate`` with the same variable measured their curves (``profile_host.json``). Priced as the
-relay's bulk call instead, the six issue-6 sequential lines of run38 came out 1-18% low; as NCCL on h200x2
-with that profile, -1 to +10%."""
+relay's bulk call instead, the six sequential lines of the slow-link bench came out 1-18% low; as NCCL on h200x2
+with that profile, -1 to +10% (benchmarks/results/validation/2026-12-01_lease-by-lease.md)."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -102,7 +102,7 @@ class SiteGroup:
 def devices_used(record) -> tuple[dict, int]:
     """(device counts, ranks) a line ran on: its ``hardware.devices`` and ``world_size``, narrowed to
     ``site.world`` devices where a site of fewer ranks ran on one node of one device model (the
-    single-GPU offload benchmark on one GPU of a 2xH200 lease, h200 runs 5-6: an h200x1 line)."""
+    single-GPU offload benchmark on one GPU of a 2xH200 lease: an h200x1 line)."""
     hardware = record.hardware if isinstance(record.hardware, dict) else {}
     devices = dict(hardware.get("devices") or {})
     world = int(hardware.get("world_size") or record.site.world)

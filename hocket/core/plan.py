@@ -8,10 +8,13 @@ from dataclasses import asdict, dataclass, field, replace
 
 PLAN_VERSION = 1
 
-STRATEGIES = ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted", "overlap", "deep_halo")
+STRATEGIES = ("sequential", "bulk", "chunked", "ring", "bidir_ring", "tile_fused", "substituted", "overlap", "deep_halo",
+              "token_blocks", "per_source", "expert_groups", "shared_overlap")
 """The strategy names a Plan accepts, in tie-break order; :mod:`hocket.strategies` holds one spec per
 name (its registry refuses a spec whose name is not here, and a test fails on a name without a spec).
-``overlap`` and ``deep_halo`` run halo-exchange stencil sites only (kind ``halo``, :mod:`hocket.strategies.halo`)."""
+``overlap`` and ``deep_halo`` run halo-exchange stencil sites only (kind ``halo``, :mod:`hocket.strategies.halo`);
+``token_blocks``, ``per_source``, ``expert_groups`` and ``shared_overlap`` run expert-parallel MoE sites only
+(kinds ``a2a_mm``/``mm_a2a``, :mod:`hocket.strategies.moe`)."""
 TRANSPORTS = ("collective", "p2p", "copy_engine", "host_staged", "peer_read")
 CAPTURABLE_TRANSPORTS = ("collective", "p2p", "host_staged")
 """transports whose calls a CUDA graph can always capture (``hocket.ops.CapturedCall``): NCCL's (PyTorch
@@ -24,6 +27,10 @@ SUBSTITUTES = (None, "rs_ag", "ring_p2p")
 """``rs_ag``: all-reduce -> reduce-scatter + all-gather; ``ring_p2p``: all-gather -> P2P ring."""
 HIERARCHIES = (None, "intra_first")
 PROTOCOLS = (None, "pull", "put", "push")
+SPLITS = (None, "exchanged", "padded")
+"""``Plan.splits``: how an MoE call learns its all-to-all split sizes: ``exchanged`` (one exchange of the
+counts per call, a host sync) or ``padded`` (a dropless padded layout of ``world x tokens x min(k, E_local)``
+rows per rank, no host sync, capturable); None for every other site (an MoE call reads it as ``exchanged``)."""
 """``Plan.protocol``: the copy-engine peer protocol of ``chunked`` over ``copy_engine``
 (:mod:`hocket.core.peer_protocol`); None runs the protocol that module's ``AUTO_ORDER`` picks."""
 
@@ -51,6 +58,9 @@ class Plan:
     protocol: str | None = None
     """``pull``, ``put`` or ``push`` for ``chunked`` over ``copy_engine`` (:mod:`hocket.core.peer_protocol`);
     None (every other plan, and the automatic choice there). Left out of the JSON when None."""
+    splits: str | None = None
+    """``exchanged`` or ``padded`` for the MoE sites (:data:`SPLITS`); None elsewhere. Left out of the JSON
+    when None."""
     version: int = field(default=PLAN_VERSION)
 
     def __post_init__(self) -> None:
@@ -81,6 +91,8 @@ class Plan:
             raise ValueError(f"Plan.protocol={self.protocol!r} applies to strategy='chunked' over "
                              f"transport='copy_engine' only (got {self.strategy!r} over {self.transport!r}); "
                              f"leave it None")
+        if self.splits not in SPLITS:
+            raise ValueError(f"Plan.splits={self.splits!r} is unknown; use one of {SPLITS}")
         if self.version > PLAN_VERSION:
             raise ValueError(
                 f"Plan.version={self.version} is newer than this hocket understands ({PLAN_VERSION}); upgrade hocket"
@@ -91,6 +103,8 @@ class Plan:
         d = asdict(self)
         if self.protocol is None:  # plans without a protocol keep the JSON (and hash) they always had
             del d["protocol"]
+        if self.splits is None:  # likewise for the MoE split mode
+            del d["splits"]
         if self.split_sizes is not None:
             d["split_sizes"] = list(self.split_sizes)
         return d
@@ -130,11 +144,13 @@ class Plan:
 
     def describe(self) -> str:
         """Short human label, e.g. ``chunked(4)`` or ``ring(1)/p2p``."""
-        label = self.strategy if self.strategy in ("sequential", "bulk", "overlap") else f"{self.strategy}({self.chunks})"
+        label = self.strategy if self.strategy in ("sequential", "bulk", "overlap", "shared_overlap") else f"{self.strategy}({self.chunks})"
         if self.transport != "collective":
             label += f"/{self.transport}"
         if self.protocol is not None:
             label += f":{self.protocol}"
+        if self.splits == "padded":
+            label += ":padded"
         if self.substitute:
             label += f"+{self.substitute}"
         if self.order != "natural":

@@ -8,7 +8,7 @@ name. :func:`predict` / :func:`pipeline_stages` price a plan with its spec's cos
 package registers the built-in specs, one per name of :data:`hocket.core.plan.STRATEGIES`.
 """
 
-from hocket.strategies import bidir_ring, bulk, chunked, halo, ring, sequential, substituted, tile_fused
+from hocket.strategies import bidir_ring, bulk, chunked, halo, moe, ring, sequential, substituted, tile_fused
 from hocket.strategies.pricing import pipeline_stages, predict
 from hocket.strategies.registry import (
     REGISTRY,
@@ -27,6 +27,9 @@ for _module in (sequential, bulk, chunked, ring, bidir_ring, tile_fused, substit
 del _module
 register_spec(halo.OVERLAP_SPEC)  # the halo-exchange stencil strategies (site kind halo)
 register_spec(halo.DEEP_HALO_SPEC)
+for _spec in moe.SPECS:  # the expert-parallel MoE strategies (site kinds a2a_mm, mm_a2a)
+    register_spec(_spec)
+del _spec
 
 __all__ = [
     "OFFLOAD_KINDS", "OPERATOR_KINDS", "REGISTRY", "Registry", "StrategySpec", "pipeline_stages", "planned_for",

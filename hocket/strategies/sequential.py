@@ -5,7 +5,9 @@ then computes (:mod:`hocket.strategies.halo`). Every other plan must beat it."""
 
 from __future__ import annotations
 
+from hocket.core.moe import MOE_KINDS
 from hocket.cost.halo import sequential_stages
+from hocket.cost.moe import sequential_stages as moe_sequential_stages
 from hocket.cost.offload import row_pieces
 from hocket.strategies.memory import product_bytes
 from hocket.strategies.spec import StrategySpec
@@ -15,6 +17,9 @@ def cost(b) -> None:
     site = b.site
     if site.kind == "halo":  # a halo-exchange stencil: exchange, then compute (hocket.strategies.halo)
         sequential_stages(b)
+        return
+    if site.kind in MOE_KINDS:  # expert-parallel MoE: the whole all-to-all and the grouped GEMM in order
+        moe_sequential_stages(b)
         return
     m, total = site.m, site.comm_bytes
     if site.kind in ("h2d_mm", "mm_d2h"):
@@ -45,7 +50,7 @@ def workspace(site, plan) -> int:
 SPEC = StrategySpec(
     error_class="sequential",
     name="sequential", summary="one blocking collective and one GEMM, in order (the baseline)",
-    kinds=("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h", "halo"), cost=cost, workspace=workspace,
+    kinds=("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h", "halo", "a2a_mm", "mm_a2a"), cost=cost, workspace=workspace,
     planned_kinds=("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a", "halo"),
     transports=("collective", "copy_engine", "host_staged"),
     fixed_chunks=True, hierarchical=True, comm_sms=False, host_staging=False,

@@ -27,6 +27,10 @@ SUBSTITUTES = (None, "rs_ag", "ring_p2p")
 """``rs_ag``: all-reduce -> reduce-scatter + all-gather; ``ring_p2p``: all-gather -> P2P ring."""
 HIERARCHIES = (None, "intra_first")
 PROTOCOLS = (None, "pull", "put", "push")
+PACKINGS = (None, "per_face")
+"""``Plan.packing``: how a halo site's messages are formed: None packs every field's region for one neighbour
+into one message; ``per_face`` sends each field's region as its own message, straight from and into the padded
+block where the region is contiguous (no pack copy), through a buffer where it is not."""
 SPLITS = (None, "exchanged", "padded")
 """``Plan.splits``: how an MoE call learns its all-to-all split sizes: ``exchanged`` (one exchange of the
 counts per call, a host sync) or ``padded`` (a dropless padded layout of ``world x tokens x min(k, E_local)``
@@ -58,6 +62,8 @@ class Plan:
     protocol: str | None = None
     """``pull``, ``put`` or ``push`` for ``chunked`` over ``copy_engine`` (:mod:`hocket.core.peer_protocol`);
     None (every other plan, and the automatic choice there). Left out of the JSON when None."""
+    packing: str | None = None
+    """None or ``per_face`` for the halo strategies (:data:`PACKINGS`). Left out of the JSON when None."""
     splits: str | None = None
     """``exchanged`` or ``padded`` for the MoE sites (:data:`SPLITS`); None elsewhere. Left out of the JSON
     when None."""
@@ -91,6 +97,8 @@ class Plan:
             raise ValueError(f"Plan.protocol={self.protocol!r} applies to strategy='chunked' over "
                              f"transport='copy_engine' only (got {self.strategy!r} over {self.transport!r}); "
                              f"leave it None")
+        if self.packing not in PACKINGS:
+            raise ValueError(f"Plan.packing={self.packing!r} is unknown; use one of {PACKINGS}")
         if self.splits not in SPLITS:
             raise ValueError(f"Plan.splits={self.splits!r} is unknown; use one of {SPLITS}")
         if self.version > PLAN_VERSION:
@@ -103,6 +111,8 @@ class Plan:
         d = asdict(self)
         if self.protocol is None:  # plans without a protocol keep the JSON (and hash) they always had
             del d["protocol"]
+        if self.packing is None:  # likewise for the halo message packing
+            del d["packing"]
         if self.splits is None:  # likewise for the MoE split mode
             del d["splits"]
         if self.split_sizes is not None:
@@ -149,6 +159,8 @@ class Plan:
             label += f"/{self.transport}"
         if self.protocol is not None:
             label += f":{self.protocol}"
+        if self.packing is not None:
+            label += f":{self.packing}"
         if self.splits == "padded":
             label += ":padded"
         if self.substitute:

@@ -83,20 +83,41 @@ def add_compute(b, name: str, ms: float, *, deps=(), piece: int = 0) -> int:
                        op="stencil"), issue=(("launch", 1),))
 
 
+def _contiguous_bytes(site: HaloSite, width: int, fields: int) -> float:
+    """Bytes of the messages a ``per_face`` exchange sends straight from the padded fields (no pack copy): the
+    faces of a 1-D process grid (dim 0 is outermost, so its slabs are contiguous), none on 2-D or 3-D grids."""
+    if site.split_dims != 1:
+        return 0.0
+    return float(sum(site.exchange_bytes(width, fields)))
+
+
 def post_exchange(b, width: int, *, fields: int, carried_width: int = 0, deps=(), piece: int = 0
                   ) -> tuple[int, float]:
     """Pack and the P2P exchange: ``(exchange stage, bytes)``; ``(-1, 0)`` with no message (a single rank,
-    or every neighbour outside a fixed grid or the rank itself)."""
+    or every neighbour outside a fixed grid or the rank itself). Packed (``Plan.packing`` None): one message per
+    neighbour, every byte packed and unpacked once. ``per_face``: one message per neighbour and field (more
+    calls, each smaller), only the non-contiguous regions copied."""
     site = b.site
     sizes = site.exchange_bytes(width, fields)
+    copied_share = 1.0
+    messages_per_peer = 1
     if carried_width and site.carried:
         sizes = tuple(a + c for a, c in zip(sizes, site.exchange_bytes(carried_width, site.carried)))
     total = float(sum(sizes))
     if not sizes or total == 0:
         return -1, 0.0
-    pack = b.add_memory(f"pack[{piece}]", 2 * total, deps=deps, piece=piece, op="pack")
-    transfer = b.ring_step(total / len(sizes), peers=len(sizes))
-    return b.add_transfer(f"halo[{piece}]", transfer, deps=(pack,), piece=piece, op="send_recv", nbytes=total), total
+    if b.plan.packing == "per_face":
+        messages_per_peer = fields + (site.carried if carried_width else 0)
+        straight = _contiguous_bytes(site, width, fields) + (
+            _contiguous_bytes(site, carried_width, site.carried) if carried_width and site.carried else 0.0)
+        copied_share = max(0.0, 1.0 - straight / total)
+    deps = tuple(deps)
+    if copied_share > 0:
+        deps = (b.add_memory(f"pack[{piece}]", 2 * total * copied_share, deps=deps, piece=piece, op="pack"),)
+    peers = len(sizes) * messages_per_peer
+    transfer = b.ring_step(total / peers, peers=peers)
+    x = b.add_transfer(f"halo[{piece}]", transfer, deps=deps, piece=piece, op="send_recv", nbytes=total)
+    return x, total * copied_share
 
 
 def finish_exchange(b, posted: tuple[int, float], *, deps=(), piece: int = 0) -> int:
@@ -104,6 +125,8 @@ def finish_exchange(b, posted: tuple[int, float], *, deps=(), piece: int = 0) ->
     x, total = posted
     if x < 0:
         return -1
+    if total == 0:  # per_face with every region contiguous: received in place, nothing to unpack
+        return x
     return b.add_memory(f"unpack[{piece}]", 2 * total, deps=(x, *deps), piece=piece, op="unpack")
 
 

@@ -18,8 +18,9 @@ Strategies (``Plan.strategy``; specs in :mod:`hocket.strategies.halo`):
   fields ``(s - 1) * radius``), then run ``s`` steps locally on shrinking boxes (the overlap is computed
   twice, by the rank and by its neighbour): ``s`` times fewer messages, each about ``s`` times larger.
 
-Messages: all fields' regions for one neighbour are packed into one message; faces, edges and corners each
-go straight to their neighbour (``3^D - 1`` neighbours for ``D`` split dims). The P2P tag is the index of
+Messages: all fields' regions for one neighbour are packed into one message, or with ``Plan.packing="per_face"``
+each field's region is its own message, sent from and received into the padded field where the region is
+contiguous (a 1-D process grid's faces: no pack copy); faces, edges and corners each go straight to their neighbour (``3^D - 1`` neighbours for ``D`` split dims). The P2P tag is the index of
 the offset the message travels along (:func:`hocket.core.halo.neighbour_offsets`), so two messages to one
 peer (a periodic axis of two ranks) never match the wrong receive; a neighbour that is the rank itself (a
 periodic axis of one rank) is a local copy, since gloo cannot send to itself. Every wait is bounded
@@ -157,18 +158,24 @@ def _box(ranges: Sequence[tuple[int, int]]) -> tuple[slice, ...]:
 
 
 class Exchange:
-    """The halos of a set of padded fields, each ``widths[i]`` cells deep (0: not exchanged), one packed
-    message per neighbour. Buffers are allocated once; :meth:`post` packs and posts, :meth:`finish` unpacks."""
+    """The halos of a set of padded fields, each ``widths[i]`` cells deep (0: not exchanged). Packed (the
+    default): one message per neighbour holding every field's region, in buffers allocated once; ``per_face``:
+    one message per neighbour and field (tag ``offset index + field index * number of offsets``), sent from and
+    received into the padded field itself where the region is contiguous, through a buffer where it is not.
+    :meth:`post` packs and posts, :meth:`finish` waits and unpacks."""
 
     def __init__(self, grid: ProcessGrid, block: tuple[int, ...], widths: Sequence[int], *, dtype: torch.dtype,
-                 device: torch.device) -> None:
+                 device: torch.device, per_face: bool = False) -> None:
         self.grid, self.block, self.widths = grid, block, tuple(widths)
         self.split = len(grid.procs)
+        self.per_face = per_face
         self.offsets = neighbour_offsets(self.split)
         self.tag = {o: i for i, o in enumerate(self.offsets)}
         self.local: list[tuple[tuple, int]] = []
         self.sends: list[tuple[torch.Tensor, int, int, tuple]] = []
         self.recvs: list[tuple[torch.Tensor, int, int, tuple]] = []
+        self.peers: list[tuple[tuple, int]] = []
+        self.face_buffers: dict[tuple, torch.Tensor] = {}
         if not any(self.widths):
             return
         for o in self.offsets:
@@ -178,11 +185,16 @@ class Exchange:
             if peer == grid.rank:
                 self.local.append((o, peer))
                 continue
+            self.peers.append((o, peer))
+            if per_face:
+                continue  # regions are views of the padded fields, formed at each post
             n = sum(self._points(o, w) for w in self.widths if w)
             # the message along o goes to peer(o); the one that fills my halo on side o comes from peer(o)
             self.sends.append((torch.empty(n, dtype=dtype, device=device), peer, self.tag[o], o))
             back = tuple(-x for x in o)
             self.recvs.append((torch.empty(n, dtype=dtype, device=device), peer, self.tag[back], o))
+        self._dtype, self._device = dtype, device
+        self._unbuffer: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def _points(self, o, w) -> int:
         return math.prod(w if x else b for x, b in zip(o, self.block)) * math.prod(self.block[self.split:])
@@ -217,20 +229,54 @@ class Exchange:
             region.copy_(buf[at:at + n].view(region.shape))
             at += n
 
+    def _face_buffer(self, key: tuple, region: torch.Tensor) -> torch.Tensor:
+        buf = self.face_buffers.get(key)
+        if buf is None:
+            buf = self.face_buffers[key] = torch.empty(region.shape, dtype=self._dtype, device=self._device)
+        return buf
+
+    def _faces(self, padded: Sequence[torch.Tensor]) -> tuple[list, list]:
+        """``per_face``: every (neighbour, field) message, a view where the region is contiguous."""
+        sends, recvs, self._unbuffer = [], [], []
+        count = len(self.offsets)
+        for i, (t, w) in enumerate(zip(padded, self.widths)):
+            if not w:
+                continue
+            for o, peer in self.peers:
+                back = tuple(-x for x in o)
+                out = t[self._inner(o, w)]
+                if not out.is_contiguous():
+                    out = self._face_buffer(("send", i, o), out).copy_(out)
+                sends.append((out, peer, self.tag[o] + i * count))
+                into = t[self._halo(o, w)]
+                if not into.is_contiguous():
+                    buf = self._face_buffer(("recv", i, o), into)
+                    self._unbuffer.append((into, buf))
+                    into = buf
+                recvs.append((into, peer, self.tag[back] + i * count))
+        return sends, recvs
+
     def post(self, padded: Sequence[torch.Tensor], transport) -> Pending:
         """Pack the sends, copy the local halos (a neighbour that is this rank), post every message."""
-        for buf, _, _, o in self.sends:
-            self._pack(buf, padded, o, self._inner)
         for o, _ in self.local:  # my halo on side o is my own inner region on the opposite side
             back = tuple(-x for x in o)
             for t, w in zip(padded, self.widths):
                 if w:
                     t[self._halo(o, w)].copy_(t[self._inner(back, w)])
+        if self.per_face:
+            sends, recvs = self._faces(padded)
+            return transport.post(sends, recvs)
+        for buf, _, _, o in self.sends:
+            self._pack(buf, padded, o, self._inner)
         return transport.post([(b, p, tag) for b, p, tag, _ in self.sends],
                               [(b, p, tag) for b, p, tag, _ in self.recvs])
 
     def finish(self, padded: Sequence[torch.Tensor], pending: Pending) -> None:
         pending.wait()
+        if self.per_face:
+            for into, buf in self._unbuffer:
+                into.copy_(buf)
+            return
         for buf, _, _, o in self.recvs:
             self._unpack(buf, padded, o)
 
@@ -248,6 +294,7 @@ class _Call:
     grid: ProcessGrid
     steps: int
     transport: object
+    per_face: bool = False
 
     @property
     def block(self) -> tuple[int, ...]:
@@ -316,7 +363,8 @@ def _run_steps(call: _Call, *, overlap: bool) -> list:
     """``sequential`` (``overlap=False``) and ``overlap``: one exchange ``radius`` wide per step."""
     r = call.radius
     widths = [r if role == "exchanged" else 0 for role in call.roles]
-    exchange = Exchange(call.grid, call.block, widths, dtype=call.tensors[0].dtype, device=call.tensors[0].device)
+    exchange = Exchange(call.grid, call.block, widths, dtype=call.tensors[0].dtype, device=call.tensors[0].device,
+                        per_face=call.per_face)
     cur, nxt = _buffers(call, r), _buffers(call, r)
     full = [(0, b) for b in call.block[:call.split]]
     interior, shell = _shell_boxes(call.block, call.split, r)
@@ -360,7 +408,8 @@ def _run_deep(call: _Call, depth: int) -> list:
         s = min(depth, call.steps - done)
         widths = [s * r if role == "exchanged" else (s - 1) * r for role in call.roles]
         if s not in exchanges:
-            exchanges[s] = Exchange(call.grid, call.block, widths, dtype=tensors[0].dtype, device=tensors[0].device)
+            exchanges[s] = Exchange(call.grid, call.block, widths, dtype=tensors[0].dtype, device=tensors[0].device,
+                                    per_face=call.per_face)
         padded = []
         for t, w in zip(tensors, widths):
             buf = t.new_zeros(call.padded_shape(w))
@@ -559,6 +608,6 @@ def stencil_steps(fields, step_fn: Callable, radius: int, mesh, *, steps: int = 
     set_current_call(f"hocket.stencil_steps on {site.key} plan {chosen.describe()} rank {group.rank} of "
                      f"{group.world}")
     call = _Call(tensors=list(tensors), roles=list(roles), step_fn=step_fn, radius=radius, grid=state["grid"],
-                 steps=steps, transport=_transport or P2PTransport())
+                 steps=steps, transport=_transport or P2PTransport(), per_face=chosen.packing == "per_face")
     out = executor_for(site.kind, chosen.strategy)(call, chosen)
     return rewrap(out, roles)

@@ -1,6 +1,7 @@
 """The plan space and search of a halo site (:class:`hocket.core.halo.HaloSite`), as for the matrix sites.
 
-Space: the registry's strategies planned for kind ``halo`` (``sequential``, ``overlap``, ``deep_halo``);
+Space: the registry's strategies planned for kind ``halo`` (``sequential``, ``overlap``, ``deep_halo``), each
+packed and ``per_face`` (``Plan.packing``) where the two differ;
 ``deep_halo`` with ``chunks = s`` for every ``s`` from 2 up to the smaller of the call's steps and the
 widest halo its blocks hold (:meth:`HaloSite.max_depth`), at most ``MAX_DEPTH``; each plan left out is
 pruned with its reason. Search: every candidate priced by :func:`hocket.strategies.halo.predict_halo`
@@ -49,6 +50,11 @@ def enumerate_halo_plans(site: HaloSite) -> PlanSpace:
             pruned.append(Pruned(plan=Plan(strategy=s.name, chunks=chunks, transport=transport),
                                  reason=f"a halo {chunks} x radius {site.radius} is wider than the blocks "
                                         f"{site.block}"))
+    if site.split_dims == 1 or site.fields + site.carried > 1:  # per_face differs from packed
+        candidates += [p.with_(packing="per_face") for p in candidates]
+    else:
+        pruned.append(Pruned(plan=Plan(packing="per_face"),
+                             reason="per_face sends what packed sends: one field, no contiguous face"))
     return PlanSpace(site=site, baseline=Plan(), candidates=tuple(candidates), pruned=tuple(pruned),
                      memory_budget_bytes=None)
 

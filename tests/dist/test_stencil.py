@@ -48,6 +48,22 @@ def test_world4_1d_2d_and_3d_grids_and_a_device_mesh(pool4):
         _check(rank_results[12:], FP64_ATOL)
 
 
+@pytest.mark.timeout(90)
+def test_per_face_messages_match_the_reference_on_1d_2d_and_3d_process_grids(pool4):
+    """``Plan.packing="per_face"``: one message per neighbour and field, in place where contiguous (1-D grids)."""
+    per_face = ({"strategy": "sequential", "packing": "per_face"}, {"strategy": "overlap", "packing": "per_face"},
+                {"strategy": "deep_halo", "chunks": 2, "transport": "p2p", "packing": "per_face"})
+    cases = [dict(procs=procs, grid=grid, radius=radius, boundary=boundary, plan=plan, dtype="float64", wave=wave,
+                  steps=3, seed=20 + i)
+             for i, (procs, grid, radius, wave, boundary, plan) in enumerate(
+                 (procs, grid, radius, wave, boundary, plan)
+                 for procs, grid, radius, wave in (((4,), (16, 6), 2, False), ((2, 2), (8, 8, 3), 1, True),
+                                                  ((2, 2, 1), (6, 6, 5), 1, False))
+                 for boundary in ("fixed", "periodic") for plan in per_face)]
+    for rank_results in pool4.run(run_cases, cases):
+        _check(rank_results, FP64_ATOL)
+
+
 @pytest.mark.timeout(60)
 def test_plan_none_is_chosen_once_and_matches_the_reference(pool2):
     cases = [dict(procs=(2,), grid=(16, 8), radius=2, boundary=b, plan=None, dtype="float64", steps=4, seed=3)

@@ -99,7 +99,7 @@ def test_the_space_enumerates_deep_halos_the_blocks_hold_and_prunes_the_rest_wit
     site = HaloSite(grid=(24, 8), procs=(2,), radius=4, steps=6)  # blocks of 12 rows hold 3 x 4
     space = enumerate_halo_plans(site)
     assert space.candidates[0] == Plan()
-    deep = sorted(p.chunks for p in space.candidates if p.strategy == "deep_halo")
+    deep = sorted(p.chunks for p in space.candidates if p.strategy == "deep_halo" and p.packing is None)
     assert deep == [2, 3] and any(p.plan.strategy == "overlap" for p in space.pruned) is False
     reasons = [p.reason for p in space.pruned if p.plan.strategy == "deep_halo"]
     assert reasons and "wider than the blocks" in reasons[0]
@@ -161,3 +161,30 @@ def test_hocket_predict_halo_lists_every_candidate_and_refuses_a_site_that_canno
     assert "does not divide over 3 ranks" in capsys.readouterr().err
     assert main(["predict", "ag_mm", "--m", "64", "--k", "64", "--world", "2", "--cluster", "h200x2"]) == 2
     assert "needs --n" in capsys.readouterr().err
+
+
+def test_per_face_sends_a_message_per_field_and_copies_only_what_is_not_contiguous():
+    slabs = HaloSite(grid=(256, 64), procs=(2,), radius=2, steps=1, fields=2, boundary="periodic")
+    packed = _stages(slabs, Plan(strategy="overlap", transport="p2p"))
+    faces = _stages(slabs, Plan(strategy="overlap", transport="p2p", packing="per_face"))
+    names = [s.name for s in faces if not s.is_issue]
+    assert "pack[0]" not in names and "unpack[0]" not in names  # 1-D grid: every face is a contiguous slab
+    assert "pack[0]" in [s.name for s in packed]
+    x_packed = next(s for s in packed if s.name == "halo[0]")
+    x_faces = next(s for s in faces if s.name == "halo[0]")
+    assert x_faces.nbytes == x_packed.nbytes  # the same bytes, in twice the messages
+    tiles = HaloSite(grid=(64, 64), procs=(2, 2), radius=2, steps=1, fields=2)
+    tile_faces = _stages(tiles, Plan(strategy="overlap", transport="p2p", packing="per_face"))
+    assert "pack[0]" in [s.name for s in tile_faces]  # a 2-D grid's faces are strided: copied
+
+
+def test_the_space_offers_per_face_where_it_differs_from_packed():
+    space = enumerate_halo_plans(HaloSite(grid=(24, 8), procs=(2,), radius=1, steps=2))
+    assert Plan(packing="per_face") in space.candidates
+    one_field_tiles = enumerate_halo_plans(HaloSite(grid=(24, 8), procs=(2, 2), radius=1, steps=2))
+    assert not [p for p in one_field_tiles.candidates if p.packing]
+    assert any("per_face" in p.reason for p in one_field_tiles.pruned)
+    assert Plan(packing="per_face").to_json() != Plan().to_json()
+    assert "packing" not in Plan().to_dict()
+    with pytest.raises(ValueError, match="Plan.packing='faces'"):
+        Plan(packing="faces")

@@ -8,6 +8,14 @@ model prices each plan from the cluster preset (and a calibration profile if giv
   hocket predict mm_rs --m 8192 --k 3584 --n 8192 --world 8 --cluster h200x8 --strategy chunked --chunks 4 --json
   hocket predict mm_d2h --m 8192 --k 8192 --n 7168 --cluster h200x1
   hocket predict halo --grid 4096x4096 --procs 2 --radius 2 --steps 4 --cluster cpu-host
+  hocket predict moe --hidden 4096 --ffn 14336 --experts 8 --topk 2 --tokens 4096 --world 8 --cluster h200x8
+
+``moe`` is the two expert-parallel sites of one MoE layer (``hocket.ops.moe_experts``: ``a2a_mm`` dispatch + first
+grouped GEMM, ``mm_a2a`` second grouped GEMM + combine): ``--hidden``, ``--ffn``, ``--experts``, ``--topk``,
+``--tokens`` (per rank), ``--world`` and ``--skew`` (uniform or zipf:S) instead of --m/--k/--n; its candidates
+are ``hocket.plan.moe``'s (every strategy x split mode x transport x chunk count), each priced on both halves of
+the layer as ``plan=None`` chooses (``--moe-site both``: each site on its own), and ``--splits`` sets the split
+mode of a plan given by the plan flags.
 
 ``halo`` is a halo-exchange stencil (``hocket.ops.stencil_steps``): ``--grid``, ``--procs`` (the process
 grid, product = ranks) and ``--radius`` instead of --m/--k/--n; its candidates are ``hocket.plan.halo``'s
@@ -32,7 +40,7 @@ import json
 import sys
 from pathlib import Path
 
-from hocket.cli import _halo
+from hocket.cli import _halo, _moe, _shards
 from hocket.cli._clusters import add_cluster_arguments
 from hocket.cli._ranks import positive_int
 from hocket.graph.report import also_text, priced_alike
@@ -40,7 +48,7 @@ from hocket.plan.labels import plan_label
 
 COLLECTIVE_KINDS = ("ag_mm", "mm_rs", "mm_ar")
 OFFLOAD_KINDS = ("h2d_mm", "mm_d2h")
-KINDS = COLLECTIVE_KINDS + OFFLOAD_KINDS + ("halo",)
+KINDS = COLLECTIVE_KINDS + OFFLOAD_KINDS + ("halo", "moe")
 
 
 def register(subparsers) -> None:
@@ -49,9 +57,10 @@ def register(subparsers) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=KINDS, help="all-gather+matmul, matmul+reduce-scatter, matmul+all-reduce, "
                                                     "a single-device offload (from / to pinned host memory), "
-                                                    "or a halo-exchange stencil")
+                                                    "a halo-exchange stencil, or an expert-parallel MoE "
+                                                    "layer")
     parser.add_argument("--m", type=positive_int, default=None, help="rows (after the gather for ag_mm); "
-                                                                     "required but for halo")
+                                                                     "required but for halo and moe")
     parser.add_argument("--k", type=positive_int, default=None, help="inner dim (local k for mm_rs/mm_ar)")
     parser.add_argument("--n", type=positive_int, default=None, help="columns of B (per rank)")
     parser.add_argument("--world", type=positive_int, default=None,
@@ -64,7 +73,8 @@ def register(subparsers) -> None:
     parser.add_argument("--profile", default=None, help="calibration profile JSON of that cluster")
     group = parser.add_argument_group("one plan to price (besides the candidates)")
     group.add_argument("--strategy", default=None, help="sequential, bulk, chunked, ring, bidir_ring, tile_fused, "
-                                                        "substituted")
+                                                        "substituted; moe: token_blocks, per_source, "
+                                                        "expert_groups, shared_overlap")
     group.add_argument("--chunks", type=positive_int, default=None, help="pieces / ring sub-steps / flag groups")
     group.add_argument("--transport", default=None, help="collective, p2p, copy_engine, host_staged")
     group.add_argument("--order", default=None, help="natural, local_first, reverse")
@@ -83,7 +93,9 @@ def register(subparsers) -> None:
                         help="also list the variants a plan stands for (each named copy-engine peer protocol), "
                              "as autotuning times them; prediction alone runs the automatic protocol")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    _shards.add_shards_argument(parser)
     _halo.add_arguments(parser)
+    _moe.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -92,7 +104,8 @@ def requested_plan(args):
     from hocket.core.plan import Plan
 
     fields = {"strategy": args.strategy, "chunks": args.chunks, "transport": args.transport, "order": args.order,
-              "comm_sms": args.comm_sms, "hierarchy": args.hierarchy, "protocol": args.protocol}
+              "comm_sms": args.comm_sms, "hierarchy": args.hierarchy, "protocol": args.protocol,
+              "splits": getattr(args, "splits", None)}
     given = {k: v for k, v in fields.items() if v is not None}
     if args.plan is not None:
         if given:
@@ -128,6 +141,9 @@ def build(args) -> dict:
     if args.kind == "halo":
         args.requested = requested_plan(args)
         return _halo.build(args)
+    if args.kind == "moe":
+        args.requested = requested_plan(args)
+        return _moe.build(args)
     missing = [f"--{name}" for name in ("m", "k", "n") if getattr(args, name) is None]
     if missing:
         raise ValueError(f"{args.kind} needs {', '.join(missing)} (the per-rank m, k, n)")
@@ -197,6 +213,10 @@ def build(args) -> dict:
         "best_ms": best["total_ms"], "best_plan": best["plan"], "best_label": best["label"], "best_group": best["group"],
         "candidates": rows,
     }
+    if getattr(args, "shards", False):
+        if offload:
+            raise ValueError(f"--shards sizes a tensor-parallel group's weight split; {args.kind} runs on one device")
+        out["shards"] = _shards.site_shards(site, cluster, view, steady_state=args.steady_state)
     if requested is not None:
         pred = predict(site, requested, cluster, view, steady_state=args.steady_state)
         out["requested"] = {"plan": requested.to_dict(), "label": plan_label(requested), **pred.to_dict(),
@@ -247,6 +267,8 @@ def format_table(result: dict) -> str:
     if graphs:
         lines.append("replayed_ms: the call replayed from hocket's own CUDA graph with its copies "
                      "(HOCKET_EAGER_GRAPHS); R: auto would replay it; —: a graph cannot capture the plan")
+    if "shards" in result:
+        lines.append(_shards.shards_text(result["shards"]))
     return "\n".join(lines)
 
 
@@ -267,6 +289,8 @@ def run(args) -> int:
         print(json.dumps(result, sort_keys=True))
     elif args.kind == "halo":
         print(_halo.format_table(result))
+    elif args.kind == "moe":
+        print(_moe.format_table(result))
     else:
         print(format_table(result))
     return 0

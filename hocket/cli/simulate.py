@@ -9,7 +9,8 @@ model's stage pipeline, and identical ranks are simulated once per class.
   hocket simulate --plan planned.json --trace step.json      # a planner's JSON (model, cluster, parallel, sites)
 
 ``--batch`` is sequences per micro-batch; ``--microbatches`` per DP replica and step
-(global batch = batch x microbatches x dp sequences). ``--stages auto`` sizes pipeline
+(global batch = batch x microbatches x dp sequences). ``--ep N`` (MoE models) spreads each MoE layer's
+experts over N ranks of a data-parallel group and simulates its all-to-all sites. ``--stages auto`` sizes pipeline
 stages by device speed; a comma list (``8,8,...``) gives layers per stage.
 """
 
@@ -21,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from hocket.cli import _shards
 from hocket.cli._clusters import add_cluster_arguments
 from hocket.cli._ranks import positive_int
 
@@ -37,6 +39,12 @@ def register(subparsers) -> None:
     par.add_argument("--tp", type=positive_int, default=None, help="tensor-parallel degree (sequence parallel)")
     par.add_argument("--pp", type=positive_int, default=None, help="pipeline stages")
     par.add_argument("--dp", type=positive_int, default=None, help="data-parallel replicas")
+    par.add_argument("--ep", type=positive_int, default=None,
+                     help="expert-parallel degree of an MoE model (divides --dp and the experts; default 1, or the "
+                          "plan file's)")
+    par.add_argument("--moe-zipf", type=float, default=None, metavar="S",
+                     help="MoE routing skew: Zipf exponent of the experts' popularity (default 0: uniform, or the "
+                          "plan file's)")
     par.add_argument("--seq", type=positive_int, default=None, help="sequence length (tokens)")
     par.add_argument("--batch", type=positive_int, default=None, help="sequences per micro-batch (default 1)")
     par.add_argument("--microbatches", "--micro-batches", dest="microbatches", type=positive_int, default=None,
@@ -55,6 +63,7 @@ def register(subparsers) -> None:
     out.add_argument("--trace", default=None, help="write a Chrome-trace/Perfetto JSON here")
     out.add_argument("--plot", default=None, help="write a PNG timeline here")
     out.add_argument("--json", action="store_true", help="print one JSON summary object instead of the table")
+    _shards.add_what_if_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -140,13 +149,17 @@ def build(args) -> tuple[dict, object]:
     dp = _setting(args, plan_file, "dp", default=None)
     if dp is None:
         dp = max(1, cluster.world_size // (tp * pp * cp))
+    ep = int(_setting(args, plan_file, "ep", default=1))
+    moe_zipf = float(_setting(args, plan_file, "moe_zipf", default=0.0))
     seq = _setting(args, plan_file, "seq")
     if seq is None:
         raise ValueError("no sequence length: give --seq (e.g. 8192)")
     batch = _setting(args, plan_file, "batch", default=1)
-    from hocket.cli.plan import check_tokens
+    from hocket.models.catalog import load_model
+    from hocket.models.step import check_degrees, check_tokens
 
-    check_tokens(int(tp), int(seq), int(batch))
+    check_degrees(load_model(model), int(tp), int(pp), int(dp), ep)
+    check_tokens(int(tp), int(seq), int(batch), cp)
     micro = _setting(args, plan_file, "microbatches", aliases=("micro_batches",), default=None)
     if args.stages is not None:
         stages = _stages_arg(args.stages)
@@ -164,7 +177,8 @@ def build(args) -> tuple[dict, object]:
         profile = load_profile(args.profile, expected=None)
     step = model_step_sites(model, tp=int(tp), pp=int(pp), dp=int(dp), seq=int(seq), batch=int(batch),
                             micro_batches=None if micro is None else int(micro), cluster=cluster,
-                            stages=stages, dp_sync=dp_sync, cp=cp, recompute=recompute, virtual=virtual)
+                            stages=stages, dp_sync=dp_sync, cp=cp, recompute=recompute, virtual=virtual, ep=ep,
+                            moe_zipf=moe_zipf)
     chooser = PlanBook(plan_file, default=default_plan) if plan_file else default_plan
     t1 = time.perf_counter()
     sim = simulate_step(step, cluster, plan=chooser, profile=profile)
@@ -187,7 +201,7 @@ def build(args) -> tuple[dict, object]:
     summary = {
         "model": getattr(step.model, "name", str(model)), "cluster": cluster.name,
         "world": cluster.world_size,
-        "parallel": {"tp": step.tp, "pp": step.pp, "dp": step.dp, "seq": step.seq, "batch": step.batch,
+        "parallel": {"tp": step.tp, "pp": step.pp, "dp": step.dp, "ep": step.ep, "seq": step.seq, "batch": step.batch,
                      "micro_batches": step.micro_batches, "stages": [st.layers for st in step.stages]},
         "global_batch_sequences": step.batch * step.micro_batches * step.dp,
         "step_ms": step_ms,
@@ -202,6 +216,9 @@ def build(args) -> tuple[dict, object]:
         "build_s": t1 - t0, "simulate_s": t2 - t1,
         "notes": notes,
     }
+    if getattr(args, "what_if", None):
+        summary["what_if"] = _shards.what_if_section(step, cluster, plan=chooser, profile=profile,
+                                                     transport=args.what_if, baseline_ms=step_ms)
     return summary, sim
 
 
@@ -225,7 +242,8 @@ def format_table(summary: dict, written: list[str]) -> str:
     par = summary["parallel"]
     lines = [
         f"{summary['model']} on {summary['cluster']} ({summary['world']} ranks): tp {par['tp']} x pp {par['pp']} "
-        f"x dp {par['dp']}, seq {par['seq']}, {par['batch']} seq/micro-batch x {par['micro_batches']} "
+        f"x dp {par['dp']}" + (f" (ep {par['ep']})" if par.get("ep", 1) != 1 else "")
+        + f", seq {par['seq']}, {par['batch']} seq/micro-batch x {par['micro_batches']} "
         f"micro-batches (global batch {summary['global_batch_sequences']} sequences)",
         f"layers per stage: {par['stages']}",
         f"predicted step time: {summary['step_ms']:.3f} ms"
@@ -248,6 +266,8 @@ def format_table(summary: dict, written: list[str]) -> str:
               f"{summary['tasks']} tasks over {summary['rank_classes']} rank class(es); "
               f"built in {summary['build_s']:.2f} s, simulated in {summary['simulate_s']:.2f} s"]
     lines += [f"note: {n}" for n in summary["notes"]]
+    if "what_if" in summary:
+        lines += ["", _shards.what_if_text(summary["what_if"])]
     lines += [f"wrote {w}" for w in written]
     return "\n".join(lines)
 

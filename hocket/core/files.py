@@ -13,10 +13,9 @@ so a broken or hostile file is refused at once with an error that names it:
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 MAX_CONFIG_BYTES = 16 * 2**20
 
@@ -55,21 +54,29 @@ def read_bounded(path: str | Path, *, what: str = "file", max_bytes: int = MAX_C
                                     f"is YAML or JSON text") from None
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing aliases (see the module docstring)."""
+@cache
+def _loader() -> type:
+    """PyYAML's safe loader, refusing aliases (see the module docstring). PyYAML is imported here, when a YAML
+    file is first read, so code that reads none (an operator call, a kernel) runs without it."""
+    import yaml
 
-    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 (PyYAML's signature)
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, f"found an alias (*{event.anchor}); hocket's YAML "
-                                              "files take no aliases: write the value out", event.start_mark)
-        return super().compose_node(parent, index)
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):  # noqa: ANN001, ANN201 (PyYAML's signature)
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(None, None, f"found an alias (*{event.anchor}); hocket's YAML "
+                                                  "files take no aliases: write the value out", event.start_mark)
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
 
 
 def parse_yaml(text: str, source: object) -> Any:
     """``text`` parsed as YAML (safe, no aliases); errors name ``source``."""
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise ConfigFileError(source, f"is not valid YAML for hocket ({exc})") from None
 

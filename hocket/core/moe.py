@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 from hocket.core.site import DIRECTIONS, DTYPE_BYTES, canonical_dtype
 
@@ -68,6 +69,31 @@ def zipf_counts(tokens: int, topk: int, experts: int, world: int, *, s: float = 
             left -= take
         e += 1
     return tuple(tuple(row) for _ in range(world))
+
+
+def parse_skew(text: str) -> tuple[str, float]:
+    """``"uniform"`` -> ``("uniform", 0.0)``; ``"zipf:S"`` -> ``("zipf", S)`` (``S >= 0``, finite)."""
+    if not isinstance(text, str):
+        raise ValueError(f"skew={text!r} must be 'uniform' or 'zipf:S' (e.g. 'zipf:1.0')")
+    name, _, arg = text.strip().partition(":")
+    if name == "uniform" and not arg:
+        return "uniform", 0.0
+    if name == "zipf":
+        try:
+            value = float(arg)
+        except ValueError:
+            value = float("nan")
+        if math.isfinite(value) and value >= 0:
+            return "zipf", value
+    raise ValueError(f"skew={text!r} is not 'uniform' or 'zipf:S' with a number S >= 0 (e.g. 'zipf:1.0')")
+
+
+def routing_counts(skew: str, *, tokens: int, topk: int, experts: int, world: int) -> tuple[tuple[int, ...], ...]:
+    """Counts of the router ``skew`` names (:func:`parse_skew`): ``()`` (uniform) or :func:`zipf_counts`."""
+    name, value = parse_skew(skew)
+    if name == "uniform":
+        return ()
+    return zipf_counts(tokens, topk, experts, world, s=value)
 
 
 def skew_class(expert_totals: tuple[int, ...] | list[int]) -> int:
@@ -144,12 +170,12 @@ class MoeSite:
     def itemsize(self) -> int:
         return DTYPE_BYTES[self.dtype]
 
-    @property
+    @cached_property
     def routing(self) -> tuple[tuple[int, ...], ...]:
         """``counts``, or the uniform router's counts when none were given."""
         return self.counts or uniform_counts(self.tokens, self.topk, self.experts, self.world)
 
-    @property
+    @cached_property
     def expert_totals(self) -> tuple[int, ...]:
         """Tokens per expert over all ranks."""
         return tuple(sum(col) for col in zip(*self.routing))

@@ -15,7 +15,10 @@ name (its registry refuses a spec whose name is not here, and a test fails on a 
 ``overlap`` and ``deep_halo`` run halo-exchange stencil sites only (kind ``halo``, :mod:`hocket.strategies.halo`);
 ``token_blocks``, ``per_source``, ``expert_groups`` and ``shared_overlap`` run expert-parallel MoE sites only
 (kinds ``a2a_mm``/``mm_a2a``, :mod:`hocket.strategies.moe`)."""
-TRANSPORTS = ("collective", "p2p", "copy_engine", "host_staged", "peer_read")
+TRANSPORTS = ("collective", "p2p", "copy_engine", "host_staged", "peer_read", "triggered")
+"""``triggered`` is HYPOTHETICAL (``hocket.hardware.spec.HYPOTHETICAL_TRANSPORTS``): priced for what-ifs by
+``hocket.cost.triggered``, offered by no island or network (``ClusterSpec.group_transports`` never has it),
+refused by every operator (``hocket.ops.planning.check_supported``)."""
 CAPTURABLE_TRANSPORTS = ("collective", "p2p", "host_staged")
 """transports whose calls a CUDA graph can always capture (``hocket.ops.CapturedCall``): NCCL's (PyTorch
 captures them) and the host-staged relay with device signals. ``copy_engine`` captures with its barrier
@@ -27,6 +30,8 @@ SUBSTITUTES = (None, "rs_ag", "ring_p2p")
 """``rs_ag``: all-reduce -> reduce-scatter + all-gather; ``ring_p2p``: all-gather -> P2P ring."""
 HIERARCHIES = (None, "intra_first")
 PROTOCOLS = (None, "pull", "put", "push")
+"""``Plan.protocol``: the copy-engine peer protocol of ``chunked`` over ``copy_engine``
+(:mod:`hocket.core.peer_protocol`); None runs the protocol that module's ``AUTO_ORDER`` picks."""
 PACKINGS = (None, "per_face")
 """``Plan.packing``: how a halo site's messages are formed: None packs every field's region for one neighbour
 into one message; ``per_face`` sends each field's region as its own message, straight from and into the padded
@@ -34,9 +39,9 @@ block where the region is contiguous (no pack copy), through a buffer where it i
 SPLITS = (None, "exchanged", "padded")
 """``Plan.splits``: how an MoE call learns its all-to-all split sizes: ``exchanged`` (one exchange of the
 counts per call, a host sync) or ``padded`` (a dropless padded layout of ``world x tokens x min(k, E_local)``
-rows per rank, no host sync, capturable); None for every other site (an MoE call reads it as ``exchanged``)."""
-"""``Plan.protocol``: the copy-engine peer protocol of ``chunked`` over ``copy_engine``
-(:mod:`hocket.core.peer_protocol`); None runs the protocol that module's ``AUTO_ORDER`` picks."""
+rows per rank, no host sync, capturable); None for every other site (an MoE call reads it as ``exchanged``),
+except an uneven ``ag_mm`` / ``mm_rs`` (``Site.shard_rows``), where ``padded`` runs its collectives padded to the
+largest shard and None runs them exact (:mod:`hocket.transport.uneven`)."""
 
 MAX_CHUNKS = 4096
 

@@ -7,6 +7,13 @@ Shape convention (DESIGN.md section 2), per-rank operands, world size ``w``:
 * ``mm_ar``: ``A [m, k]``, ``B [k, n]`` (``k`` local), output ``[m, n]``.
 
 Always m, k, n in that order. Leading batch dims fold into ``m``.
+
+Uneven shards (``Site.shard_rows``, empty = even): the size of each rank's shard of the sharded
+dimension, in group-rank order. ``ag_mm`` and ``mm_rs``: rows of the canonical 2-D matrix (the gather or
+scatter dim times the other leading dims), summing to ``m``; along the last dim (``dim=-1``) columns,
+summing to ``k`` (``ag_mm``: K gathered) or ``n`` (``mm_rs``: N scattered). ``mm_ar``: each rank's local
+``k``, whose largest is ``Site.k`` (the slowest rank's GEMM). Zeros are allowed, one positive entry is
+required; equal entries are stored as ``()`` (the even site, same key).
 """
 
 from __future__ import annotations
@@ -101,6 +108,8 @@ class Site:
     """how many times this site occurs per training step."""
     name: str = ""
     version: int = field(default=SITE_VERSION)
+    shard_rows: tuple[int, ...] = ()
+    """per-rank sizes of the sharded dimension, group-rank order (module docstring); empty = even."""
 
     def __post_init__(self) -> None:
         if self.kind not in SITE_KINDS:
@@ -119,6 +128,25 @@ class Site:
             raise ValueError(
                 f"Site.ranks has {len(self.ranks)} entries but world={self.world}; give one global rank per member"
             )
+        object.__setattr__(self, "shard_rows", _shard_rows(self))
+
+    @property
+    def uneven(self) -> bool:
+        """Whether the ranks' shards differ in size (``shard_rows`` non-empty)."""
+        return bool(self.shard_rows)
+
+    @property
+    def sharded_total(self) -> int:
+        """The extent ``shard_rows`` splits: ``m``, or ``k`` / ``n`` along the last dim (``mm_ar``: ``k``)."""
+        return sharded_extent(self.kind, self.dim, self.m, self.k, self.n)
+
+    @property
+    def max_shard(self) -> int:
+        """The largest rank's shard (the even share, rounded up, for an even site)."""
+        if self.shard_rows:
+            return max(self.shard_rows)
+        total = self.sharded_total
+        return total if self.kind == "mm_ar" else -(-total // self.world)
 
     # -- derived quantities -------------------------------------------------
     @property
@@ -149,12 +177,19 @@ class Site:
             "world": self.world, "num_b": self.num_b, "dim": self.dim,
             "ranks": list(self.group_ranks), "direction": self.direction, "v": self.version,
         }
+        if self.shard_rows:  # even sites keep the key they always had
+            payload["shard_rows"] = list(self.shard_rows)
         digest = hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
-        return f"{self.kind}:{self.m}x{self.k}x{self.n}:{self.dtype}:w{self.world}:{self.direction}:{digest}"
+        shards = f":rows{'-'.join(map(str, self.shard_rows))}" if self.shard_rows else ""
+        return f"{self.kind}:{self.m}x{self.k}x{self.n}:{self.dtype}:w{self.world}{shards}:{self.direction}:{digest}"
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["ranks"] = list(self.ranks)
+        if self.shard_rows:
+            d["shard_rows"] = list(self.shard_rows)
+        else:  # even sites keep the dict (and JSON) they always had
+            del d["shard_rows"]
         return d
 
     @classmethod
@@ -168,6 +203,8 @@ class Site:
         data = dict(data)
         if isinstance(data.get("ranks"), list):
             data["ranks"] = tuple(data["ranks"])
+        if isinstance(data.get("shard_rows"), list):
+            data["shard_rows"] = tuple(data["shard_rows"])
         return cls(**data)
 
     def backward_sites(self) -> tuple[Site, ...]:
@@ -182,9 +219,59 @@ class Site:
         """
         common = dict(dtype=self.dtype, world=self.world, ranks=self.ranks, direction="backward",
                       count=self.count, name=f"{self.name}.grad_input" if self.name else "")
+        if self.shard_rows and self.kind in ("ag_mm", "mm_rs"):  # the gradient is sharded as the operand was
+            common.update(shard_rows=self.shard_rows, dim=self.dim)
         if self.kind == "ag_mm":
             # sum_i dC_i @ B_i^T is one matmul over the concatenated widths: k = n * num_b
             return (Site(kind="mm_rs", m=self.m, k=self.n * self.num_b, n=self.k, **common),)
         if self.kind == "mm_rs":
             return (Site(kind="ag_mm", m=self.m, k=self.n, n=self.k, **common),)
         return ()
+
+
+UNEVEN_KINDS = ("ag_mm", "mm_rs", "mm_ar")
+"""the kinds whose shards may differ in size (``Site.shard_rows``)."""
+
+
+def sharded_extent(kind: str, dim: int, m: int, k: int, n: int) -> int:
+    """The extent a site's shards split: ``m`` rows, or along the last dim K (``ag_mm``) or N (``mm_rs``);
+    ``mm_ar``: the local ``k``."""
+    if kind == "mm_ar":
+        return k
+    if dim == -1:
+        return k if kind == "ag_mm" else n
+    return m
+
+
+def _shard_rows(site: Site) -> tuple[int, ...]:
+    """``site.shard_rows`` checked (one int >= 0 per rank, adding up to the sharded extent), ``()`` when even."""
+    raw = site.shard_rows
+    if raw is None or (isinstance(raw, (tuple, list)) and len(raw) == 0):
+        return ()
+    try:
+        if isinstance(raw, (str, bytes)) or any(isinstance(r, bool) for r in raw):
+            raise TypeError
+        sizes = tuple(operator.index(r) for r in raw)
+    except TypeError:
+        raise ValueError(f"Site.shard_rows={raw!r} must be ints >= 0, one per rank (or empty for even shards)"
+                         ) from None
+    if site.kind not in UNEVEN_KINDS:
+        raise ValueError(f"Site.shard_rows={sizes!r}: kind {site.kind!r} has no uneven shards; "
+                         f"only {UNEVEN_KINDS} do (leave it empty)")
+    if len(sizes) != site.world:
+        raise ValueError(f"Site.shard_rows={sizes!r} has {len(sizes)} entries but world={site.world}; "
+                         f"give one size per rank")
+    if any(r < 0 for r in sizes):
+        raise ValueError(f"Site.shard_rows={sizes!r} has a negative size; every rank holds >= 0 rows")
+    extent = sharded_extent(site.kind, site.dim, site.m, site.k, site.n)
+    if site.kind == "mm_ar":
+        if max(sizes) != extent:
+            raise ValueError(f"Site.shard_rows={sizes!r}: an mm_ar site's k ({extent}) is its largest local k; "
+                             f"set k={max(sizes)}")
+    elif sum(sizes) != extent:
+        what = {"ag_mm": "k", "mm_rs": "n"}[site.kind] if site.dim == -1 else "m"
+        raise ValueError(f"Site.shard_rows={sizes!r} adds up to {sum(sizes)} but {what}={extent}; the shards "
+                         f"must add up to the sharded extent")
+    if len(set(sizes)) == 1:
+        return ()
+    return sizes

@@ -10,9 +10,15 @@ steps and the bytes, and the topology decides the bandwidth:
   with the (slower) per-device link.
 * **across nodes**: NCCL-style rings run one ring per NIC, so a flat ring's bandwidth is
   ``min(intra * r / (r - 1), nic * min(nics, r))`` for ``r`` group ranks per node; the
-  ``intra_first`` hierarchy runs intra-node and inter-node phases one after the other
-  (fewer latency steps, more phases). All-reduce may use a tree across nodes (latency
-  ``log2`` of the node count); the backend picks the faster, as NCCL does.
+  ``intra_first`` hierarchy is priced as :mod:`hocket.transport.hierarchical` runs it
+  (:func:`hierarchical_phases`): an all-gather is an inter-node all-gather of ``1/r`` of the output then
+  an intra-node all-gather of all of it (2 calls), a reduce-scatter an intra-node reduce-scatter of the
+  input then an inter-node one of ``1/r`` of it (2 calls), an all-reduce an intra-node reduce-scatter, an
+  inter-node all-reduce of ``1/r`` and an intra-node all-gather (3 calls); the all-gather and the
+  reduce-scatter add one local reorder copy of the buffer. Each phase is priced as its backend runs a
+  collective of that size on the sub-group (NCCL's ring, or gloo's copies: :func:`gloo_memory_traffic`).
+  All-reduce may use a tree across nodes (latency ``log2`` of the node count); the backend picks the
+  faster, as NCCL does.
 
 Backends (``backend_of``): ``nccl`` (GPUs; SM-driven collectives and P2P; RCCL/HCCL
 priced alike) and ``gloo`` (CPU ranks), priced as ProcessGroupGloo runs them
@@ -95,6 +101,9 @@ class GroupTopology:
     ring_latency_us: float
     host_gbps: float | None
     host_latency_us: float
+    memory_gbps: float | None = None
+    """the slowest device memory of the group (GB/s), for the local copies of a hierarchy; None = unknown
+    (CPU ranks: their copies are priced at half the link rate, as gloo's own)."""
 
     @property
     def world(self) -> int:
@@ -156,11 +165,14 @@ def group_topology(cluster, ranks) -> GroupTopology:
         on_node = intra_gbps * rpn / (rpn - 1) if intra_gbps else math.inf
         ring_gbps, ring_lat = min(off_node, on_node), max(nic_lat, intra_lat)
     host = cluster.host_link(ranks[0])
+    rates = [cluster.device(r).memory_gbps for r in _representatives(cluster, ranks)]
+    memory_gbps = min(rates) if rates and all(rate is not None for rate in rates) else None
     return GroupTopology(
         ranks=ranks, backend=backend_of(cluster, ranks), nodes=nodes, ranks_per_node=rpn, fabric=fabric,
         intra_gbps=intra_gbps, intra_latency_us=intra_lat, nic_gbps=nic_gbps, nics_per_node=nics,
         nic_latency_us=nic_lat, ring_gbps=ring_gbps, ring_latency_us=ring_lat,
-        host_gbps=host.gbps_per_direction if host else None, host_latency_us=host.latency_us if host else 0.0)
+        host_gbps=host.gbps_per_direction if host else None, host_latency_us=host.latency_us if host else 0.0,
+        memory_gbps=memory_gbps)
 
 
 def queued_saving_ms(kind: str, topo: GroupTopology) -> float:
@@ -220,19 +232,15 @@ def _nccl_collective(op: str, nbytes: float, topo: GroupTopology, kind: str, hie
                           gbps=topo.intra_gbps)
         return call + direct, "direct"
     best = (call + _ring_phase(op, nbytes, p, topo.ring_gbps, topo.ring_latency_us, kind), "ring")
-    if q > 1 and hierarchy == "intra_first" and r > 1:
-        intra = lambda o, b: _ring_phase(o, b, r, topo.intra_gbps, topo.intra_latency_us, kind)  # noqa: E731
-        inter = lambda o, b: _ring_phase(o, b, q, topo.nic_gbps * min(topo.nics_per_node, r) / r,  # noqa: E731
-                                         topo.nic_latency_us, kind)
-        if op == "all_reduce":
-            t = intra("reduce_scatter", nbytes) + inter("all_reduce", nbytes / r) + intra("all_gather", nbytes)
-        elif op == "all_gather":
-            t = inter("all_gather", nbytes / r) + intra("all_gather", nbytes)
-        elif op == "reduce_scatter":
-            t = intra("reduce_scatter", nbytes) + inter("reduce_scatter", nbytes / r)
-        else:
-            t = intra(op, nbytes) + inter(op, nbytes)
-        return 3 * call + t, "hierarchical"
+    if hierarchical_applies(op, topo, hierarchy):
+        ms = 0.0
+        for phase_op, phase_bytes, where in hierarchical_phases(op, nbytes, r):
+            if where == "copy":
+                ms += _local_copy_ms(phase_bytes, topo, kind)
+                continue
+            ranks, gbps, latency = _phase_link(topo, where)
+            ms += call + _ring_phase(phase_op, phase_bytes, ranks, gbps, latency, kind)
+        return ms, "hierarchical"
     if op == "all_reduce" and q > 1:
         depth = math.ceil(math.log2(q)) + (r - 1)
         tree = call + _time_ms(kind, calls=0, steps=2 * depth, latency_us=topo.ring_latency_us,
@@ -240,6 +248,53 @@ def _nccl_collective(op: str, nbytes: float, topo: GroupTopology, kind: str, hie
         if tree < best[0]:
             best = (tree, "tree")
     return best
+
+
+HIERARCHICAL_OPS = ("all_gather", "reduce_scatter", "all_reduce")
+"""the collectives :mod:`hocket.transport.hierarchical` runs in phases; the others run flat under a hierarchy."""
+
+
+def hierarchical_applies(op: str, topo: GroupTopology, hierarchy: str | None) -> bool:
+    """Whether ``op`` on ``topo`` runs in phases under ``hierarchy``: ``intra_first``, a hierarchical op, a group
+    spanning several nodes with several ranks on each (the transport refuses the other layouts)."""
+    return hierarchy == "intra_first" and op in HIERARCHICAL_OPS and topo.nodes > 1 and topo.ranks_per_node > 1
+
+
+def hierarchical_phases(op: str, nbytes: float, ranks_per_node: int) -> list[tuple[str, float, str]]:
+    """``(op, bytes, where)`` of each step of ``op`` on ``nbytes`` (the whole buffer, as :func:`collective`
+    takes it) under ``hierarchy="intra_first"``, in the order :mod:`hocket.transport.hierarchical` runs them;
+    ``where`` is ``intra`` (a call on the intra-node sub-group), ``inter`` (on the inter-node sub-group) or
+    ``copy`` (a local reorder of ``bytes``)."""
+    r = ranks_per_node
+    if op == "all_gather":
+        return [("all_gather", nbytes / r, "inter"), ("all_gather", nbytes, "intra"), ("copy", nbytes, "copy")]
+    if op == "reduce_scatter":
+        return [("copy", nbytes, "copy"), ("reduce_scatter", nbytes, "intra"),
+                ("reduce_scatter", nbytes / r, "inter")]
+    if op == "all_reduce":
+        return [("reduce_scatter", nbytes, "intra"), ("all_reduce", nbytes / r, "inter"),
+                ("all_gather", nbytes, "intra")]
+    raise ValueError(f"op={op!r} has no hierarchical form; those are {HIERARCHICAL_OPS}")
+
+
+def _phase_link(topo: GroupTopology, where: str) -> tuple[int, float, float]:
+    """(ranks, GB/s per rank, latency us) of a hierarchical phase: the intra-node link between the node's
+    ranks, or each node's NICs shared by its ranks (all of them run their inter-node phase at once)."""
+    r = topo.ranks_per_node
+    if where == "intra":
+        return r, topo.intra_gbps, topo.intra_latency_us
+    return topo.nodes, topo.nic_gbps * min(topo.nics_per_node, r) / r, topo.nic_latency_us
+
+
+def _local_copy_ms(nbytes: float, topo: GroupTopology, kind: str) -> float:
+    """A local copy of ``nbytes`` (read and write): at the device memory's rate where known, else at half the
+    intra-node link rate, the rule gloo's own copies are priced by (:func:`_gloo_collective`)."""
+    if nbytes <= 0:
+        return 0.0
+    if topo.memory_gbps is not None:
+        return 2 * nbytes / (topo.memory_gbps * 1e6)
+    gbps = topo.intra_gbps or topo.ring_gbps
+    return nbytes / (2 * gbps * LINK_EFFICIENCY[kind] * 1e6)
 
 
 GLOO_MMAP_THRESHOLD_BYTES = 32 * 2**20
@@ -273,21 +328,36 @@ def gloo_memory_traffic(op: str, nbytes: float, p: int) -> tuple[str, float, flo
     return op, 0.0, 0.0
 
 
-def _gloo_collective(op: str, nbytes: float, topo: GroupTopology, kind: str) -> tuple[float, str]:
+def _gloo_call(op: str, nbytes: float, p: int, gbps: float, latency_us: float, kind: str) -> float:
+    """One gloo call of ``op`` over ``p`` ranks on links of ``gbps`` (see :func:`_gloo_collective`)."""
+    call = CALL_OVERHEAD_US[kind] / 1e3
+    wire_op, copied, fresh = gloo_memory_traffic(op, nbytes, p)
+    wire = _ring_phase(wire_op, nbytes, p, gbps, latency_us, kind)
+    copy_ms = copied / (2 * gbps * LINK_EFFICIENCY[kind] * 1e6) if copied > 0 else 0.0
+    touch_ms = (math.ceil(fresh / PAGE_BYTES) * FIRST_TOUCH_US_PER_PAGE / 1e3
+                if fresh > GLOO_MMAP_THRESHOLD_BYTES else 0.0)
+    return call + wire + copy_ms + touch_ms
+
+
+def _gloo_collective(op: str, nbytes: float, topo: GroupTopology, kind: str,
+                     hierarchy: str | None = None) -> tuple[float, str]:
     """gloo on CPU ranks: the wire algorithm (a ring over loopback sockets) plus the local
     copies and fresh buffers of :func:`gloo_memory_traffic`. A local copy pass costs what half
     a wire byte does: a socket exchange is itself two CPU copies per byte and rank (into the
     kernel's socket buffer, out of the peer's), at the link's rate. A fresh buffer above
-    ``GLOO_MMAP_THRESHOLD_BYTES`` pays a first-touch fault per page."""
-    p = topo.world
-    call = CALL_OVERHEAD_US[kind] / 1e3
-    wire_op, copied, fresh = gloo_memory_traffic(op, nbytes, p)
-    wire = _ring_phase(wire_op, nbytes, p, topo.ring_gbps, topo.ring_latency_us, kind)
-    copy_ms = copied / (2 * topo.ring_gbps * LINK_EFFICIENCY[kind] * 1e6) if copied > 0 else 0.0
-    touch_ms = (math.ceil(fresh / PAGE_BYTES) * FIRST_TOUCH_US_PER_PAGE / 1e3
-                if fresh > GLOO_MMAP_THRESHOLD_BYTES else 0.0)
+    ``GLOO_MMAP_THRESHOLD_BYTES`` pays a first-touch fault per page. Under ``hierarchy="intra_first"``
+    each phase of :func:`hierarchical_phases` is one such call on its sub-group, plus the reorder copy."""
+    if hierarchical_applies(op, topo, hierarchy):
+        ms = 0.0
+        for phase_op, phase_bytes, where in hierarchical_phases(op, nbytes, topo.ranks_per_node):
+            if where == "copy":
+                ms += _local_copy_ms(phase_bytes, topo, kind)
+            else:
+                ms += _gloo_call(phase_op, phase_bytes, *_phase_link(topo, where), kind)
+        return ms, "hierarchical"
+    ms = _gloo_call(op, nbytes, topo.world, topo.ring_gbps, topo.ring_latency_us, kind)
     algorithm = {"all_gather": "ring+copies", "reduce_scatter": "clone+allreduce+chunk"}.get(op, "ring")
-    return call + wire + copy_ms + touch_ms, algorithm
+    return ms, algorithm
 
 
 RELAY_MESSAGE_FLOOR_US = 22.0
@@ -452,14 +522,16 @@ def collective(op: str, nbytes: float, topo: GroupTopology, *, transport: str = 
                       nbytes=moved, gbps=gbps) + (p - 1) * COPY_ISSUE_US / 1e3
         algorithm = "direct"
     elif topo.backend == "gloo":
-        ms, algorithm = _gloo_collective(op, nbytes, topo, kind)
+        ms, algorithm = _gloo_collective(op, nbytes, topo, kind, hierarchy)
     else:
         ms, algorithm = _nccl_collective(op, nbytes, topo, kind, hierarchy)
     if calibration is not None and nbytes > 0 and transport != "host_staged":  # host_staged: scaled per copy
+        # the profile's curves time the flat collective on the group: its measured/model ratio scales the
+        # hierarchical price too (the same links, the same backend)
         curve = op if transport == "collective" else "copy_engine"
         ms *= calibration.transfer_ratio(
-            curve, nbytes, lambda b: collective(op, b, topo, transport=transport, hierarchy=hierarchy).ms,
-            context=(topo, transport, hierarchy))
+            curve, nbytes, lambda b: collective(op, b, topo, transport=transport).ms,
+            context=(topo, transport))
     egress = (p - 1) / p * nbytes * (2 if op == "all_reduce" else 1)
     return Transfer(ms=ms, kind=kind, resource=TRANSFER_RESOURCE[kind], algorithm=algorithm, egress_bytes=egress,
                     queued_saving_ms=pipelined, messages=messages)

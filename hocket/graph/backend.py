@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from torch import fx
 
+from hocket.graph.moe import compile_with_moe
 from hocket.graph.passes import PassConfig, is_backward, overlap_pass
 from hocket.graph.planning import GraphPlanner
 from hocket.graph.report import CompileLog, Explanation, GraphReport
@@ -73,7 +74,8 @@ def make_backend(kind: str, rewriter: GraphRewriter, *, inductor_options: dict |
     def inductor_backend(gm: fx.GraphModule, example_inputs: list) -> Callable:
         from torch._inductor.compile_fx import compile_fx
 
-        return compile_fx(gm, example_inputs, config_patches=patches)
+        return compile_with_moe(gm, example_inputs, rewriter,
+                                lambda piece, inputs: compile_fx(piece, inputs, config_patches=patches))
 
     return inductor_backend
 
@@ -90,5 +92,10 @@ def _aot_eager_backend(rewriter: GraphRewriter) -> Callable:
 
         return compile_graph
 
-    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                        inference_compiler=compiler("forward"))
+    backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                           inference_compiler=compiler("forward"))
+
+    def aot_eager_backend(gm: fx.GraphModule, example_inputs: list) -> Callable:
+        return compile_with_moe(gm, example_inputs, rewriter, backend)
+
+    return aot_eager_backend

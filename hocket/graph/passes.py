@@ -23,6 +23,7 @@ from hocket.graph.find import (
 )
 from hocket.graph.fuse import expected_reduced_shape, fuse_all_gather_matmul, fuse_matmul_reduce, gathered_operands
 from hocket.graph.matches import AllGatherMatch, GatherUses, ProducerMatmul, ScatterMatch, Unmatched
+from hocket.graph.moe import all_to_all_ms
 from hocket.graph.nodes import ALL_GATHER, ALL_REDUCE, MATMUL_TARGETS, REDUCE_SCATTER, is_call, static_shape, val
 from hocket.graph.order import can_hoist, descendants, remove_dead_code
 from hocket.graph.planning import GraphPlanner, group_ranks
@@ -196,7 +197,9 @@ class _Run:
 
         def comm_ms(start: fx.Node) -> float | None:
             site = _collective_site(start, self.direction)
-            return self.planner.collective_ms(site) if site is not None else None
+            if site is None:  # an all-to-all with split sizes (expert parallelism), else None
+                return all_to_all_ms(start, self.direction, self.planner)
+            return self.planner.collective_ms(site)
 
         def compute_ms(node: fx.Node) -> float | None:
             if not is_call(node, MATMUL_TARGETS):

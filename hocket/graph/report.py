@@ -181,11 +181,16 @@ class GraphReport:
     left_alone: tuple[LeftAlone, ...] = ()
     gaps: tuple[GapRecord, ...] = ()
     note: str = ""
+    moe_sites: tuple = ()
+    """expert-parallel MoE layers found (``hocket.graph.moe_report.MoeSiteRecord``, one per layer)."""
 
     def to_dict(self) -> dict:
-        return {"graph": self.graph, "direction": self.direction, "note": self.note,
-                "sites": [s.to_dict() for s in self.sites], "left_alone": [x.to_dict() for x in self.left_alone],
-                "gaps": [g.to_dict() for g in self.gaps]}
+        d = {"graph": self.graph, "direction": self.direction, "note": self.note,
+             "sites": [s.to_dict() for s in self.sites], "left_alone": [x.to_dict() for x in self.left_alone],
+             "gaps": [g.to_dict() for g in self.gaps]}
+        if self.moe_sites:
+            d["moe_sites"] = [m.to_dict() for m in self.moe_sites]
+        return d
 
 
 def _ms(value: float | None) -> str:
@@ -219,6 +224,11 @@ class Explanation:
         return tuple(x for g in self.graphs for x in g.left_alone)
 
     @property
+    def moe_sites(self) -> tuple:
+        """Expert-parallel MoE layers found (``MoeSiteRecord``), every graph."""
+        return tuple(m for g in self.graphs for m in g.moe_sites)
+
+    @property
     def gaps(self) -> tuple[GapRecord, ...]:
         return tuple(x for g in self.graphs for x in g.gaps)
 
@@ -228,6 +238,19 @@ class Explanation:
 
     def to_dict(self) -> dict:
         return {"graphs": [g.to_dict() for g in self.graphs]}
+
+    def shards(self, cluster, profile=None) -> list[str]:
+        """Per-rank shard sizes from device speed (:mod:`hocket.plan.shards`) for every distinct multi-rank
+        ag_mm, mm_rs and mm_ar site found, on ``cluster`` (a ClusterSpec): lines to print."""
+        from hocket.plan.shards import SIZED_KINDS, recommend_shards, shard_lines
+
+        lines, seen = [], set()
+        for record in self.sites:
+            site = record.site
+            if site.kind in SIZED_KINDS and site.world > 1 and site.key not in seen:
+                seen.add(site.key)
+                lines += [f"{record.graph}: {line}" for line in shard_lines(recommend_shards(site, cluster, profile))]
+        return lines
 
     def format(self) -> str:
         if not self.graphs:
@@ -245,6 +268,11 @@ class Explanation:
                              f"{s.plan.describe():<24} {s.source:<10} {_ms(s.predicted_sequential_ms):>9} "
                              f"{_ms(s.predicted_ms):>9} "
                              f"{_ms(s.predicted_saving_ms):>9}  {status}")
+        if self.moe_sites:
+            lines.append(f"  MoE layers: {len(self.moe_sites)}, {sum(m.rewritten for m in self.moe_sites)} rewritten")
+            lines.append(f"  {'graph':<12} {'kind':<14} {'shape':<24} {'dtype':<9} {'w':>2} {'plan':<24} "
+                         f"{'from':<10} {'seq_ms':>9} {'plan_ms':>9}  status")
+            lines.extend(m.format_row() for m in self.moe_sites)
         for x in self.left_alone:
             lines.append(f"  {x.graph:<12} {_named(x.collective, x.node)} left alone: {x.reason}")
         for g in self.gaps:

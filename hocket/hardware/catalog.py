@@ -12,6 +12,10 @@ Cluster file::
     nodes:
       - {node: hgx-h100, count: 2}          # optional ranks_per_node: first N local ranks
     network: {topology: rail, transports: [collective, p2p, host_staged]}
+    what_if: [triggered]                    # optional: hypothetical transports, for what-if pricing only
+
+``what_if`` declares hypothetical transports (``hocket.hardware.spec.HYPOTHETICAL_TRANSPORTS``) the
+cluster's devices are imagined to have; hocket prices them in what-ifs and never runs them.
 """
 
 from __future__ import annotations
@@ -21,11 +25,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hocket.hardware.spec import ClusterSpec, NodeGroup
+from hocket.hardware.spec import HYPOTHETICAL_TRANSPORTS, ClusterSpec, NodeGroup
 from hocket.hardware.yaml_schema import Catalog, PresetError, build_catalog, read_yaml, take
 
 CATALOG_FILES = ("devices", "links", "nodes")
-CLUSTER_FIELDS = {"name", "description", "nodes", "network", "devices", "links", "node_types"}
+CLUSTER_FIELDS = {"name", "description", "nodes", "network", "devices", "links", "node_types", "what_if"}
 
 
 def _presets_dir() -> Path:
@@ -129,6 +133,17 @@ def cluster_from_dict(data: Any, *, file: str = "<dict>") -> ClusterSpec:
     if "transports" in network:
         kwargs["network_transports"] = catalog.transports(network["transports"], file=file,
                                                           where="network.transports")
+    what_if = data.get("what_if") or []
+    if not isinstance(what_if, list) or not all(isinstance(v, str) for v in what_if):
+        raise PresetError(file, "what_if", f"= {what_if!r} must be a list of hypothetical transport names from "
+                                           f"{HYPOTHETICAL_TRANSPORTS}, e.g. [triggered]")
+    unknown = set(what_if) - set(HYPOTHETICAL_TRANSPORTS)
+    if unknown:
+        raise PresetError(file, "what_if", f"has {sorted(unknown)}, which are not hypothetical transports; use a "
+                                           f"subset of {HYPOTHETICAL_TRANSPORTS} (real transports belong in the "
+                                           f"node islands and the network)")
+    if what_if:
+        kwargs["what_if_transports"] = frozenset(what_if)
     topology = network.get("topology", "none")
     if topology not in ("none", "rail", "fat_tree"):
         raise PresetError(file, "network.topology", f"= {topology!r}; use rail, fat_tree or none")

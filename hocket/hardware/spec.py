@@ -14,6 +14,12 @@ A ClusterSpec stores its topology structurally, never as an N x N matrix:
 Which transports a pair of ranks offers (a subset of ``hocket.core.plan.TRANSPORTS``)
 is part of the data: the island, bridge or network says it, and devices of different
 vendors share no peer path, so between them only ``host_staged`` survives.
+
+Hypothetical transports (``HYPOTHETICAL_TRANSPORTS``: ``triggered``, T3-style transfers that hardware
+issues itself when a producer's writes land) are never part of an island, bridge or network: a cluster
+declares them in ``ClusterSpec.what_if_transports`` and offers them (``ClusterSpec.what_if_offered``) only
+there, only to groups with a peer path; only the cost model's what-if pricing reads them
+(``hocket.cost.triggered``), no executor runs them.
 """
 
 from __future__ import annotations
@@ -35,6 +41,17 @@ pcie: a PCIe tree (pairs share the root complex); shm: CPU processes over shared
 PEER_FREE_TRANSPORTS = frozenset({"host_staged"})
 """What survives between devices of different vendors: no peer path, only host memory."""
 
+HYPOTHETICAL_TRANSPORTS = ("triggered",)
+"""Transports no shipping hardware offers, priced for what-ifs only (``hocket.cost.triggered``):
+``triggered``: the device tracks a producer's writes to a registered output region and issues the
+transfer (and, at the destination, a near-memory reduction) itself, with no SM and no host work (T3,
+ASPLOS 2024). A cluster declares them (``ClusterSpec.what_if_transports``, YAML ``what_if:``); no island,
+bridge or network lists them, and no operator runs them."""
+PEER_TRANSPORTS = frozenset({"p2p", "copy_engine", "peer_read"})
+"""Transports that need a device-to-device peer path; a hypothetical triggered transfer needs one too."""
+REAL_TRANSPORTS = frozenset(t for t in TRANSPORTS if t not in HYPOTHETICAL_TRANSPORTS)
+"""The transports an island, bridge or network may list (every Plan transport but the hypothetical ones)."""
+
 
 def _check_positive(owner: str, name: str, value: object, unit: str, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
@@ -48,9 +65,14 @@ def _check_transports(owner: str, transports: Iterable[str]) -> frozenset[str]:
     if isinstance(transports, str):
         raise TypeError(f"{owner}.transports={transports!r} must be a list of names, not one string")
     result = frozenset(transports)
-    unknown = result - set(TRANSPORTS)
+    hypothetical = result & set(HYPOTHETICAL_TRANSPORTS)
+    if hypothetical:
+        raise ValueError(f"{owner}.transports lists {sorted(hypothetical)}, which no hardware offers; declare it "
+                         f"for the whole cluster with what_if: {sorted(hypothetical)} (ClusterSpec.what_if_transports)")
+    unknown = result - REAL_TRANSPORTS
     if unknown:
-        raise ValueError(f"{owner}.transports has unknown names {sorted(unknown)}; use a subset of {TRANSPORTS}")
+        raise ValueError(f"{owner}.transports has unknown names {sorted(unknown)}; use a subset of "
+                         f"{tuple(t for t in TRANSPORTS if t in REAL_TRANSPORTS)}")
     return result
 
 
@@ -306,6 +328,9 @@ class ClusterSpec:
     network_topology: str = "none"
     """how NICs are wired: ``rail`` (NIC i of every node on one switch), ``fat_tree``, ``none`` (one node)."""
     description: str = ""
+    what_if_transports: frozenset[str] = frozenset()
+    """Hypothetical transports (a subset of ``HYPOTHETICAL_TRANSPORTS``) this cluster's devices are declared
+    to have, for what-if pricing only (YAML ``what_if: [triggered]``); empty on every real machine."""
     _rank_starts: tuple[int, ...] = field(init=False, repr=False, compare=False, default=())
     _node_starts: tuple[int, ...] = field(init=False, repr=False, compare=False, default=())
     _world: int = field(init=False, repr=False, compare=False, default=0)
@@ -317,6 +342,16 @@ class ClusterSpec:
         object.__setattr__(self, "groups", groups)
         object.__setattr__(self, "network_transports",
                            _check_transports(f"ClusterSpec({self.name}).network", self.network_transports))
+        if isinstance(self.what_if_transports, str):
+            raise TypeError(f"ClusterSpec({self.name}).what_if_transports={self.what_if_transports!r} must be a "
+                            f"list of names, not one string (e.g. ['triggered'])")
+        what_if = frozenset(self.what_if_transports)
+        unknown = what_if - set(HYPOTHETICAL_TRANSPORTS)
+        if unknown:
+            raise ValueError(f"ClusterSpec({self.name}).what_if_transports has {sorted(unknown)}, which are not "
+                             f"hypothetical transports; use a subset of {HYPOTHETICAL_TRANSPORTS} (real transports "
+                             f"belong in the islands, bridges and network)")
+        object.__setattr__(self, "what_if_transports", what_if)
         rank_starts, node_starts, ranks, nodes = [], [], 0, 0
         for group in groups:
             rank_starts.append(ranks)
@@ -416,14 +451,14 @@ class ClusterSpec:
         """Transports every pair in the group offers (structural: never loops over all pairs)."""
         ranks = self._group(ranks, "group_transports")
         if len(ranks) == 1:
-            return frozenset(TRANSPORTS)
+            return REAL_TRANSPORTS
         per_node: dict[int, tuple[int, list[int]]] = {}
         vendors: set[str] = set()
         for rank in ranks:
             g, node, local = self._locate(rank)
             per_node.setdefault(node, (g, []))[1].append(local)
             vendors.add(self.groups[g].node.device(local).vendor)
-        result = frozenset(TRANSPORTS)
+        result = REAL_TRANSPORTS
         seen: set[tuple[int, tuple[int, ...]]] = set()
         for g, locals_ in per_node.values():
             key = (g, tuple(sorted(locals_)))
@@ -436,6 +471,18 @@ class ClusterSpec:
         if len(vendors) > 1:
             result &= PEER_FREE_TRANSPORTS
         return result
+
+    def what_if_offered(self, ranks: Iterable[int]) -> frozenset[str]:
+        """Hypothetical transports (``what_if_transports``) the group may be priced with: those the cluster
+        declares, for a group of two or more ranks whose every pair has a peer path (a triggered transfer is
+        issued by the device over its link to the peer's memory); empty otherwise, and on every preset that
+        declares none. Never part of :meth:`group_transports`."""
+        ranks = self._group(ranks, "what_if_offered")
+        if not self.what_if_transports or len(ranks) < 2:
+            return frozenset()
+        if not self.group_transports(ranks) & PEER_TRANSPORTS:
+            return frozenset()
+        return self.what_if_transports
 
     def bottleneck_link(self, ranks: Iterable[int]) -> LinkSpec:
         """Slowest link a ring over ``ranks`` (in the given order) crosses."""
@@ -525,7 +572,9 @@ class ClusterSpec:
 
     def describe(self) -> str:
         counts = ", ".join(f"{n}x {m}" for m, n in self.device_counts().items())
-        return f"{self.name}: {self.world_size} ranks on {self.num_nodes} node(s) ({counts})"
+        what_if = (f"; what-if (hypothetical): {', '.join(sorted(self.what_if_transports))}"
+                   if self.what_if_transports else "")
+        return f"{self.name}: {self.world_size} ranks on {self.num_nodes} node(s) ({counts}){what_if}"
 
 
 def _slower(a: LinkSpec | None, b: LinkSpec | None) -> LinkSpec:
@@ -540,7 +589,7 @@ def _slower(a: LinkSpec | None, b: LinkSpec | None) -> LinkSpec:
 
 def _node_group_transports(node: NodeSpec, locals_: tuple[int, ...]) -> frozenset[str]:
     """Transports every pair of the given local ranks of one node offers."""
-    result = frozenset(TRANSPORTS)
+    result = REAL_TRANSPORTS
     islands = {node.island_of(local) for local in locals_}
     members = set(locals_)
     for idx in islands:

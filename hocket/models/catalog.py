@@ -9,6 +9,8 @@ from hocket.models.spec import FIELD_UNITS, ModelSpec
 
 _PRESETS = Path(__file__).with_name("presets")
 HF_REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
+EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+"""config.json spellings of the routed-expert count (Mixtral, Qwen-MoE, DeepSeek), read into ``num_experts``."""
 PLAIN_MLP_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu", "quick_gelu")
 """``hidden_act`` values of configs whose MLP has one up projection (GPT-2/NeoX style);
 SiLU/SwiGLU families (Llama, Mistral, Qwen) have gate and up projections."""
@@ -61,12 +63,39 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     if not isinstance(data, dict):
         raise ValueError(f"model config {str(path)}: the top level must be a JSON object")
     act = str(data.get("hidden_act", data.get("hidden_activation", "silu")))
-    fields = dict(data)
+    fields = {k: v for k, v in data.items() if k not in EXPERT_COUNT_KEYS}
+    _moe_fields(data, fields, where=str(path))
     fields["mlp"] = "plain" if act in PLAIN_MLP_ACTIVATIONS else "gated"
     fields["norm"] = "layernorm" if "layer_norm_eps" in data and "rms_norm_eps" not in data else "rmsnorm"
     fields["tie_word_embeddings"] = bool(data.get("tie_word_embeddings", False))
     name = str(data.get("_name_or_path") or data.get("model_type") or path.parent.name or "hf-model")
     return _from_mapping(fields, where=str(path), name=name)
+
+
+def _moe_fields(data: dict, fields: dict, *, where: str) -> None:
+    """Read a config.json's MoE layout into ModelSpec's fields (``EXPERT_COUNT_KEYS``; Qwen2-MoE's
+    ``shared_expert_intermediate_size``), refusing layouts the spec cannot hold (MoE every n-th layer)."""
+    experts = [data[k] for k in EXPERT_COUNT_KEYS if data.get(k)]
+    if not experts:
+        for key in ("num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace"):
+            fields.pop(key, None)
+        return
+    fields["num_experts"] = experts[0]
+    step = data.get("decoder_sparse_step", 1)
+    freq = data.get("moe_layer_freq", 1)
+    if step not in (None, 1) or freq not in (None, 1) or data.get("mlp_only_layers"):
+        raise ValueError(f"model config {where}: MoE layers that are not every layer from first_k_dense_replace "
+                         f"on (decoder_sparse_step={step}, moe_layer_freq={freq}, mlp_only_layers="
+                         f"{data.get('mlp_only_layers')}) are not supported; hocket.models holds a run of dense "
+                         f"layers followed by MoE layers")
+    shared = data.get("shared_expert_intermediate_size")
+    if shared:
+        width = data.get("moe_intermediate_size") or data["intermediate_size"]
+        if shared % width:
+            raise ValueError(f"model config {where}: shared_expert_intermediate_size={shared} is not a multiple "
+                             f"of the expert width {width}; the spec holds shared experts as n_shared_experts "
+                             f"experts of that width")
+        fields["n_shared_experts"] = shared // width
 
 
 def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:

@@ -4,7 +4,8 @@ For each pipeline stage the graph holds the nodes of ONE micro-batch on one rank
 stage (forward then backward, in issue order), the pipeline send/recv between stages,
 and the data-parallel gradient synchronisation that closes the step. The simulator
 repeats a stage's nodes per micro-batch under its pipeline schedule (1F1B) and prices
-each node: a ``Site`` with the cost model, a ``ComputeOp`` with the GEMM/memory model, a
+each node: a ``Site`` with the cost model, an expert-parallel ``MoeSite`` (``hocket.core.moe``) with the MoE
+cost model, a ``ComputeOp`` with the GEMM/memory model, a
 ``CommOp`` with the communication model.
 
 Node order inside a stage is issue order: a resource runs its nodes in that order, a
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hocket.core.moe import MoeSite
 from hocket.core.site import Site
 
 COMPUTE_KINDS = ("gemm", "attention", "elementwise")
@@ -70,7 +72,7 @@ class CommOp:
 @dataclass(frozen=True, kw_only=True)
 class StepNode:
     name: str
-    op: Site | ComputeOp | CommOp
+    op: Site | MoeSite | ComputeOp | CommOp
     depends_on: tuple[int, ...] = ()
     phase: str = "forward"
     layer: int | None = None
@@ -117,6 +119,8 @@ class StepGraph:
     """virtual stages per pipeline rank: ``stages`` holds ``pp * virtual`` of them (interleaved 1F1B)."""
     recompute: str = "none"
     """activation recomputation: ``none``, ``selective`` (attention core, MLP activation) or ``full``."""
+    ep: int = 1
+    """expert-parallel degree (MoE models): the EP group is ``ep`` ranks of one DP group (``ep`` divides ``dp``)."""
 
     @property
     def world(self) -> int:
@@ -138,10 +142,24 @@ class StepGraph:
                         order.append(key)
         return [merged[k] for k in order]
 
+    def moe_sites(self) -> list[MoeSite]:
+        """Unique MoeSites (by ``MoeSite.key``) with ``count`` = occurrences per step on one rank of their stage."""
+        from dataclasses import replace
+
+        merged: dict[str, MoeSite] = {}
+        for stage in self.stages:
+            for node in stage.nodes:
+                if isinstance(node.op, MoeSite):
+                    old = merged.get(node.op.key)
+                    merged[node.op.key] = node.op if old is None else replace(old, count=old.count + node.op.count)
+        return list(merged.values())
+
     def to_dict(self) -> dict:
         def op_dict(op):
             if isinstance(op, Site):
                 return {"type": "site", **op.to_dict()}
+            if isinstance(op, MoeSite):
+                return {"type": "moe_site", **op.to_dict()}
             data = {k: getattr(op, k) for k in op.__dataclass_fields__}
             if "ranks" in data:
                 data["ranks"] = list(data["ranks"])
@@ -155,7 +173,7 @@ class StepGraph:
             "model": getattr(self.model, "name", str(self.model)),
             "parallel": {"tp": self.tp, "pp": self.pp, "dp": self.dp, "seq": self.seq, "batch": self.batch,
                          "micro_batches": self.micro_batches, "schedule": self.schedule,
-                         "cp": self.cp, "recompute": self.recompute, "virtual": self.virtual},
+                         "cp": self.cp, "recompute": self.recompute, "virtual": self.virtual, "ep": self.ep},
             "dtype": self.dtype,
             "stages": [{"index": s.index, "first_layer": s.first_layer, "layers": s.layers, "ranks": list(s.ranks),
                         "dp_ranks": list(s.dp_ranks), "params": s.params, "has_embedding": s.has_embedding,

@@ -3,7 +3,8 @@
 ``all_gather_matmul``, ``matmul_reduce_scatter`` and ``matmul_all_reduce`` have the
 semantics of PyTorch's symmetric-memory fused ops (see :mod:`hocket.ops.reference`) on
 any torch.distributed backend; ``plan=None`` lets hocket choose how to run them. ``stencil_steps`` runs
-halo-exchange stencil steps on a process grid (:mod:`hocket.ops.stencil`, docs/stencils.md).
+halo-exchange stencil steps on a process grid (:mod:`hocket.ops.stencil`, docs/stencils.md);
+``moe_experts`` the routed experts of a MoE layer under expert parallelism (:mod:`hocket.ops.moe`, docs/moe.md).
 """
 
 from hocket.ops import (
@@ -16,6 +17,7 @@ from hocket.ops.captured import CapturedCall
 from hocket.ops.context import close_contexts
 from hocket.ops.matmul_all_reduce import matmul_all_reduce
 from hocket.ops.matmul_reduce_scatter import matmul_reduce_scatter
+from hocket.ops.moe import moe_experts
 from hocket.ops.offload import OffloadContext, close_offload_contexts, matmul_from_host, matmul_to_host
 from hocket.ops.planning import choose_plan
 from hocket.ops.stencil import Carried, Static, stencil_steps
@@ -25,6 +27,6 @@ from hocket.transport.pending import TransportError
 __all__ = [
     "AgreementError", "CapturedCall", "Carried", "OffloadContext", "RankInputError", "Static", "Tolerance",
     "TransportError", "all_gather_matmul", "assert_close", "choose_plan", "close_contexts", "close_offload_contexts",
-    "matmul_all_reduce", "matmul_from_host", "matmul_reduce_scatter", "matmul_to_host", "max_error",
+    "matmul_all_reduce", "matmul_from_host", "matmul_reduce_scatter", "matmul_to_host", "max_error", "moe_experts",
     "stencil_steps", "tolerance",
 ]

@@ -105,6 +105,48 @@ def clear_agreement_cache() -> None:
     _GROUPS.clear()
 
 
+SIZES_STATUS = 0x5E5
+"""The first entry of a size-exchange row; an agreement row holds 0 or 1 there."""
+
+
+def agree_shard_sizes(group_name: str, op: str, local: int, *, device: torch.device) -> tuple[int, ...] | None:
+    """Every rank's shard size for a call of ``op`` (``local`` on this rank, ``-1`` where its inputs are
+    not valid tensors), through one small all-gather that every rank of the group enters.
+
+    Part of the agreement of a call made with ``shard_rows="auto"``: the sizes become ``Site.shard_rows``
+    (checked to add up there, and compared across ranks with the rest of the Site). It runs on every such
+    call (one all-gather of four int64 per rank, and a host sync): a cache keyed by this rank's shapes
+    would let a rank whose size changed meet peers whose sizes did not in a data collective instead.
+    Returns None where some rank sent ``-1`` (its local checks then report the error on every rank) or
+    on a one-rank group.
+
+    The exchange has the shape of :func:`agree`'s first all-gather, ``[status, ., ., text length]`` with
+    status :data:`SIZES_STATUS`, so a peer that called the operator without ``shard_rows="auto"`` (and so
+    entered its agreement instead) meets it there: it reads this rank as failed and raises
+    :class:`RankInputError` quoting this rank's error, and this rank raises that error (ValueError).
+    """
+    from hocket.transport.group import process_group_of, resolve_group
+
+    group = resolve_group(process_group_of(group_name))
+    if group.world == 1:
+        return None
+    dev = _exchange_device(group, device)
+    error = (f"ValueError: hocket.{op}: rank {group.rank} passed shard_rows='auto' but some rank did not (it "
+             f"entered the call's agreement instead of the size exchange); pass shard_rows the same way on every "
+             f"rank")
+    text = Descriptor(op=op, error=error).text().encode()
+    mine = torch.tensor([SIZES_STATUS, local, 0, len(text)], dtype=torch.int64, device=dev)
+    table = torch.empty((group.world, 4), dtype=torch.int64, device=dev)
+    transport = TorchDistTransport(group)
+    transport.all_gather(table, mine).wait()
+    rows = table.tolist()
+    if any(row[0] != SIZES_STATUS for row in rows):
+        _gather_texts(transport, text, [row[3] for row in rows], dev)  # the agreement's second exchange
+        raise ValueError(error.removeprefix("ValueError: "))
+    sizes = [row[1] for row in rows]
+    return None if any(s < 0 for s in sizes) else tuple(sizes)
+
+
 def _exchange_device(group: GroupHandle, device: torch.device) -> torch.device:
     """CPU when the group can move CPU tensors (gloo), else the caller's (or the current) CUDA device."""
     if "gloo" in group.backend and not (device.type == "cuda" and "nccl" in group.backend):
@@ -119,6 +161,8 @@ def _exchange_device(group: GroupHandle, device: torch.device) -> torch.device:
 SETTING_FIXES = {
     "transport_sizes": "call hocket.core.sizes.set_sizes with the same TransportSizes on every rank (or on none)",
     "eager_graphs_max": "call hocket.ops.eager_graph.set_max_graphs with the same count on every rank (or on none)",
+    "hierarchy_nodes": "describe the same nodes on every rank (one HOCKET_CLUSTER for the whole job, or the same "
+                       "hocket.ops.live.set_process_planner cluster)",
 }
 """How to make a descriptor setting that is not an environment variable the same on every rank."""
 
@@ -150,8 +194,12 @@ def _differences(texts: list[str], op: str) -> str:
     detail = "; ".join(lines) if lines else "descriptors differ"
     if fixes:
         return (f"hocket.{op}: ranks run with different settings: {detail}. To fix: {'; '.join(fixes)}")
+    hint = ""
+    if any(f"site.{dim}=" in detail for dim in ("m", "k")) and op in ("all_gather_matmul", "matmul_all_reduce"):
+        hint = (" (for shards that differ in size between ranks pass shard_rows=[every rank's size] or "
+                "shard_rows='auto', docs/uneven-shards.md)")
     return (f"hocket.{op}: ranks called it with different inputs: {detail}. Every rank must pass the same shapes, "
-            "dtype, dims, plan and flags")
+            f"dtype, dims, plan and flags{hint}")
 
 
 def _gather_texts(transport: TorchDistTransport, text: bytes, lengths: list[int], dev: torch.device) -> list[str]:

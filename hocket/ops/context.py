@@ -7,9 +7,9 @@ outputs are always fresh tensors, so nothing a caller holds aliases a context bu
 Every executor finishes (or, on CUDA, stream-orders) its communication before it
 returns, so a later call may reuse the buffers.
 
-Contexts live in a :class:`ContextRegistry`; :func:`close_contexts` frees them (call it
-before destroying a process group, or let ``destroy_process_group`` drop the group and
-the next call on a new group makes a new context).
+Contexts live in a :class:`ContextRegistry`; :func:`close_contexts` frees them, and the buffers of the
+sub-groups a hierarchical plan uses on the group (call it before destroying a process group, or let
+``destroy_process_group`` drop the group and the next call on a new group makes a new context).
 
 A context keeps at most ``max_buffers`` buffers and drops the least recently used. A CUDA
 graph replays the addresses it captured, so :class:`hocket.ops.CapturedCall` records every
@@ -121,5 +121,10 @@ def context_for(group_name: str, device: torch.device, dtype: torch.dtype) -> Op
 
 
 def close_contexts(group_name: str | None = None) -> int:
-    """Free the buffers of every context (or those of one group)."""
+    """Free the buffers of every context (or those of one group), and those of the intra-node and inter-node
+    sub-groups that hierarchical plans use on the group (:func:`hocket.transport.hierarchical.close_sub_groups`);
+    returns how many contexts were closed."""
+    from hocket.transport.hierarchical import close_sub_groups
+
+    close_sub_groups(group_name)
     return REGISTRY.close(group_name)

@@ -14,10 +14,19 @@ one at runtime still takes effect on the next call; so does :func:`hocket.core.s
 Every setting that changes what a rank executes is in the call's agreement descriptor
 (:func:`settings_in_descriptor`), so ranks started with different values raise the same
 :class:`~hocket.ops.agreement.AgreementError` at their first call instead of waiting.
+
+A plan with ``hierarchy="intra_first"`` runs on the hierarchical transport
+(:mod:`hocket.transport.hierarchical`) over the node of each group rank
+(:func:`hocket.ops.lowering.hierarchy.group_nodes`): for an explicit plan that layout is in the descriptor
+(``flags.hierarchy_nodes``) and a layout the hierarchy cannot run on is the rank's local error, reported on
+every rank before any data moves; for a plan hocket chose, rank 0's layout is settled on every rank (or, where
+rank 0 cannot run the hierarchy, every rank runs the plan flat with a warning: :func:`settled_nodes`).
 """
 
 from __future__ import annotations
 
+import json
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -29,10 +38,11 @@ from hocket.core.site import Site
 from hocket.core.sizes import TransportSizes, sizes_in_force
 from hocket.env import agreement_every_call, autotune_env, disabled, eager_graphs, host_stage_dir, wait_timeout_s
 from hocket.env import raw as raw_settings
-from hocket.ops.agreement import Descriptor, agree, all_ranks_ok, mode_in_force, settle_plan, settle_replay
+from hocket.ops.agreement import Descriptor, agree, all_ranks_ok, mode_in_force, settle, settle_plan, settle_replay
 from hocket.ops.context import context_for
 from hocket.ops.eager_graph import EagerGraph, max_graphs, release_all
 from hocket.ops.lowering import executor_for
+from hocket.ops.lowering.hierarchy import group_nodes, hierarchical_executor
 from hocket.ops.lowering.runtime import Runtime
 from hocket.ops.planning import OP_NAMES, check_supported, choose_plan, explicit_plan, planning_captured
 from hocket.plan.capture import capture_refusal
@@ -179,17 +189,21 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
         settings_error = settings_error or exc
     site = plan = None
     dim = 0
+    nodes: tuple[tuple[int, ...], str] | None = None
     local_error: ValueError | TypeError | None = settings_error or _flags_error(op, flags)
     try:
         if local_error is None:
             dim = check(group.world)
             site = site_of(group, dim)
             plan = explicit_plan(plan_text, site)
+            if plan is not None and plan.hierarchy is not None:
+                nodes = group_nodes(group, plan, uneven=bool(getattr(site, "uneven", False)))
     except (ValueError, TypeError) as exc:
         local_error = exc
+    hierarchy_flags = {"hierarchy_nodes": list(nodes[0])} if nodes is not None else {}
     descriptor = Descriptor(
         op=op, site=site.to_dict() if site else {}, plan=plan.to_dict() if plan else {"choose": True},
-        flags={**flags, "direction": direction,
+        flags={**flags, "direction": direction, **hierarchy_flags,
                **settings_in_descriptor(plan if local_error is None else None, disabled_now=is_disabled,
                                         graphs=graphs, sizes=sizes)},
         error=f"{type(local_error).__name__}: {local_error}" if local_error else "")
@@ -199,12 +213,18 @@ def prepare(kind: str, *, group_name: str, tensors: Sequence[torch.Tensor], dim_
         if plan is None:
             plan = settle_plan(group, op, lambda: check_supported(kind, choose_plan(site, eager_graphs=graphs)),
                                device=device)
+            if plan.hierarchy is not None:
+                nodes = settled_nodes(group, op, plan, device, uneven=bool(getattr(site, "uneven", False)))
+                if nodes is None:
+                    plan = plan.with_(hierarchy=None)
     finally:
         set_current_call("")  # call() names the call again while it runs
-    transport = _transport(plan, group, sizes)
+    transport = _transport(plan, group, sizes, nodes)
     run = executor_for(kind, plan.strategy)
+    if nodes is not None:
+        run = hierarchical_executor(kind, plan, run)
     runtime = Runtime(group=group, ctx=context_for(group.name, device, tensors[0].dtype), transport=transport)
-    label = f"hocket::{op}[{plan.describe()}]"
+    label = f"hocket::{op}[{plan.describe()}{'/' + plan.hierarchy if plan.hierarchy else ''}]"
     graph = None
     if graphs != "off" and settle_replay(group, op, lambda: replays(site, plan, graphs), device=device):
         graph = EagerGraph(run, f"{label} (replayed)", device, limit=max_graphs(),
@@ -242,10 +262,38 @@ def _flags_error(op: str, flags: dict) -> TypeError | None:
     return None
 
 
-def _transport(plan: Plan, group: GroupHandle, sizes: TransportSizes):
-    """``plan``'s transport on ``group``; a sized one (:data:`SIZED_TRANSPORTS`) with ``sizes``."""
+def _transport(plan: Plan, group: GroupHandle, sizes: TransportSizes, nodes: tuple[tuple[int, ...], str] | None):
+    """``plan``'s transport on ``group``; a sized one (:data:`SIZED_TRANSPORTS`) with ``sizes``; with ``nodes``
+    (the node of each group rank and the cluster's name, for a hierarchical plan) the hierarchical one."""
+    if nodes is not None:
+        return get_transport(plan.transport, group, hierarchy=plan.hierarchy, nodes=nodes[0], cluster_name=nodes[1])
     return get_transport(plan.transport, group, comm_sms=plan.comm_sms,
                          sizes=sizes if plan.transport in SIZED_TRANSPORTS else None)
+
+
+def settled_nodes(group: GroupHandle, op: str, plan: Plan, device: torch.device, *,
+                  uneven: bool = False) -> tuple[tuple[int, ...], str] | None:
+    """The node layout of a hierarchical ``plan`` hocket chose: :func:`group_nodes` on every rank, rank 0's
+    layout used everywhere. Where rank 0's cluster cannot run the hierarchy (a layout the space should not have
+    offered it for), None on every rank, with a :class:`~hocket.ops.live.PlannerWarning` naming why: the call
+    then runs the plan flat."""
+    def choose() -> str:
+        try:
+            nodes, name = group_nodes(group, plan, uneven=uneven)
+        except ValueError as exc:
+            return json.dumps({"error": str(exc)})
+        return json.dumps({"nodes": list(nodes), "cluster": name})
+
+    got = json.loads(settle(group, op, "mapping the group's ranks onto the cluster's nodes for the hierarchy",
+                            choose, device=device))
+    if "error" in got:
+        from hocket.ops.live import PlannerWarning
+
+        warnings.warn(f"hocket.{op}: the planner chose {plan.describe()} with hierarchy={plan.hierarchy!r}, which "
+                      f"rank 0 cannot run ({got['error']}); running it without the hierarchy", PlannerWarning,
+                      stacklevel=3)
+        return None
+    return tuple(int(n) for n in got["nodes"]), str(got["cluster"])
 
 
 def replays(site: Site, plan: Plan, mode: str) -> bool:

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from hocket.strategies import OPERATOR_KINDS, spec, specs
 
 OP_NAMES = {"ag_mm": "all_gather_matmul", "mm_rs": "matmul_reduce_scatter", "mm_ar": "matmul_all_reduce",
-            "h2d_mm": "matmul_from_host", "mm_d2h": "matmul_to_host", "halo": "stencil_steps"}
+            "h2d_mm": "matmul_from_host", "mm_d2h": "matmul_to_host", "halo": "stencil_steps",
+            "a2a_mm": "all_to_all_grouped_mm", "mm_a2a": "grouped_mm_all_to_all"}
 
 _EXECUTORS: dict[tuple[str, str], Callable] = {}
 

@@ -23,6 +23,7 @@ from functools import lru_cache
 from hocket.core.plan import SEQUENTIAL, Plan, as_plan
 from hocket.core.site import Site
 from hocket.env import disabled
+from hocket.hardware.spec import HYPOTHETICAL_TRANSPORTS
 from hocket.ops.executors import OP_NAMES, supported
 
 __all__ = ["OP_NAMES", "captured_planning", "check_supported", "choose_plan", "clear_plan_cache", "default_plan",
@@ -120,6 +121,9 @@ def plan_text(plan: object) -> str:
 def check_supported(kind: str, plan: Plan) -> Plan:
     """``plan``, after checking an executor of its strategy is registered for ``kind``
     (:func:`hocket.ops.executors.supported`)."""
+    if plan.transport in HYPOTHETICAL_TRANSPORTS:
+        raise ValueError(f"plan.transport={plan.transport!r} is hypothetical (priced for what-ifs by "
+                         f"hocket.cost.triggered): no hardware runs it; use a real transport")
     strategies = supported(kind)
     if plan.strategy not in strategies:
         raise ValueError(

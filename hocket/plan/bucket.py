@@ -69,7 +69,10 @@ def bucket_m(m: int, world: int = 1, policy: BucketPolicy = DEFAULT_BUCKET_POLIC
 
 
 def bucket_site(site: Site, policy: BucketPolicy = DEFAULT_BUCKET_POLICY) -> Site:
-    """The Site whose decision ``site`` reuses (same everything, ``m`` rounded up)."""
+    """The Site whose decision ``site`` reuses (same everything, ``m`` rounded up); an uneven site
+    (``Site.shard_rows``, whose sizes add up to its ``m``) is its own bucket."""
+    if site.shard_rows:
+        return site
     bucketed = bucket_m(site.m, site.world, policy)
     return site if bucketed == site.m else replace(site, m=bucketed)
 

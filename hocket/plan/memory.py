@@ -64,7 +64,10 @@ def estimate_extra_memory(site: Site, plan: Plan) -> MemoryEstimate:
     full = full_bytes(site)
     workspace = strategy.workspace(site, plan)
     if plan.hierarchy == "intra_first":
-        workspace += ceil_div(full, 2)  # the node-reduced (or node-gathered) intermediate
+        # hocket.transport.hierarchical's scratch per collective in flight: the gathered (or reordered) buffer plus
+        # its 1/r node part, at most 1.5x the buffer (r >= 2); a piece's collectives in flight cover at most the
+        # whole buffer
+        workspace += ceil_div(3 * full, 2)
     symmetric = strategy.symmetric(site, plan) if strategy.symmetric is not None else symmetric_bytes(site, plan)
     host = 2 * full if plan.transport == "host_staged" else 0
     if plan.transport == "host_staged" and strategy.host_staging:

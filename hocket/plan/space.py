@@ -43,7 +43,9 @@ _TRANSPORT_REASONS = {
     "copy_engine": "the copy-engine transport offers collectives (rings post receives before their sends "
                    "exist, which a pull from symmetric memory cannot serve)",
 }
-HIERARCHICAL_TRANSPORTS = ("collective", "host_staged")
+HIERARCHICAL_TRANSPORTS = ("collective",)
+"""transports whose collectives run hierarchically (``hocket.transport.hierarchical``; the host-staged relay has no
+hierarchical form)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +57,8 @@ class GroupFacts:
     nodes: int = 1
     """nodes the group spans."""
     max_ranks_per_node: int = 1
+    min_ranks_per_node: int | None = None
+    """fewest of the group's ranks on one of its nodes (None: as many as ``max_ranks_per_node``)."""
     sm_count: int | None = None
     """smallest SM/CU count in the group; None when the devices have none (CPUs)."""
     memory_bytes: int | None = None
@@ -184,6 +188,7 @@ def group_facts(site: Site, cluster: object, *, free_memory_bytes: int | None = 
         for transport in TRANSPORTS:
             notes[transport] = "the group spans nodes and the network between them does not carry it"
     return GroupFacts(transports=transports, nodes=len(per_node), max_ranks_per_node=max(per_node.values()),
+                      min_ranks_per_node=min(per_node.values()),
                       sm_count=sm_count, memory_bytes=memory_bytes,
                       device_models=tuple(sorted({d.model for d in devices})), notes=notes)
 
@@ -246,8 +251,55 @@ def enumerate_plans(site: Site, facts: GroupFacts, config: SpaceConfig | None = 
         refused = [(plan, capture_refusal(site, plan)) for plan in candidates[1:]]
         pruned += [Pruned(plan=plan, reason=f"a CUDA graph cannot capture it: {why}") for plan, why in refused if why]
         candidates = [baseline, *(plan for plan, why in refused if not why)]
+    if site.uneven and site.kind in UNEVEN_ROW_KINDS:
+        candidates, pruned = _uneven_ways(site, candidates, pruned)
     return PlanSpace(site=site, baseline=baseline, candidates=tuple(candidates), pruned=tuple(pruned),
                      memory_budget_bytes=budget)
+
+
+UNEVEN_ROW_KINDS = ("ag_mm", "mm_rs")
+"""kinds whose uneven shards change what moves (``mm_ar``'s uneven local K moves the same output)."""
+EXACT_TRANSPORTS = ("collective", "p2p")
+
+
+def _uneven_reason(site: Site, plan: Plan) -> str | None:
+    """Why ``plan`` cannot run ``site``'s uneven shards (None: it can)."""
+    found = spec(plan.strategy)
+    if not found.uneven:  # StrategySpec.uneven: an uneven-shard executor (hocket.ops.lowering.uneven)
+        serving = tuple(s.name for s in specs() if s.uneven)
+        return f"{plan.strategy} has no uneven-shard executor; uneven shards run with {serving}"
+    if plan.order != "natural":
+        return f"order={plan.order!r} runs even shards only"
+    if plan.hierarchy is not None:
+        return f"hierarchy={plan.hierarchy!r} runs even shards only"
+    if found.uneven_rows_only and site.dim == -1:
+        return "a ring passes row blocks; uneven shards along the last dim run in sequential, bulk or chunked"
+    if plan.protocol is not None:
+        return "the copy-engine peer protocols run even shards only (uneven shards use the transport's collectives)"
+    return None
+
+
+def _uneven_ways(site: Site, candidates: list[Plan], pruned: list[Pruned]) -> tuple[list[Plan], list[Pruned]]:
+    """The candidates of an uneven ag_mm / mm_rs site: those whose executors serve uneven shards, each
+    collective one both ways (exact over torch.distributed, padded over any transport)."""
+    kept: list[Plan] = []
+    for plan in candidates:
+        why = _uneven_reason(site, plan)
+        if why:
+            pruned.append(Pruned(plan=plan, reason=f"uneven shards {list(site.shard_rows)}: {why}"))
+            continue
+        if not spec(plan.strategy).uneven_padded:
+            kept.append(plan)
+            continue
+        if plan.transport in EXACT_TRANSPORTS:
+            kept.append(plan)
+        else:
+            pruned.append(Pruned(plan=plan, reason=f"uneven shards: transport {plan.transport!r} has no exact "
+                                                   f"uneven collective; its padded way is enumerated"))
+        kept.append(plan.with_(splits="padded"))
+    if not kept or kept[0].strategy != "sequential":  # the baseline heads the candidates
+        kept.insert(0, Plan(strategy="sequential", transport=candidates[0].transport))
+    return kept, pruned
 
 
 def _strategy_reason(site: Site, strategy: StrategySpec) -> str | None:
@@ -300,6 +352,9 @@ def _hierarchy_options(site: Site, facts: GroupFacts, strategy: StrategySpec, tr
         reason = "hierarchy='intra_first' needs a group that spans nodes; this one lies in one node"
     elif facts.max_ranks_per_node == 1:
         reason = "hierarchy='intra_first' needs several ranks per node; each node holds one rank of the group"
+    elif facts.min_ranks_per_node not in (None, facts.max_ranks_per_node):
+        reason = (f"hierarchy='intra_first' needs the same number of the group's ranks on every node; its nodes "
+                  f"hold {facts.min_ranks_per_node} to {facts.max_ranks_per_node}")
     else:
         return (None, "intra_first")
     pruned.append(Pruned(plan=template.with_(hierarchy="intra_first"), reason=reason))

@@ -30,6 +30,15 @@ micro-batches in flight under its schedule: ``min(pp - s, m)`` under 1F1B; under
 device stage ``s`` keeps ``min(2 (pp - s - 1) + (v - 1) pp + 1, m v)`` virtual-stage micro-batches of
 ``L_s / v`` layers each (its warm-up forwards plus one, ``hocket.sim.schedule_1f1b``).
 
+MoE layers (``hocket.models.step``): a rank holds ``E / ep`` routed experts whole (``P_e``), sharded under
+``optimizer`` / ``full`` over the ``d_e = tp * cp * dp / ep`` ranks holding the same experts, and the rest of
+the layer (attention, router, shared experts) as ``P`` above (the router and shared experts divided by ``tp``
+too: an approximation, they run whole on each rank's token shard). Their activations replace the MLP terms by
+``k * (2h + (u + 1) * f_e) / tp + (u + 1) * f_s / tp`` per token (``k`` experts per token of width ``f_e``: the
+dispatched input, the expert output before the combine, the up outputs and activation; shared experts ``f_s``
+wide), ``k * (2h + u * f_e) / tp + u * f_s / tp`` under ``selective``; the all-to-all buffers of one layer
+(send and receive, ``2 * item * k * T * h / tp``) are a communication buffer.
+
 Transient and communication buffers: the last stage's fp32 logits and their gradient
 (``2 * 4 * T * V / tp``); the double-buffered TP all-gather of a GEMM input (``2 * item * T * h``,
 the gathered sequence); with ``cp > 1`` the gathered K and V of one layer (``2 * item * cp * T * kv /
@@ -91,28 +100,57 @@ class Memory:
                                                                   "buffers")}}
 
 
-def stage_params(model, *, tp: int, layers: int, first: bool, last: bool, pp: int) -> float:
-    """Parameters one rank of a stage holds: its layers / tp, the vocab-parallel embedding on the first
-    stage, the LM head and final norm on the last (one matrix when tied and pp == 1)."""
+def stage_moe_layers(model, *, layers: int, first_layer: int | None) -> int:
+    """MoE layers among a stage's ``layers`` starting at ``first_layer`` (None: the model's share of them)."""
+    if not model.is_moe:
+        return 0
+    if first_layer is None:
+        return round(layers * model.moe_layers / model.num_hidden_layers)
+    return model.moe_layers_in(first_layer, layers)
+
+
+def stage_param_split(model, *, tp: int, layers: int, first: bool, last: bool, pp: int,
+                      first_layer: int | None = None, ep: int = 1) -> tuple[float, float]:
+    """(parameters sharded like a dense model's, routed-expert parameters) one rank of a stage holds: its dense
+    layers and the non-expert parts of its MoE layers / tp, the vocab-parallel embedding on the first stage, the
+    LM head and final norm on the last (one matrix when tied and pp == 1); ``E / ep`` experts per MoE layer."""
     vocab = model.padded_vocab(tp)
-    params = layers * model.layer_params() / tp
+    moe = stage_moe_layers(model, layers=layers, first_layer=first_layer)
+    if model.is_moe:
+        params = ((layers - moe) * model.dense_layer_params() + moe * model.moe_shared_params()) / tp
+    else:
+        params = layers * model.layer_params() / tp
+    experts = moe * (model.num_experts // ep) * model.expert_params() if moe else 0.0
     if first:
         params += vocab * model.hidden_size / tp
     if last:
         params += model.hidden_size
         if not (model.tie_word_embeddings and pp == 1):
             params += vocab * model.hidden_size / tp
-    return params
+    return params, float(experts)
 
 
-def activation_bytes_per_token(model, *, tp: int, recompute: str, item: int = 2) -> float:
-    """Bytes one layer keeps per token under ``recompute`` (module docstring)."""
+def stage_params(model, *, tp: int, layers: int, first: bool, last: bool, pp: int, first_layer: int | None = None,
+                 ep: int = 1) -> float:
+    """Parameters one rank of a stage holds (:func:`stage_param_split`, both parts)."""
+    dense, experts = stage_param_split(model, tp=tp, layers=layers, first=first, last=last, pp=pp,
+                                       first_layer=first_layer, ep=ep)
+    return dense + experts
+
+
+def activation_bytes_per_token(model, *, tp: int, recompute: str, item: int = 2, moe: bool = False) -> float:
+    """Bytes one layer keeps per token under ``recompute`` (module docstring; ``moe``: an MoE layer's)."""
     h, q, kv = model.hidden_size, model.q_size, model.kv_size
     f, u = model.intermediate_size, model.mlp_up_matrices
+    if moe:
+        k, fe, fs = model.num_experts_per_tok, model.expert_ffn, model.shared_ffn
+        mlp_none, mlp_selective = k * (2 * h + (u + 1) * fe) + (u + 1) * fs, k * (2 * h + u * fe) + u * fs
+    else:
+        mlp_none, mlp_selective = (u + 1) * f, u * f
     if recompute == "none":
-        return item * (4 * h + 2 * q + 2 * kv + (u + 1) * f) / tp
+        return item * (4 * h + 2 * q + 2 * kv + mlp_none) / tp
     if recompute == "selective":
-        return item * (4 * h + q + 2 * kv + u * f) / tp
+        return item * (4 * h + q + 2 * kv + mlp_selective) / tp
     if recompute == "full":
         return item * h / tp
     raise ValueError(f"recompute={recompute!r} must be one of {RECOMPUTE}")
@@ -128,27 +166,40 @@ def in_flight(*, pp: int, stage: int, micro_batches: int, virtual: int = 1) -> f
 
 def stage_memory(model, *, tp: int, cp: int, dp: int, pp: int, stage: int, layers: int, seq: int,
                  micro_batch: int, micro_batches: int, sharding: str, recompute: str, virtual: int = 1,
-                 device_bytes: float, device: str = "", item: int = 2) -> Memory:
-    """One rank's memory on pipeline stage ``stage`` (module docstring for every term)."""
+                 device_bytes: float, device: str = "", item: int = 2, ep: int = 1,
+                 first_layer: int | None = None) -> Memory:
+    """One rank's memory on pipeline stage ``stage`` (module docstring for every term); ``first_layer``: the
+    stage's first layer (MoE models; None: the stage holds its share of the MoE layers)."""
     if sharding not in SHARDING:
         raise ValueError(f"sharding={sharding!r} must be one of {SHARDING}")
     first, last = stage == 0, stage == pp - 1
-    params = stage_params(model, tp=tp, layers=layers, first=first, last=last, pp=pp)
+    params, experts = stage_param_split(model, tp=tp, layers=layers, first=first, last=last, pp=pp,
+                                        first_layer=first_layer, ep=ep)
     d = dp * cp
-    weights, grads, optimizer = WEIGHT_BYTES * params, GRAD_BYTES * params, OPTIMIZER_BYTES * params
+    d_e = max(1, tp * cp * dp // ep)
+    weights = WEIGHT_BYTES * (params + experts)
+    grads = GRAD_BYTES * (params + experts)
+    optimizer = OPTIMIZER_BYTES * (params + experts)
     buffers = 0.0
     if sharding in ("optimizer", "full"):
-        optimizer /= d
+        optimizer = OPTIMIZER_BYTES * (params / d + experts / d_e)
     if sharding == "full":
-        weights /= d
-        grads /= d
-        buffers += 2 * WEIGHT_BYTES * model.layer_params() / tp
+        weights = WEIGHT_BYTES * (params / d + experts / d_e)
+        grads = GRAD_BYTES * (params / d + experts / d_e)
+        if model.is_moe:
+            gathered = model.moe_shared_params() / tp + model.num_experts // ep * model.expert_params()
+        else:
+            gathered = model.layer_params() / tp
+        buffers += 2 * WEIGHT_BYTES * gathered
     tokens = micro_batch * seq / cp
-    per_layer_token = activation_bytes_per_token(model, tp=tp, recompute=recompute, item=item)
-    activations = per_layer_token * tokens * layers * in_flight(pp=pp, stage=stage, micro_batches=micro_batches,
-                                                                 virtual=virtual)
+    moe = stage_moe_layers(model, layers=layers, first_layer=first_layer)
+    kept = tokens * in_flight(pp=pp, stage=stage, micro_batches=micro_batches, virtual=virtual)
+    activations = kept * ((layers - moe) * activation_bytes_per_token(model, tp=tp, recompute=recompute, item=item)
+                          + moe * activation_bytes_per_token(model, tp=tp, recompute=recompute, item=item, moe=True))
     if recompute == "full":
-        activations += activation_bytes_per_token(model, tp=tp, recompute="none", item=item) * tokens
+        activations += activation_bytes_per_token(model, tp=tp, recompute="none", item=item, moe=moe > 0) * tokens
+    if moe:
+        buffers += 2 * item * model.num_experts_per_tok * tokens * model.hidden_size / tp
     if first:
         activations += item * tokens * model.hidden_size / tp * min(pp, micro_batches)
     if last:

@@ -8,7 +8,9 @@ torchtitan keys (``parallelism.*`` of its job config): ``data_parallel_replicate
 ``pipeline_parallel_degree``, ``pipeline_parallel_schedule`` (``1F1B`` or ``Interleaved1F1B``),
 ``pipeline_parallel_microbatch_size``, ``pipeline_parallel_layers_per_stage`` (interleaving), and
 ``activation_checkpoint.mode`` (``none``/``selective``/``full``), ``training.local_batch_size``,
-``training.seq_len``. torchtitan's FSDP shards weights, gradients and optimizer state together: a
+``training.seq_len``, and for MoE models ``parallelism.expert_parallel_degree`` (torchtitan's EP borrows its
+ranks from the data-parallel shard and context dimensions, as hocket's EP group lies inside the DP group).
+torchtitan's FSDP shards weights, gradients and optimizer state together: a
 candidate with optimizer-only sharding maps to ``data_parallel_shard_degree`` with a note.
 Megatron-LM arguments: ``--tensor-model-parallel-size``, ``--sequence-parallel``,
 ``--pipeline-model-parallel-size``, ``--num-layers-per-virtual-pipeline-stage``,
@@ -16,16 +18,20 @@ Megatron-LM arguments: ``--tensor-model-parallel-size``, ``--sequence-parallel``
 ``--use-distributed-optimizer`` (optimizer sharding), ``--use-torch-fsdp2`` (full sharding),
 ``--recompute-granularity``/``--recompute-method``/``--recompute-num-layers``,
 ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers`` (Megatron's only uneven
-split: the first and last stage differ, the middle ones are equal).
+split: the first and last stage differ, the middle ones are equal), ``--expert-model-parallel-size`` with
+``--expert-tensor-parallel-size 1`` (MoE models: experts whole on each rank, as ``hocket.models.step`` prices them).
 """
 
 from __future__ import annotations
+
+import importlib
 
 from hocket.search.memory import GIB
 from hocket.search.run import SearchOutcome, flops_per_token
 
 REPORT_VERSION = 1
-FLOPS_FORMULA = "6*N + 12*L*q*S (PaLM appendix B; N = parameters less the input embedding, q = heads x head size)"
+FLOPS_FORMULA = ("6*N + 12*L*q*S (PaLM appendix B; N = parameters less the input embedding, MoE: those a token passes "
+                 "through; q = heads x head size, MLA: heads x (query/key + value head sizes) / 2)")
 
 
 def _why(p, best) -> str:
@@ -79,6 +85,8 @@ def launch_settings(outcome: SearchOutcome) -> dict:
         "training.local_batch_size": c.micro_batch * c.micro_batches,
         "training.seq_len": outcome.seq,
     }
+    if outcome.model.is_moe:
+        titan["parallelism.expert_parallel_degree"] = c.ep
     if c.pp > 1:
         titan["parallelism.pipeline_parallel_schedule"] = "1F1B" if c.schedule == "1f1b" else "Interleaved1F1B"
         if c.schedule == "interleaved":
@@ -92,6 +100,8 @@ def launch_settings(outcome: SearchOutcome) -> dict:
                 f"--global-batch-size {outcome.global_batch}", f"--seq-length {outcome.seq}"]
     if c.tp > 1:
         megatron.append("--sequence-parallel")
+    if outcome.model.is_moe:
+        megatron += [f"--expert-model-parallel-size {c.ep}", "--expert-tensor-parallel-size 1"]
     if c.schedule == "interleaved":
         megatron.append(f"--num-layers-per-virtual-pipeline-stage "
                         f"{outcome.model.num_hidden_layers // (c.pp * c.virtual)}")
@@ -131,14 +141,22 @@ def launch_settings(outcome: SearchOutcome) -> dict:
 
 
 def _check_torchtitan(keys: dict) -> str:
-    """Check the ``parallelism.*`` keys against torchtitan's own config class when it is installed."""
-    try:
-        from torchtitan.config.job_config import Parallelism  # type: ignore[import-not-found]
-    except Exception:  # noqa: BLE001 - absent or another layout: say so
+    """Check the ``parallelism.*`` keys against torchtitan's own config class when it is installed (0.3:
+    ``torchtitan.config.configs.ParallelismConfig``; earlier: ``torchtitan.config.job_config.Parallelism``)."""
+    found = None
+    for module, name in (("torchtitan.config.configs", "ParallelismConfig"),
+                         ("torchtitan.config.job_config", "Parallelism")):
+        try:
+            found = getattr(importlib.import_module(module), name)
+            break
+        except Exception:  # noqa: BLE001 - absent or another layout: try the next, else say so
+            continue
+    if found is None:
         return "torchtitan is not installed here: the keys follow its documented job config, unchecked"
-    fields = set(getattr(Parallelism, "__dataclass_fields__", {}))
+    fields = set(getattr(found, "__dataclass_fields__", {}))
     unknown = [k for k in keys if k.startswith("parallelism.") and k.split(".", 1)[1] not in fields]
-    return f"torchtitan's Parallelism lacks {unknown}" if unknown else "checked against torchtitan's Parallelism"
+    where = f"torchtitan's {found.__name__}"
+    return f"{where} lacks {unknown}" if unknown else f"checked against {where}"
 
 
 def to_json(outcome: SearchOutcome, *, plan: dict | None = None) -> dict:
@@ -198,4 +216,4 @@ def winner_plan(outcome: SearchOutcome, *, profile=None) -> dict | None:
     cluster = outcome.clusters.get(c.order, outcome.cluster)
     return plan_model(outcome.model, cluster, tp=c.tp, pp=c.pp, dp=c.dp, seq=outcome.seq,
                       batch=c.micro_batch, micro_batches=c.micro_batches, stages=list(p.stages), profile=profile,
-                      space_config=SITE_SPACE, cp=c.cp, recompute=c.recompute)
+                      space_config=SITE_SPACE, cp=c.cp, recompute=c.recompute, ep=c.ep)

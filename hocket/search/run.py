@@ -1,9 +1,13 @@
 """``search_parallel``: price every candidate of the parallel space analytically, re-rank the best few with
 the event simulator, and report the ranking, the winner's launch settings and a plan JSON.
 
-**Cost tables.** For each (device model, tp, cp, micro-batch, recompute) the step graph of a two-layer,
-two-stage copy of the model (``hocket.models.step.model_step_sites``) is priced once: its layer-0 nodes give
-one layer's forward and backward ms, stage 0's other nodes the embedding, stage 1's the LM head and loss.
+**Cost tables.** For each (device model, tp, cp, micro-batch, recompute, ep) the step graph of a two-layer,
+two-stage copy of the model (``hocket.models.step.model_step_sites``, ``dp = ep``) is priced once: its layer
+nodes give one layer's forward and backward ms (an MoE model with dense layers: layer 0 dense, layer 1 MoE; each
+stage's time counts its dense and MoE layers), stage 0's other nodes the embedding, stage 1's the LM head and
+loss. An expert-parallel ``MoeSite`` costs its chosen plan's predicted ms (``hocket.plan.moe.search_moe``, once per
+``MoeSite.key``, its EP group placed on the device model's first ranks); its exposed part is that minus the
+chosen plan's compute stages (``hocket.strategies.moe.predict_moe``).
 A ``Site`` costs its chosen overlap plan's predicted ms (``hocket.plan.search.search_sites`` with
 ``SITE_SPACE``; each distinct ``Site.key`` is searched once for the whole search, TP groups placed on
 the device model's first ranks); a ``ComputeOp`` or TP/CP ``CommOp`` is priced by ``hocket.sim.pricing``
@@ -40,6 +44,12 @@ tables and site plans (they depend on a device's own node only).
 **MFU** uses the model FLOPs per token of PaLM (Chowdhery et al. 2022, appendix B):
 ``6 N + 12 L q S`` with ``N`` the parameters less the input embedding, ``L`` layers, ``q`` the query width
 (heads x head size) and ``S`` the sequence; MFU = tokens/s x FLOPs per token / the devices' dense bf16 peak.
+For an MoE model ``N`` counts the parameters a token passes through (``ModelSpec.active_params``: top-k routed
+experts, shared experts, router); for MLA ``q`` is ``heads x (query/key + value head widths) / 2``.
+
+**Expert parallelism** (MoE models): a candidate's ``ep`` prices its MoE layers' all-to-all sites; expert
+weights sync their gradients over the ranks holding the same experts, approximated by every ``ep``-th rank of
+the stage's data-parallel group (the tensor-parallel peers that hold them too are left out of that group).
 """
 
 from __future__ import annotations
@@ -47,10 +57,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
+from hocket.core.moe import MoeSite
 from hocket.core.site import Site
 from hocket.models.graph import CommOp, ComputeOp
 from hocket.plan.space import SpaceConfig
-from hocket.search.memory import GIB, Memory, stage_memory, stage_params
+from hocket.search.memory import GIB, Memory, stage_memory, stage_param_split, stage_params
 from hocket.search.space import Candidate, ParallelSpace, Space, device_blocks, enumerate_space
 
 SITE_SPACE = SpaceConfig(comm_sms_options=(None,), split_patterns=(), max_chunks=16)
@@ -67,16 +78,21 @@ class SearchError(ValueError):
 
 def flops_per_token(model, seq: int) -> float:
     """PaLM's model FLOPs per token: ``6 N + 12 L q S`` (module docstring)."""
-    n = model.total_params() - model.vocab_size * model.hidden_size
-    return 6.0 * n + 12.0 * model.num_hidden_layers * model.q_size * seq
+    n = model.active_params() - model.vocab_size * model.hidden_size
+    width = model.num_attention_heads * (model.head_size + model.v_head_size) / 2
+    return 6.0 * n + 12.0 * model.num_hidden_layers * width * seq
 
 
 @dataclass(kw_only=True)
 class Table:
-    """One (device, tp, cp, micro-batch, recompute) cost table: ms per micro-batch on one rank."""
+    """One (device, tp, cp, micro-batch, recompute, ep) cost table: ms per micro-batch on one rank; ``layer_*`` of
+    an MoE layer (a dense model's layer), ``dense_*`` of a dense layer (an MoE model's first layers)."""
 
     layer_f: float
     layer_b: float
+    dense_f: float
+    dense_b: float
+    dense_exposed: float
     embed_f: float
     embed_b: float
     head_f: float
@@ -152,12 +168,22 @@ class _Costs:
             self.first_rank.setdefault(b.device, b)
         self.devices = {b.device: cluster.device(b.first) for b in self.blocks}
         self.comm_memo: dict[tuple, float] = {}
+        self.moe_compute: dict[str, float] = {}
 
-    def plan(self, site: Site):
+    def plan(self, site):
         """The site's search result: searched once per ``Site.key``, and once per group signature (equal
-        shapes on structurally equal groups, ``hocket.plan.search.group_signature``)."""
+        shapes on structurally equal groups, ``hocket.plan.search.group_signature``); an MoeSite once per
+        ``MoeSite.key`` (``hocket.plan.moe.search_moe``)."""
         from hocket.plan.search import group_signature, search_sites
 
+        if isinstance(site, MoeSite):
+            hit = self.results.get(site.key)
+            if hit is None:
+                from hocket.plan.moe import search_moe
+
+                hit = self.results[site.key] = search_moe(site, self.cluster, profile=self.profile)
+                self.by_signature[("moe", site.key)] = hit
+            return hit
         hit = self.results.get(site.key)
         if hit is None:
             signature = group_signature(site, self.cluster)
@@ -178,30 +204,48 @@ class _Costs:
             hit = self.comm_memo[key] = self.pricer.comm(comm, ranks, self.cluster.device(ranks[0])).ms
         return hit
 
-    def table(self, device: str, tp: int, cp: int, mbs: int, recompute: str) -> Table:
-        key = (device, tp, cp, mbs, recompute)
+    def moe_exposed_ms(self, site: MoeSite) -> float:
+        """The chosen plan's time of ``site`` beyond its compute stages (its exposed all-to-all)."""
+        hit = self.moe_compute.get(site.key)
+        if hit is None:
+            from hocket.strategies.moe import predict_moe
+
+            result = self.plan(site)
+            pred = predict_moe(site, result.chosen, self.cluster, self.profile)
+            hit = self.moe_compute[site.key] = max(0.0, result.chosen_ms - pred.compute_ms)
+        return hit
+
+    def table(self, device: str, tp: int, cp: int, mbs: int, recompute: str, ep: int = 1) -> Table:
+        key = (device, tp, cp, mbs, recompute, ep)
         hit = self.tables.get(key)
         if hit is not None:
             return hit
         from hocket.models.step import model_step_sites
 
-        small = replace(self.model, num_hidden_layers=2)
-        graph = model_step_sites(small, tp=tp, pp=2, dp=1, cp=cp, seq=self.seq, batch=mbs, micro_batches=1,
-                                 dtype=self.dtype, stages=[1, 1], recompute=recompute)
+        model = self.model
+        dense_first = model.is_moe and model.dense_layers > 0  # layer 0 dense, layer 1 MoE
+        small = replace(model, num_hidden_layers=2, first_k_dense_replace=1 if dense_first else 0)
+        graph = model_step_sites(small, tp=tp, pp=2, dp=ep, cp=cp, seq=self.seq, batch=mbs, micro_batches=1,
+                                 dtype=self.dtype, stages=[1, 1], recompute=recompute, ep=ep)
         block = self.first_rank[device]
         r0 = block.first
         tp_ranks = tuple(range(r0, r0 + tp))
         cp_ranks = tuple(r0 + tp * c for c in range(cp)) if block.size >= tp * cp else tuple(
             tp * c for c in range(cp))
         dev = self.devices[device]
+        ep_ranks = tuple(r0 + tp * cp * d for d in range(ep)) if block.size >= tp * cp * ep else ()
         sums = {k: 0.0 for k in ("layer_f", "layer_b", "embed_f", "embed_b", "head_f", "head_b", "layer_exposed",
-                                 "edge_exposed")}
+                                 "edge_exposed", "dense_f", "dense_b", "dense_exposed")}
         act_bytes = 0
         for stage in graph.stages:
             for node in stage.nodes:
                 op = node.op
                 exposed = 0.0
-                if isinstance(op, Site):
+                if isinstance(op, MoeSite):
+                    site = replace(op, ranks=ep_ranks or op.ranks, count=1)
+                    ms = self.plan(site).chosen_ms
+                    exposed = self.moe_exposed_ms(site)
+                elif isinstance(op, Site):
                     site = replace(op, ranks=tp_ranks if tp > 1 else (r0,), count=1)
                     ms = self.plan(site).chosen_ms if tp > 1 else self._gemm_ms(site, dev)
                     if tp > 1:
@@ -216,13 +260,19 @@ class _Costs:
                     ms = self.pricer.comm(op, ranks, dev).ms if len(ranks) > 1 else 0.0
                     exposed = ms
                 phase = "f" if node.phase == "forward" else "b"
-                if node.layer == 0:
-                    sums[f"layer_{phase}"] += ms
-                    sums["layer_exposed"] += exposed
+                if node.layer is not None:  # layer 0 (dense when dense_first), layer 1 (MoE when dense_first)
+                    if node.layer == 1 and not dense_first:
+                        continue
+                    which = "dense" if dense_first and node.layer == 0 else "layer"
+                    sums[f"{which}_{phase}"] += ms
+                    sums[f"{which}_exposed"] += exposed
                 elif node.layer is None:
                     where = "embed" if stage.index == 0 else "head"
                     sums[f"{where}_{phase}"] += ms
                     sums["edge_exposed"] += exposed
+        if not dense_first:  # one kind of layer: layer 0's nodes stand for every layer
+            for part in ("f", "b", "exposed"):
+                sums[f"dense_{part}"] = sums[f"layer_{part}"]
         table = self.tables[key] = Table(act_bytes=act_bytes, **sums)
         return table
 
@@ -285,10 +335,19 @@ def _split_layers(model, cand: Candidate, costs: _Costs, devices: list[str]) -> 
     if cand.virtual > 1 or pp == 1:
         return [layers // pp] * pp
     tokens = cand.micro_batch * costs.seq / cand.cp
-    layer_flops = 6.0 * tokens * model.layer_params() / cand.tp
+    layer_flops = 6.0 * tokens * model.active_layer_params() / cand.tp
     extras = [0.0] * pp
     extras[-1] = 6.0 * tokens * model.hidden_size * model.padded_vocab(cand.tp) / cand.tp
     return balance_layers(layers, [_speed(costs.devices[d], costs.dtype) for d in devices], extras, layer_flops)
+
+
+def _first_layers(stages) -> list[int]:
+    """The first layer of each stage of a split."""
+    out, first = [], 0
+    for layers in stages:
+        out.append(first)
+        first += layers
+    return out
 
 
 class _Estimator:
@@ -303,13 +362,18 @@ class _Estimator:
         """(step w/o dp and optimizer, bubble, exposed, per-stage slot, slot) of one replica unit."""
         costs, pp = self.costs, cand.pp
         slots, exposed, self.last_fb = [], [], []
+        firsts = _first_layers(stages)
         for s, (dev, layers) in enumerate(zip(devices, stages)):
-            t = costs.table(dev, cand.tp, cand.cp, cand.micro_batch, cand.recompute)
-            f = layers * t.layer_f + (t.embed_f if s == 0 else 0.0) + (t.head_f if s == pp - 1 else 0.0)
-            b = layers * t.layer_b + (t.embed_b if s == 0 else 0.0) + (t.head_b if s == pp - 1 else 0.0)
-            ex = layers * t.layer_exposed + (t.edge_exposed if s in (0, pp - 1) else 0.0)
+            t = costs.table(dev, cand.tp, cand.cp, cand.micro_batch, cand.recompute, cand.ep)
+            moe = self.model.moe_layers_in(firsts[s], layers)
+            dense = layers - moe
+            f = moe * t.layer_f + dense * t.dense_f + (t.embed_f if s == 0 else 0.0) + (
+                t.head_f if s == pp - 1 else 0.0)
+            b = moe * t.layer_b + dense * t.dense_b + (t.embed_b if s == 0 else 0.0) + (
+                t.head_b if s == pp - 1 else 0.0)
+            ex = moe * t.layer_exposed + dense * t.dense_exposed + (t.edge_exposed if s in (0, pp - 1) else 0.0)
             if cand.sharding == "full":
-                params = self._params(cand, s, layers)
+                params = self._params(cand, s, layers, firsts[s])
                 fsdp = 2 * costs.comm_ms("all_gather", 2 * params, dp_groups[s]) + costs.comm_ms(
                     "reduce_scatter", 4 * params, dp_groups[s])
                 extra = max(0.0, fsdp - (f + b))
@@ -319,16 +383,20 @@ class _Estimator:
             exposed.append(ex)
             self.last_fb.append((f, b))
         slot = max(slots)
-        t_act = costs.table(devices[0], cand.tp, cand.cp, cand.micro_batch, cand.recompute).act_bytes
+        t_act = costs.table(devices[0], cand.tp, cand.cp, cand.micro_batch, cand.recompute, cand.ep).act_bytes
         send = max((costs.comm_ms("send_recv", t_act, pair, axis="pp") for pair in pairs), default=0.0)
         bubble = (pp - 1) / cand.virtual * slot
         fill = 2 * (pp - 1) * send
         busiest = slots.index(slot)
         return micro * slot + bubble + fill, bubble + fill, micro * exposed[busiest] + fill, slots, slot
 
-    def _params(self, cand: Candidate, s: int, layers: int) -> float:
+    def _params(self, cand: Candidate, s: int, layers: int, first_layer: int | None = None) -> float:
         return stage_params(self.model, tp=cand.tp, layers=layers, first=s == 0, last=s == cand.pp - 1,
-                            pp=cand.pp)
+                            pp=cand.pp, first_layer=first_layer, ep=cand.ep)
+
+    def _split(self, cand: Candidate, s: int, layers: int, first_layer: int) -> tuple[float, float]:
+        return stage_param_split(self.model, tp=cand.tp, layers=layers, first=s == 0, last=s == cand.pp - 1,
+                                 pp=cand.pp, first_layer=first_layer, ep=cand.ep)
 
     def sync_ms(self, cand: Candidate, stages: list[int], dp_groups, devices: list[str],
                 fb: list[tuple[float, float]]) -> tuple[float, float, float]:
@@ -336,22 +404,28 @@ class _Estimator:
         costs = self.costs
         sync = exposed = opt = 0.0
         d = cand.dp * cand.cp
+        d_e = max(1, cand.tp * cand.cp * cand.dp // cand.ep)
+        firsts = _first_layers(stages)
         for s, layers in enumerate(stages):
-            params = self._params(cand, s, layers)
+            params, experts = self._split(cand, s, layers, firsts[s])
             group = dp_groups[s]
+            expert_group = group[::cand.ep] if experts else ()  # ranks holding the same experts (module docstring)
             f, b = fb[s]
             if cand.sharding == "replicated":
-                ms = costs.comm_ms("all_reduce", 4 * params, group)
+                ms = costs.comm_ms("all_reduce", 4 * params, group) + costs.comm_ms("all_reduce", 4 * experts,
+                                                                                     expert_group)
                 hidden = max(0.0, ms - b)
             elif cand.sharding == "optimizer":
-                rs, ag = costs.comm_ms("reduce_scatter", 4 * params, group), costs.comm_ms("all_gather", 2 * params,
-                                                                                            group)
+                rs = costs.comm_ms("reduce_scatter", 4 * params, group) + costs.comm_ms(
+                    "reduce_scatter", 4 * experts, expert_group)
+                ag = costs.comm_ms("all_gather", 2 * params, group) + costs.comm_ms("all_gather", 2 * experts,
+                                                                                     expert_group)
                 ms, hidden = rs + ag, max(0.0, rs - b) + max(0.0, ag - f)
             else:
                 ms = hidden = 0.0
             sync = max(sync, ms)
             exposed = max(exposed, hidden)
-            local = params / d if cand.sharding != "replicated" else params
+            local = params / d + experts / d_e if cand.sharding != "replicated" else params + experts
             gbps = costs.devices[devices[s]].memory_gbps or 1000.0
             opt = max(opt, OPTIMIZER_BYTES_PER_PARAM * local / (gbps * 1e6))
         return sync, exposed, opt
@@ -366,6 +440,7 @@ class _Estimator:
             if cand is None:
                 return ("global batch cannot be split into whole micro-batches over the device blocks", "", None)
         memory = []
+        firsts = _first_layers(stages)
         for unit_i, (devs, _, _, _) in enumerate(layout.units):
             micro = cand.split[unit_i][1] if cand.split else cand.micro_batches
             for s, (dev, layers) in enumerate(zip(devs, stages)):
@@ -373,7 +448,8 @@ class _Estimator:
                 mem = stage_memory(self.model, tp=cand.tp, cp=cand.cp, dp=cand.dp, pp=cand.pp, stage=s,
                                    layers=layers, seq=self.seq, micro_batch=cand.micro_batch, micro_batches=micro,
                                    sharding=cand.sharding, recompute=cand.recompute, virtual=cand.virtual,
-                                   device_bytes=(spec.memory_gib or 0.0) * GIB, device=spec.model)
+                                   device_bytes=(spec.memory_gib or 0.0) * GIB, device=spec.model, ep=cand.ep,
+                                   first_layer=firsts[s])
                 if not mem.fits and check_memory:
                     return (f"out of memory on {spec.model} (binding: {mem.binding()})",
                             f"{cand.label()}: stage {s} needs {mem.describe()}", mem)
@@ -495,9 +571,14 @@ def search_parallel(model, cluster, *, seq: int, global_batch: int | None = None
                          seconds=time.perf_counter() - started, evaluated=len(work),
                          clusters={order: c.cluster for order, (c, _) in by_order.items()},
                          notes=[f"{len(priced)} candidates priced analytically, {min(rerank, len(priced))} "
-                                f"re-ranked by the event simulator",
-                                "expert parallelism not searched: the model has no MoE layers and hocket has no "
-                                "all-to-all sites yet"])
+                                f"re-ranked by the event simulator", _ep_note(model, sp)])
+
+
+def _ep_note(model, sp: Space) -> str:
+    if not model.is_moe:
+        return "expert parallelism: not searched (a dense model; ep = 1)"
+    degrees = sorted({c.ep for c in sp.candidates})
+    return f"expert parallelism searched: ep in {degrees} ({model.num_experts} experts, top-{model.num_experts_per_tok})"
 
 
 def _simulated_steps(build, cluster, costs: _Costs, micro: int, pp: int) -> float:
@@ -597,14 +678,15 @@ def _simulate(p: Priced, model, cluster, costs: _Costs, est: _Estimator, *, seq:
                 lambda mb, sub=sub, reps=reps: model_step_sites(
                     model, tp=cand.tp, pp=cand.pp, dp=reps, cp=cand.cp, seq=seq, batch=cand.micro_batch,
                     micro_batches=mb, cluster=sub, dtype=costs.dtype, stages=virtual_stages,
-                    dp_sync=_dp_sync(cand.sharding), recompute=cand.recompute, virtual=cand.virtual), sub,
+                    dp_sync=_dp_sync(cand.sharding), recompute=cand.recompute, virtual=cand.virtual, ep=cand.ep), sub,
                 sub_costs, micro, cand.pp))
         base = worst + p.dp_exposed_ms
     else:
         base = _simulated_steps(lambda mb: model_step_sites(
             model, tp=cand.tp, pp=cand.pp, dp=cand.dp, cp=cand.cp, seq=seq, batch=cand.micro_batch,
             micro_batches=mb, cluster=cluster, dtype=costs.dtype, stages=virtual_stages,
-            dp_sync=_dp_sync(cand.sharding), recompute=cand.recompute, virtual=cand.virtual), cluster, costs,
+            dp_sync=_dp_sync(cand.sharding), recompute=cand.recompute, virtual=cand.virtual, ep=cand.ep), cluster,
+            costs,
             cand.micro_batches, cand.pp)
     devices = layout.stage_devices()
     units = layout.units[0]

@@ -3,8 +3,9 @@ device grouping) a model can run with on a cluster, and every point left out wit
 
 Rules (``ParallelSpace`` holds the knobs):
 
-* ``tp`` is a power of two that divides the attention heads, the KV heads, the hidden and FFN widths, and
-  fits in the smallest node (``tp_across_nodes=True`` lifts the last rule).
+* ``tp`` is a power of two that divides the attention heads, the KV heads, the hidden and (when the model has a
+  dense MLP) FFN widths, and fits in the smallest node (``tp_across_nodes=True`` lifts the last rule); a micro-batch's
+  tokens on a context-parallel rank (``micro_batch * seq / cp``) must divide by ``tp`` (sequence parallelism).
 * ``cp`` is a power of two dividing ``seq`` with at least ``min_cp_tokens`` tokens per rank; ``cp > 1`` is
   tried only when ``seq >= cp_from_seq`` (long sequences).
 * ``pp`` divides ``world / (tp * cp)`` and is at most the layer count; ``dp = world / (tp * cp * pp)``.
@@ -16,6 +17,9 @@ Rules (``ParallelSpace`` holds the knobs):
 * ``sharding`` is ``replicated``, ``optimizer`` (ZeRO-1) or ``full`` (ZeRO-3 / FSDP); with ``dp * cp == 1``
   only ``replicated``.
 * ``recompute`` is ``none``, ``selective`` or ``full``.
+* ``ep`` (MoE models only; dense models run ``ep = 1``): every divisor of ``dp`` that divides the routed experts,
+  up to ``max_ep`` (``ep_degrees`` restricts them); the EP group is ``ep`` ranks of one data-parallel group
+  (``hocket.models.step``); under the ``replicas`` grouping only ``ep = 1`` (its replicas differ by device).
 * ``grouping``: ``uniform`` on a cluster of one device type. On a mixed cluster, ``stages`` (ranks laid
   out tp, cp, dp, pp over the cluster's node order, so pipeline stages land on device-type blocks and
   take layers by speed; ``hocket.search.run`` also tries every other order of up to four node groups,
@@ -24,8 +28,6 @@ Rules (``ParallelSpace`` holds the knobs):
   block's size to be a multiple of ``tp * cp * pp``). A tensor-parallel group never mixes device types
   (mixing pays only with uneven TP shards, which hocket's sites do not have).
 
-Expert parallelism is not in the space: no model preset has MoE layers and hocket has no all-to-all
-sites yet.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class ParallelSpace:
     min_cp_tokens: int = 2048
     max_tp: int = 64
     max_pp: int = 128
+    max_ep: int = 64
+    """the largest EP degree tried by default (DeepSeek-V3 trained with 64-way EP over 8 nodes)."""
+    ep_degrees: tuple[int, ...] | None = None
+    """MoE models: the EP degrees tried (None: every divisor of dp dividing the experts, up to ``max_ep``)."""
 
     def __post_init__(self) -> None:
         for name, allowed in (("schedules", SCHEDULES), ("shardings", SHARDING), ("recomputes", RECOMPUTE)):
@@ -62,7 +68,8 @@ class ParallelSpace:
             if bad or not getattr(self, name):
                 raise ValueError(f"ParallelSpace.{name}={getattr(self, name)!r}: give a non-empty subset of "
                                  f"{allowed}")
-        for name in ("micro_batch_sizes", "virtual_stages", "cp_degrees"):
+        for name in ("micro_batch_sizes", "virtual_stages", "cp_degrees") + (
+                ("ep_degrees",) if self.ep_degrees is not None else ()):
             values = getattr(self, name)
             if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
                 raise ValueError(f"ParallelSpace.{name}={values!r} must be a non-empty tuple of ints >= 1")
@@ -99,6 +106,8 @@ class Candidate:
     order: tuple[str, ...] = ()
     """``stages`` grouping on a mixed cluster: the device models of its node groups in the order the stages
     take them (``()``: the cluster file's order)."""
+    ep: int = 1
+    """expert-parallel degree (MoE models; divides ``dp``)."""
 
     def label(self) -> str:
         sched = "1F1B" if self.schedule == "1f1b" else f"i1F1B/v{self.virtual}"
@@ -106,7 +115,8 @@ class Candidate:
         if self.split:
             split = " split " + "+".join(f"{r}x{m}" for r, m in self.split)
         order = f" [{'>'.join(m.split()[0] for m in self.order)}]" if self.order else ""
-        return (f"tp{self.tp} cp{self.cp} pp{self.pp} dp{self.dp} mbs{self.micro_batch} m{self.micro_batches} "
+        ep = f" ep{self.ep}" if self.ep != 1 else ""
+        return (f"tp{self.tp} cp{self.cp} pp{self.pp} dp{self.dp}{ep} mbs{self.micro_batch} m{self.micro_batches} "
                 f"{sched} {self.sharding} rc:{self.recompute} {self.grouping}{order}{split}")
 
     def to_dict(self) -> dict:
@@ -157,13 +167,27 @@ def _powers_of_two(limit: int) -> list[int]:
 
 
 def tp_reason(model, tp: int) -> str | None:
-    """Why ``tp`` cannot split the model evenly, or None."""
-    for what, size in (("num_attention_heads", model.num_attention_heads),
-                       ("num_key_value_heads", model.num_key_value_heads),
-                       ("hidden_size", model.hidden_size), ("intermediate_size", model.intermediate_size)):
+    """Why ``tp`` cannot split the model evenly, or None (``ModelSpec.tp_split_sizes``)."""
+    for what, size in model.tp_split_sizes():
         if size % tp:
             return f"tp={tp} does not divide {what}={size}"
     return None
+
+
+def ep_degrees(model, dp: int, space: ParallelSpace, out: Space, where: str) -> list[int]:
+    """The EP degrees of ``dp`` data-parallel ranks (module docstring); pruned ones counted with their reason."""
+    if not model.is_moe:
+        return [1]
+    wanted = space.ep_degrees or tuple(d for d in range(1, min(dp, space.max_ep) + 1) if dp % d == 0)
+    keep = []
+    for ep in wanted:
+        if dp % ep:
+            out.prune("ep does not divide dp", f"{where} ep{ep}")
+        elif model.num_experts % ep:
+            out.prune(f"ep does not divide num_experts={model.num_experts}", f"{where} ep{ep}")
+        else:
+            keep.append(ep)
+    return keep
 
 
 def enumerate_space(model, cluster, *, seq: int, global_batch: int, space: ParallelSpace | None = None) -> Space:
@@ -202,16 +226,20 @@ def enumerate_space(model, cluster, *, seq: int, global_batch: int, space: Paral
                     out.prune(f"pp > num_hidden_layers={layers} (a stage needs a layer)", f"tp{tp} cp{cp} pp{pp}")
                     continue
                 dp = rest // pp
-                for grouping in groupings:
-                    _expand(out, space, model, blocks, tp=tp, cp=cp, pp=pp, dp=dp, grouping=grouping,
-                            global_batch=global_batch)
+                for ep in ep_degrees(model, dp, space, out, f"tp{tp} cp{cp} pp{pp} dp{dp}"):
+                    for grouping in groupings:
+                        _expand(out, space, model, blocks, tp=tp, cp=cp, pp=pp, dp=dp, grouping=grouping,
+                                global_batch=global_batch, seq=seq, ep=ep)
     return out
 
 
 def _expand(out: Space, space: ParallelSpace, model, blocks: list[Block], *, tp: int, cp: int, pp: int, dp: int,
-            grouping: str, global_batch: int) -> None:
+            grouping: str, global_batch: int, seq: int, ep: int = 1) -> None:
     layers = model.num_hidden_layers
-    where = f"tp{tp} cp{cp} pp{pp} dp{dp} {grouping}"
+    where = f"tp{tp} cp{cp} pp{pp} dp{dp}" + (f" ep{ep}" if ep != 1 else "") + f" {grouping}"
+    if grouping == "replicas" and ep > 1:
+        out.prune("ep > 1 under the replicas grouping (EP groups would span device blocks)", where)
+        return
     if grouping == "replicas":
         shape = tp * cp * pp
         if any(b.size % shape for b in blocks):
@@ -225,6 +253,10 @@ def _expand(out: Space, space: ParallelSpace, model, blocks: list[Block], *, tp:
         schedules = schedules[1:]
     per_point = len(shardings) * len(space.recomputes)
     for mbs in space.micro_batch_sizes:
+        if mbs * seq // cp % tp:
+            out.prune("micro-batch tokens per cp rank not divisible by tp (sequence parallelism)", f"{where} mbs{mbs}",
+                      len(schedules) * per_point)
+            continue
         if global_batch % (dp * mbs):
             if grouping != "replicas" or global_batch % mbs or global_batch // mbs < dp:
                 out.prune("global batch not divisible by dp * micro_batch", f"{where} mbs{mbs}",
@@ -245,4 +277,5 @@ def _expand(out: Space, space: ParallelSpace, model, blocks: list[Block], *, tp:
                 for recompute in space.recomputes:
                     out.candidates.append(Candidate(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=mbs,
                                                     micro_batches=micro, schedule=sched, virtual=v,
-                                                    sharding=sharding, recompute=recompute, grouping=grouping))
+                                                    sharding=sharding, recompute=recompute, grouping=grouping,
+                                                    ep=ep))

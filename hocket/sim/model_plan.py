@@ -7,9 +7,14 @@
 ``stage``, ``kind``, ``m``, ``k``, ``n``, ``num_b``, ``dtype``, ``world``, ``ranks``,
 ``direction``, ``count`` (occurrences per step on one rank of that stage), ``key``,
 ``plan``, ``plan_label``, ``predicted_ms`` {``sequential``, ``chosen``} per occurrence,
-``saving_ms`` per occurrence, ``candidates`` priced, ``pruned`` count), ``per_stage``
+``saving_ms`` per occurrence, ``candidates`` priced, ``pruned`` count), ``moe_sites`` (an MoE model with
+``ep > 1``: one entry per distinct expert-parallel site of each stage, :class:`hocket.core.moe.MoeSite`
+planned by ``hocket.plan.moe.search_moe``: ``name``, ``stage``, ``kind``, ``tokens``, ``hidden``, ``ffn``,
+``experts``, ``topk``, ``shared_ffn``, ``dtype``, ``world``, ``ranks``, ``direction``, ``count``, ``key``,
+``skew``, and ``plan`` to ``pruned`` as for ``sites``), ``per_stage``
 (per stage: ``layers``, ``per_layer_ms`` and ``sites_ms`` {sequential, chosen}: one
-layer's sites for one micro-batch, and every site of the stage over the step), and
+layer's sites for one micro-batch, and every site of the stage over the step, MoE sites included; in an
+MoE model with dense layers ``per_layer_ms`` is the stage's first layer's), and
 ``predicted_step_ms`` {sequential, chosen}.
 
 ``predicted_step_ms`` {sequential, chosen} is a step time: every stage's sites plus its
@@ -31,6 +36,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from hocket.core.moe import MoeSite
 from hocket.core.site import Site
 from hocket.plan.labels import plan_label
 from hocket.plan.search import SearchConfig, SearchResult, search_sites
@@ -59,6 +65,51 @@ def _stage_sites(graph) -> list[tuple[int, Site, list[int | None]]]:
     return out
 
 
+def _stage_moe_sites(graph) -> list[tuple[int, MoeSite, list[int | None]]]:
+    """(stage, MoE site with count summed over the stage, layers it occurs in) per distinct key per stage."""
+    from dataclasses import replace
+
+    out: list[tuple[int, MoeSite, list[int | None]]] = []
+    for stage in graph.stages:
+        merged: dict[str, tuple[MoeSite, list[int | None]]] = {}
+        for node in stage.nodes:
+            if not isinstance(node.op, MoeSite):
+                continue
+            site = node.op
+            if site.key in merged:
+                old, layers = merged[site.key]
+                merged[site.key] = (replace(old, count=old.count + site.count), layers)
+                layers.append(node.layer)
+            else:
+                merged[site.key] = (site, [node.layer])
+        out.extend((stage.index, site, layers) for site, layers in merged.values())
+    return out
+
+
+def _moe_entry(stage: int, site: MoeSite, result: SearchResult) -> dict:
+    return {
+        "name": site.name, "stage": stage, "kind": site.kind, "tokens": site.tokens, "hidden": site.hidden,
+        "ffn": site.ffn, "experts": site.experts, "topk": site.topk, "shared_ffn": site.shared_ffn,
+        "dtype": site.dtype, "world": site.world, "ranks": list(site.group_ranks), "direction": site.direction,
+        "count": site.count, "key": site.key, "skew": site.skew_class,
+        "plan": result.chosen.to_dict(), "plan_label": plan_label(result.chosen),
+        "predicted_ms": {"sequential": result.sequential_ms, "chosen": result.chosen_ms},
+        "saving_ms": result.sequential_ms - result.chosen_ms, "candidates": len(result.ranked),
+        "pruned": len(result.pruned),
+    }
+
+
+def search_moe_sites(sites, cluster, *, profile=None) -> dict[str, SearchResult]:
+    """``hocket.plan.moe.search_moe`` of every distinct MoE site (by ``MoeSite.key``)."""
+    from hocket.plan.moe import search_moe
+
+    out: dict[str, SearchResult] = {}
+    for site in sites:
+        if site.key not in out:
+            out[site.key] = search_moe(site, cluster, profile=profile)
+    return out
+
+
 def _site_entry(stage: int, site: Site, result: SearchResult) -> dict:
     return {
         "name": site.name, "stage": stage, "kind": site.kind, "m": site.m, "k": site.k, "n": site.n,
@@ -73,22 +124,29 @@ def _site_entry(stage: int, site: Site, result: SearchResult) -> dict:
 def plan_model(model: object, cluster: object, *, tp: int, pp: int = 1, dp: int = 1, seq: int, batch: int = 1,
                micro_batches: int | None = None, dtype: str = "bfloat16", stages: object = None,
                profile: object = None, config: SearchConfig | None = None,
-               space_config: SpaceConfig | None = None, cp: int = 1, recompute: str = "none") -> dict:
-    """Plan every site of one training step (see the module docstring for the schema); ``cp`` and
-    ``recompute`` as ``hocket.models.step.model_step_sites`` takes them (written to ``parallel`` when set)."""
+               space_config: SpaceConfig | None = None, cp: int = 1, recompute: str = "none",
+               ep: int = 1, moe_zipf: float = 0.0) -> dict:
+    """Plan every site of one training step (see the module docstring for the schema); ``cp``,
+    ``recompute``, ``ep`` and ``moe_zipf`` as ``hocket.models.step.model_step_sites`` takes them (written to
+    ``parallel`` when set)."""
     from hocket.models.step import model_step_sites
 
     config = config or SearchConfig()
     started = time.perf_counter()
     graph = model_step_sites(model, tp=tp, pp=pp, dp=dp, seq=seq, batch=batch, micro_batches=micro_batches,
-                             cluster=cluster, dtype=dtype, stages=stages, cp=cp, recompute=recompute)
+                             cluster=cluster, dtype=dtype, stages=stages, cp=cp, recompute=recompute, ep=ep,
+                             moe_zipf=moe_zipf)
     staged = _stage_sites(graph)
     results = search_sites((site for _, site, _ in staged), cluster, profile=profile, config=config,
                            space_config=space_config)
     entries = [_site_entry(stage, site, results[site.key]) for stage, site, _ in staged]
+    moe_staged = _stage_moe_sites(graph)
+    moe_results = search_moe_sites((site for _, site, _ in moe_staged), cluster, profile=profile)
+    moe_entries = [_moe_entry(stage, site, moe_results[site.key]) for stage, site, _ in moe_staged]
     per_stage = []
     for stage in graph.stages:
         rows = [(e, layers) for e, (_, _, layers) in zip(entries, staged) if e["stage"] == stage.index]
+        rows += [(e, layers) for e, (_, _, layers) in zip(moe_entries, moe_staged) if e["stage"] == stage.index]
         layer = stage.first_layer
         per_layer = {"sequential": 0.0, "chosen": 0.0}
         totals = {"sequential": 0.0, "chosen": 0.0}
@@ -108,10 +166,12 @@ def plan_model(model: object, cluster: object, *, tp: int, pp: int = 1, dp: int 
         "cluster": getattr(cluster, "name", str(cluster)),
         "parallel": {"tp": tp, "pp": pp, "dp": dp, "seq": seq, "batch": batch,
                      "micro_batches": graph.micro_batches,
-                     **({"cp": cp} if cp != 1 else {}), **({"recompute": recompute} if recompute != "none" else {})},
+                     **({"cp": cp} if cp != 1 else {}), **({"recompute": recompute} if recompute != "none" else {}),
+                     **({"ep": ep} if ep != 1 else {}), **({"moe_zipf": moe_zipf} if moe_zipf else {})},
         "dtype": graph.dtype,
         "margin": config.margin,
         "sites": entries,
+        **({"moe_sites": moe_entries} if moe_entries else {}),
         "per_stage": per_stage,
         "predicted_step_ms": {
             **step,
@@ -120,7 +180,7 @@ def plan_model(model: object, cluster: object, *, tp: int, pp: int = 1, dp: int 
                            "busiest_stage": busiest["stage"]},
             "scope": "sites + non-communicating compute of the busiest stage per step, plus the 1F1B "
                      "pipeline fill/drain; pipeline sends and DP gradient sync excluded (hocket simulate)"},
-        "searches": len({id(r.ranked) for r in results.values()}),
+        "searches": len({id(r.ranked) for r in results.values()}) + len(moe_results),
         "notes": list(graph.notes),
         "planning_s": time.perf_counter() - started,
     }

@@ -12,6 +12,10 @@ A site of the step takes the plan of the entry with its ``key`` (``Site.key``: s
 dtype, group ranks, direction); failing that, of the entry with its shape (kind, m, k, n,
 num_b, dtype, world); failing that, of the entry with its name; failing that, the
 default plan. ``per_stage`` layer counts, when present, fix the pipeline partition.
+
+Expert-parallel MoE sites (``hocket.core.moe.MoeSite``) are listed under ``moe_sites`` (each with ``kind``
+``a2a_mm``/``mm_a2a``, ``key``, ``name`` and ``plan``); an MoE site of the step takes the plan of the entry
+with its ``key``, failing that of the entry with its name, failing that the default plan.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from hocket.core.plan import Plan
 from hocket.core.site import SITE_KINDS, canonical_dtype
 
 SITE_ENTRY_FIELDS = ("kind", "m", "k", "n", "plan")
-PLAN_FILE_FIELDS = ("model", "cluster", "parallel", "sites", "per_stage", "predicted_step_ms")
+PLAN_FILE_FIELDS = ("model", "cluster", "parallel", "sites", "moe_sites", "per_stage", "predicted_step_ms")
 """the top-level fields of a planner's JSON (a JSON object with any of them is a plan file, not one Plan)."""
 
 
@@ -51,6 +55,8 @@ class PlanFile:
     predicted_step_ms: float | None = None
     source: str = ""
     sites: int = field(default=0)
+    moe_by_key: Mapping[str, Plan] = field(default_factory=dict)
+    moe_by_name: Mapping[str, Plan] = field(default_factory=dict)
 
 
 def _shape_key(kind: str, m: int, k: int, n: int, num_b: int, dtype: str, world: int) -> tuple:
@@ -93,6 +99,7 @@ def parse_plan_file(data: object, *, source: str = "<dict>") -> PlanFile:
             by_name.setdefault(str(entry["name"]), plan)
         if entry.get("key"):
             by_key[str(entry["key"])] = plan
+    moe_by_key, moe_by_name = _moe_entries(data.get("moe_sites"), source)
     parallel = data.get("parallel") or {}
     if not isinstance(parallel, dict):
         raise ValueError(f"{source}: 'parallel' must be an object like {{\"tp\": 8, \"pp\": 16, \"dp\": 128}}")
@@ -107,7 +114,34 @@ def parse_plan_file(data: object, *, source: str = "<dict>") -> PlanFile:
     return PlanFile(model=data.get("model"), cluster=data.get("cluster"), parallel=dict(parallel),
                     by_shape=by_shape, by_name=by_name, by_key=by_key, stage_layers=stage_layers,
                     predicted_step_ms=float(step_ms) if isinstance(step_ms, (int, float)) else None,
-                    source=source, sites=len(sites))
+                    source=source, sites=len(sites), moe_by_key=moe_by_key, moe_by_name=moe_by_name)
+
+
+def _moe_entries(entries: object, source: str) -> tuple[dict[str, Plan], dict[str, Plan]]:
+    """The plans of a plan file's ``moe_sites`` by key and by name."""
+    from hocket.core.moe import MOE_KINDS
+
+    by_key: dict[str, Plan] = {}
+    by_name: dict[str, Plan] = {}
+    if entries is None:
+        return by_key, by_name
+    if not isinstance(entries, list):
+        raise ValueError(f"{source}: 'moe_sites' must be a list of {{name, kind, key, plan}} objects, got "
+                         f"{type(entries).__name__}")
+    for i, entry in enumerate(entries):
+        where = f"{source}: moe_sites[{i}]"
+        if not isinstance(entry, dict) or "plan" not in entry or entry.get("kind") not in MOE_KINDS:
+            raise ValueError(f"{where} must be an object with 'plan' and 'kind' in {MOE_KINDS} (as `hocket plan "
+                             f"--ep N --json` writes it)")
+        try:
+            plan = Plan.from_dict(entry["plan"]) if isinstance(entry["plan"], dict) else Plan.from_json(entry["plan"])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}.plan is not a valid plan ({exc})") from None
+        if entry.get("key"):
+            by_key[str(entry["key"])] = plan
+        if entry.get("name"):
+            by_name.setdefault(str(entry["name"]), plan)
+    return by_key, by_name
 
 
 def load_plan_file(path: str | Path) -> PlanFile:
@@ -131,6 +165,14 @@ class PlanBook:
         self.misses: set[str] = set()
 
     def __call__(self, site) -> Plan:
+        from hocket.core.moe import MoeSite
+
+        if isinstance(site, MoeSite):
+            plan = self.plan_file.moe_by_key.get(site.key) or self.plan_file.moe_by_name.get(site.name)
+            if plan is None:
+                self.misses.add(site.name or site.kind)
+                plan = self.default
+            return plan
         plan = self.plan_file.by_key.get(site.key)
         if plan is None:
             plan = self.plan_file.by_shape.get(_shape_key(site.kind, site.m, site.k, site.n, site.num_b, site.dtype,

@@ -2,7 +2,10 @@
 
 Everything here is a thin mapping onto ``hocket.cost`` so that the simulator and the cost
 model agree: a ``Site`` becomes ``hocket.strategies.pipeline_stages`` (the very stage list
-``predict`` schedules); a ``ComputeOp`` is priced with ``hocket.cost.compute`` (GEMM wave
+``predict`` schedules); an expert-parallel ``MoeSite`` becomes ``hocket.strategies.moe.moe_stages_of`` (the
+stage list ``predict_moe`` schedules), priced on its own EP group (the ranks of DP replica 0's group, which every
+replica class shares: a mixed cluster whose replicas differ prices their MoE sites on replica 0's devices);
+a ``ComputeOp`` is priced with ``hocket.cost.compute`` (GEMM wave
 model, memory roofline); a ``CommOp`` with ``hocket.cost.comm`` (alpha-beta per algorithm
 and topology) and ``hocket.cost.contention`` (slowdown factors).
 
@@ -63,10 +66,14 @@ class Pricer:
 
     # -- sites ----------------------------------------------------------------------
     def site(self, site, ranks: tuple[int, ...]) -> SitePricing:
-        """Stage list of ``site`` run by the TP group ``ranks`` (the class's representative)."""
+        """Stage list of ``site`` run by the TP group ``ranks`` (the class's representative); an MoeSite runs on
+        its own EP group (``ranks`` is ignored)."""
+        from hocket.core.moe import MoeSite
         from hocket.plan.space import GroupFacts, baseline_plan
         from hocket.strategies import pipeline_stages
 
+        if isinstance(site, MoeSite):
+            return self._moe_site(site)
         plan = self.choose_plan(site)  # asked with the StepGraph's own site (its key names DP replica 0)
         if ranks and tuple(site.group_ranks) != tuple(ranks):
             site = replace(site, ranks=tuple(ranks))
@@ -82,6 +89,27 @@ class Pricer:
             if plan == fallback:
                 raise
             priced = SitePricing(stages=tuple(pipeline_stages(site, fallback, self.cluster, self.profile)),
+                                 plan=fallback, note=f"{site.name or site.kind}: {exc}; ran {fallback.describe()}")
+        self._sites[key] = priced
+        return priced
+
+    def _moe_site(self, site) -> SitePricing:
+        """Stage list of an MoeSite under the chosen plan; a plan that does not apply to it (a strategy of the
+        TP sites, a shared overlap without a shared expert) runs sequential, with the reason in the note."""
+        from hocket.strategies.moe import moe_plan, moe_stages_of
+
+        plan = moe_plan(self.choose_plan(site))
+        key = (site.key, plan.hash)
+        hit = self._sites.get(key)
+        if hit is not None:
+            return hit
+        try:
+            priced = SitePricing(stages=tuple(moe_stages_of(site, plan, self.cluster, self.profile)), plan=plan)
+        except ValueError as exc:
+            fallback = moe_plan(None)
+            if plan == fallback:
+                raise
+            priced = SitePricing(stages=tuple(moe_stages_of(site, fallback, self.cluster, self.profile)),
                                  plan=fallback, note=f"{site.name or site.kind}: {exc}; ran {fallback.describe()}")
         self._sites[key] = priced
         return priced

@@ -4,7 +4,8 @@ For every replica class (``layout.rank_classes``) and pipeline stage, the stage'
 one micro-batch (``hocket.models.StepGraph``) are repeated per micro-batch in 1F1B order:
 
 * a ``Site`` becomes its plan's stage list (``hocket.strategies.pipeline_stages``), compute on
-  the class's ``compute`` resource, transfers on ``link``/``copy_engine``/``host``;
+  the class's ``compute`` resource, transfers on ``link``/``copy_engine``/``host``; an expert-parallel
+  ``MoeSite`` likewise (``hocket.strategies.moe.moe_stages_of``, priced on DP replica 0's EP group);
 * a ``ComputeOp`` is one compute task; a TP-axis ``CommOp`` one task on ``link``;
 * a pipeline ``send_recv`` is one task on the sender's ``pp.send_next``/``pp.send_prev``
   and the receiver's ``pp.recv_prev``/``pp.recv_next`` (so it starts when both ends are
@@ -29,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from hocket.core.moe import MoeSite
 from hocket.core.plan import Plan, as_plan
 from hocket.core.site import Site
 from hocket.models.graph import CommOp, ComputeOp
@@ -172,7 +174,7 @@ class _StepBuilder:
                 continue
             after = {m: tuple(sorted({t for d in node.depends_on for t in exits[d][m]})) for m in members}
             op = node.op
-            if isinstance(op, Site):
+            if isinstance(op, (Site, MoeSite)):
                 exits[idx] = self._site(ci, s, node, after, mb)
             elif isinstance(op, ComputeOp):
                 out = {}

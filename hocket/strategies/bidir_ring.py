@@ -22,7 +22,7 @@ def site_reason(site) -> str | None:
     return None
 
 
-SPEC = StrategySpec(
+SPEC = StrategySpec(uneven=True, uneven_rows_only=True,
     error_class="ring",
     name="bidir_ring", summary="the P2P ring in both directions, half of every shard each way",
     kinds=("ag_mm", "mm_rs", "mm_ar"), cost=cost, workspace=workspace,

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import math
 
-from hocket.strategies.chunked import ag_pieces, ar_pieces, rs_pieces
+from hocket.strategies.chunked import ag_pieces, ar_pieces, rs_pieces, uneven_pieces, uneven_rows
 from hocket.strategies.sequential import workspace
 from hocket.strategies.spec import StrategySpec
 
 
 def cost(b) -> None:
     site = b.site
+    if site.uneven and site.kind in ("ag_mm", "mm_rs"):  # one uneven collective (hocket.cost.uneven)
+        uneven_pieces(b, [uneven_rows(site)])
+        return
     rows = math.ceil(site.m / site.world)
     if site.kind == "ag_mm":
         ag_pieces(b, rows, [rows])
@@ -23,7 +26,7 @@ def cost(b) -> None:
         ar_pieces(b, [site.m])
 
 
-SPEC = StrategySpec(
+SPEC = StrategySpec(uneven=True, uneven_padded=True,
     name="bulk", summary="one async collective for the whole operand, then the GEMMs (one piece)",
     kinds=("ag_mm", "mm_rs", "mm_ar"), cost=cost, workspace=workspace,
     planned_kinds=("ag_mm", "mm_rs", "mm_ar"),

@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 
 from hocket.core.peer_protocol import BARRIER_PROTOCOLS, PROTOCOL_KINDS, plan_protocol, protocols_for
+from hocket.cost import uneven as uneven_cost
 from hocket.cost.offload import row_pieces
 from hocket.strategies.local_first import ag_local_first, rs_own_block_last, runs_local_first
 from hocket.strategies.memory import ceil_div, full_bytes, row_bytes, signalled_bytes
 from hocket.strategies.peer_pipelines import ag_peer, ar_peer, rs_peer, runs_peer_pipe
-from hocket.strategies.pieces import own_data_first_pieces, peer_pipe, pipeline_pieces
+from hocket.strategies.pieces import bounds, own_data_first_pieces, peer_pipe, pipeline_pieces
 from hocket.strategies.spec import StrategySpec
 
 
@@ -59,9 +60,53 @@ def ar_pieces(b, pieces) -> None:
                        op="all_reduce", nbytes=nbytes)
 
 
+def uneven_pieces(b, pieces) -> None:
+    """An uneven ag_mm / mm_rs (``Site.shard_rows``) as :mod:`hocket.ops.lowering.uneven` runs it: row pieces
+    cut over the largest shard (over every rank's rows along the last dim), each piece one uneven
+    collective priced at the pace of its largest block (:mod:`hocket.cost.uneven`), the GEMMs over the
+    real rows; ag_mm gathers then multiplies, mm_rs multiplies then reduce-scatters."""
+    site, plan = b.site, b.plan
+    sizes, p = site.shard_rows, site.world
+    gather = site.kind == "ag_mm"
+    cols = site.dim == -1
+    width = site.n * site.num_b if not gather else site.k
+    for i, (lo, hi) in enumerate(bounds(pieces)):
+        if cols:  # every rank's rows lo:hi, uneven columns
+            block, unit, rows = list(sizes), (hi - lo) * site.itemsize, hi - lo
+        else:
+            block = uneven_cost.clipped(sizes, lo, hi)
+            unit, rows = width * site.itemsize, sum(uneven_cost.clipped(sizes, lo, hi))
+        pace = uneven_cost.pace_bytes(block, unit)
+        op = "all_gather" if gather else "reduce_scatter"
+        padded = uneven_cost.way(plan.splits) == "padded"
+        if not gather:
+            g = b.add_gemm(f"gemm[{i}]", max(1, rows // (1 if cols else p)), piece=i, count=1 if cols else p)
+        deps = () if gather else (g,)
+        if padded and not gather:
+            deps = (b.add_memory(f"pad[{i}]", uneven_cost.padding_copy_bytes(block, unit) / 2, deps=deps, piece=i,
+                                 op="copy"),)
+        extra = uneven_cost.extra_calls(block, plan.splits)
+        if extra:
+            b.add_host(f"uneven_calls[{i}]", (("collective", extra),))
+        t = b.add_transfer(f"{op}[{i}]", b.collective(op, pace), deps=deps, piece=i, op=op, nbytes=pace)
+        if padded and gather:
+            t = b.add_memory(f"unpad[{i}]", uneven_cost.padding_copy_bytes(block, unit) / 2, deps=(t,), piece=i,
+                             op="copy")
+        if gather:
+            b.add_gemm(f"gemm[{i}]", max(1, rows // (1 if cols else p)), deps=(t,), piece=i, count=1 if cols else p)
+
+
+def uneven_rows(site) -> int:
+    """Rows an uneven pipeline cuts: the largest shard's, or every rank's rows along the last dim."""
+    return site.m if site.dim == -1 else site.max_shard
+
+
 def cost(b) -> None:
     site, plan = b.site, b.plan
     m, p = site.m, site.world
+    if site.uneven and site.kind in ("ag_mm", "mm_rs"):
+        uneven_pieces(b, pipeline_pieces(uneven_rows(site), plan))
+        return
     if site.kind in ("h2d_mm", "mm_d2h"):
         row_pieces(b, list(pipeline_pieces(m, plan)))
     elif site.kind == "ag_mm":
@@ -155,7 +200,7 @@ def variants(site, plan) -> tuple:
     return (plan, *(plan.with_(protocol=p) for p in protocols_for(site.kind, plan.chunks)[1:]))
 
 
-SPEC = StrategySpec(
+SPEC = StrategySpec(uneven=True, uneven_padded=True,
     name="chunked", summary="rows in pieces: one piece's transfer overlaps another's GEMMs",
     kinds=("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h"), cost=cost, workspace=workspace,
     planned_kinds=("ag_mm", "mm_rs", "mm_ar", "a2a_mm", "mm_a2a"),

@@ -79,8 +79,10 @@ def ar_ring(b, *, lanes: int) -> None:
 
 
 def ring_cost(b, *, lanes: int) -> None:
+    """Uneven shards (``Site.shard_rows``): every step waits for the largest block, so the rows priced per
+    step are the largest shard's."""
     site = b.site
-    rows = math.ceil(site.m / site.world)
+    rows = site.max_shard if site.uneven and site.kind != "mm_ar" else math.ceil(site.m / site.world)
     if site.kind == "ag_mm":
         ag_ring(b, rows, lanes=lanes)
     elif site.kind == "mm_rs":
@@ -114,7 +116,7 @@ def ring_gemm_rows(site, chunks: int) -> int:
     return site.m // chunks
 
 
-SPEC = StrategySpec(
+SPEC = StrategySpec(uneven=True, uneven_rows_only=True,
     error_class="ring",
     name="ring", summary="P2P ring: compute on the shard in hand while passing it to the next rank",
     kinds=("ag_mm", "mm_rs", "mm_ar"), cost=cost, workspace=workspace,

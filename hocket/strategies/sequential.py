@@ -8,6 +8,7 @@ from __future__ import annotations
 from hocket.core.moe import MOE_KINDS
 from hocket.cost.halo import sequential_stages
 from hocket.cost.moe import sequential_stages as moe_sequential_stages
+from hocket.cost.moe import workspace_bytes as moe_workspace_bytes
 from hocket.cost.offload import row_pieces
 from hocket.strategies.memory import product_bytes
 from hocket.strategies.spec import StrategySpec
@@ -22,6 +23,10 @@ def cost(b) -> None:
         moe_sequential_stages(b)
         return
     m, total = site.m, site.comm_bytes
+    if site.uneven and site.kind in ("ag_mm", "mm_rs"):  # the largest block sets the pace (hocket.cost.uneven)
+        total = total * site.world * site.max_shard / site.sharded_total
+        if b.plan.splits == "padded":
+            b.add_memory("pad", 2.0 * site.comm_bytes, op="copy")
     if site.kind in ("h2d_mm", "mm_d2h"):
         row_pieces(b, [m])
         return
@@ -44,10 +49,12 @@ def workspace(site, plan) -> int:
     consumes a partial product the caller never sees."""
     if site.kind == "halo":
         return 0
+    if site.kind in MOE_KINDS:  # the call's send, receive and GEMM-output rows (padded: the padded layout's)
+        return moe_workspace_bytes(site, plan)
     return product_bytes(site) if site.kind == "mm_rs" else 0
 
 
-SPEC = StrategySpec(
+SPEC = StrategySpec(uneven=True, uneven_padded=True,
     error_class="sequential",
     name="sequential", summary="one blocking collective and one GEMM, in order (the baseline)",
     kinds=("ag_mm", "mm_rs", "mm_ar", "h2d_mm", "mm_d2h", "halo", "a2a_mm", "mm_a2a"), cost=cost, workspace=workspace,

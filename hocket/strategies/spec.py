@@ -78,6 +78,14 @@ class StrategySpec:
     """enumerated with ``hierarchy="intra_first"`` over collective and host-staged transports."""
     split: bool = False
     """its executor cuts its pieces by ``Plan.split_sizes`` (uneven pieces are enumerated)."""
+    uneven: bool = False
+    """it serves uneven per-rank shards of ``ag_mm`` / ``mm_rs`` (``Site.shard_rows``): an uneven executor is
+    registered beside its even ones (:mod:`hocket.ops.lowering.uneven`); ``mm_ar`` moves the same output either way."""
+    uneven_padded: bool = False
+    """its uneven collectives run both ways: exact (``Plan.splits`` None) or padded to the largest shard
+    (``"padded"``, over any transport); False: exact only."""
+    uneven_rows_only: bool = False
+    """it passes row blocks, so it serves uneven shards of row-sharded operands only (not ``Site.dim == -1``)."""
     comm_sms: bool = True
     """enumerated with the SM budgets of SM-driven transports."""
     substitute: str | None = None

@@ -366,6 +366,33 @@ def close_relays(group_name: str | None = None) -> int:
     return closed
 
 
+_CPU_GROUPS: dict[tuple[str, int], dist.ProcessGroup] = {}
+"""a gloo group over the ranks of each NCCL group (its name, its process group's id) the host-staged
+all-to-all has used"""
+
+
+def _cpu_group(group: GroupHandle) -> dist.ProcessGroup:
+    key = (group.name, id(group.pg))
+    pg = _CPU_GROUPS.get(key)
+    if pg is None:
+        pg = _CPU_GROUPS[key] = dist.new_group(list(group.ranks), backend="gloo", use_local_synchronization=True)
+    return pg
+
+
+class _CopyBack:
+    """A host-staged all-to-all in flight: ``wait`` waits for the gloo transfer, then copies host -> device."""
+
+    def __init__(self, pending, host_out: torch.Tensor, out: torch.Tensor, keep: tuple) -> None:
+        self._pending, self._host_out, self._out, self._keep = pending, host_out, out, keep
+
+    def wait(self) -> None:
+        self._pending.wait()
+        if self._host_out is not None:
+            self._out.copy_(self._host_out, non_blocking=True)
+            self._host_out = None
+            self._keep = ()
+
+
 class HostStagedTransport:
     """Collectives through shared pinned host memory (see the module docstring)."""
 
@@ -525,6 +552,27 @@ class HostStagedTransport:
 
         return relay.post_marked(messages, flat, finish=reduce, what="host-staged all-reduce", ready=ready,
                                  scratch_slot=scratch_slot)[0]
+
+    def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits, in_splits):
+        """:meth:`hocket.transport.torch_dist.TorchDistTransport.all_to_all` staged through host memory: the
+        rows go device -> pinned host, through ``all_to_all_single`` of a gloo group over the same ranks (made
+        once per group, by every rank at its first call), and host -> device into ``out``. On a gloo group the
+        buffers are already host memory and the group's own ``all_to_all_single`` moves them. The relay's
+        slots are not used: their messages have one size for every peer, and an all-to-all's blocks differ
+        per peer. The returned pending's ``wait`` ends after the copy into ``out``."""
+        from hocket.transport.pending import Pending
+
+        osp = None if out_splits is None else [int(v) for v in out_splits]
+        isp = None if in_splits is None else [int(v) for v in in_splits]
+        if not inp.is_cuda:
+            work = dist.all_to_all_single(out, inp, osp, isp, group=self.group.pg, async_op=True)
+            return Pending([work], what="host-staged all-to-all", group_name=self.group.name, on_cuda=False)
+        host_in = torch.empty(inp.shape, dtype=inp.dtype, pin_memory=True)
+        host_in.copy_(inp, non_blocking=False)
+        host_out = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+        work = dist.all_to_all_single(host_out, host_in, osp, isp, group=_cpu_group(self.group), async_op=True)
+        return _CopyBack(Pending([work], what="host-staged all-to-all", group_name=self.group.name, on_cuda=False),
+                         host_out, out, (host_in,))
 
     def exchange(self, sends, recvs):
         raise ValueError("transport='host_staged' carries whole collectives, not peer-to-peer ring steps; use "

@@ -51,6 +51,17 @@ class TorchDistTransport:
         work = dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.group.pg, async_op=True)
         return self._pending([work], "all-reduce", tensor)
 
+    def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits: Sequence[int] | None,
+                   in_splits: Sequence[int] | None) -> Pending:
+        """Rows of the first dim: block ``d`` of ``inp`` (``in_splits[d]`` rows) goes to rank ``d``, and ``out``
+        receives rank ``s``'s block for this rank in block ``s`` (``out_splits[s]`` rows), rank-major. ``None``
+        splits mean equal blocks (the first dim divided by the world). ``out`` and ``inp`` must be contiguous;
+        every rank's ``in_splits[d]`` must equal rank ``d``'s ``out_splits`` entry for it."""
+        work = dist.all_to_all_single(out, inp, None if out_splits is None else [int(v) for v in out_splits],
+                                      None if in_splits is None else [int(v) for v in in_splits],
+                                      group=self.group.pg, async_op=True)
+        return self._pending([work], "all-to-all", inp)
+
     def exchange(self, sends: Sequence[tuple[torch.Tensor, int]],
                  recvs: Sequence[tuple[torch.Tensor, int]]) -> Pending:
         """Point-to-point: send/receive ``(tensor, peer group rank)`` pairs as one batch."""

@@ -220,7 +220,12 @@ def test_shared_host_buffer_feeds_consumer_gemm_across_processes(tmp_path):
         copy_stream = torch.cuda.Stream(DEV)
         copy_stream.wait_stream(torch.cuda.current_stream())
         consumer_gemm(a_dev, b, workspace=ws, out=out)  # spins while chunks arrive from the other process
-        buf.recv_rows(a_dev, offsets, 1, stream=copy_stream, flags=ws.flags, timeout_s=120)
+        try:
+            buf.recv_rows(a_dev, offsets, 1, stream=copy_stream, flags=ws.flags, timeout_s=120)
+        except Exception as exc:  # say what the sender said (it may have died before publishing)
+            sender.kill()
+            _, err = sender.communicate(timeout=30)
+            raise AssertionError(f"{exc}; sender exit code {sender.returncode}, its stderr:\n{err[-3000:]}") from exc
         torch.cuda.synchronize()
         _, err = sender.communicate(timeout=120)
         assert sender.returncode == 0, err

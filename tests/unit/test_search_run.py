@@ -26,10 +26,10 @@ def _toy(monkeypatch, per_device=None):
     else costs anything."""
     factors = per_device or {}
 
-    def table(self, device, tp, cp, mbs, recompute):
+    def table(self, device, tp, cp, mbs, recompute, ep=1):
         f = mbs * (1.0 / tp + (0.2 if tp > 1 else 0.0)) * factors.get(device, 1.0)
-        return Table(layer_f=f, layer_b=2 * f, embed_f=0.0, embed_b=0.0, head_f=0.0, head_b=0.0,
-                     layer_exposed=0.0, edge_exposed=0.0, act_bytes=0)
+        return Table(layer_f=f, layer_b=2 * f, dense_f=f, dense_b=2 * f, dense_exposed=0.0, embed_f=0.0, embed_b=0.0,
+                     head_f=0.0, head_b=0.0, layer_exposed=0.0, edge_exposed=0.0, act_bytes=0)
 
     monkeypatch.setattr(_Costs, "table", table)
     monkeypatch.setattr(_Costs, "comm_ms", lambda self, *a, **k: 0.0)

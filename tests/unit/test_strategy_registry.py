@@ -151,3 +151,13 @@ def test_a_fresh_registry_takes_a_spec_once():
         StrategySpec(name="warp", summary="", kinds=("ag_mm",), cost=lambda b: None, workspace=lambda s, p: 0)
     with pytest.raises(ValueError, match="unknown kinds"):
         StrategySpec(name="bulk", summary="", kinds=("ag_xx",), cost=lambda b: None, workspace=lambda s, p: 0)
+
+
+def test_specs_that_serve_uneven_shards_are_the_ones_with_uneven_executors():
+    from hocket.ops.lowering.uneven import uneven_strategies
+    from hocket.strategies import specs
+
+    declared = {s.name for s in specs() if s.uneven}
+    for kind in ("ag_mm", "mm_rs"):
+        assert set(uneven_strategies(kind)) == declared, kind
+    assert {s.name for s in specs() if s.uneven_padded} <= declared

@@ -33,10 +33,11 @@ import torch
 
 from hocket.core.peer_protocol import plan_protocol
 from hocket.ops.executors import register_executors
-from hocket.ops.lowering import chunked, peer_pull
+from hocket.ops.lowering import chunked, peer_pull, uneven
 from hocket.ops.lowering.peer_pipe import PIPES, PeerPipe
 from hocket.ops.lowering.problems import AllReduceMatmul, GatherMatmul, ScatterMatmul
 from hocket.ops.lowering.runtime import bind_executors
+from hocket.ops.lowering.uneven import register_uneven
 from hocket.strategies.pieces import (
     bounds,
     one_relay_call,
@@ -273,3 +274,6 @@ def matmul_all_reduce(A, B, reduce_op, rt, plan):
 EXECUTORS = bind_executors(ag_mm=gather_matmul, mm_rs=matmul_scatter, mm_ar=matmul_all_reduce)
 
 register_executors("chunked", EXECUTORS)
+
+register_uneven("chunked", "ag_mm", uneven.gather_matmul)
+register_uneven("chunked", "mm_rs", uneven.matmul_scatter)

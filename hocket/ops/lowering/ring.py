@@ -22,6 +22,7 @@ sends and receives always pair up, including empty and uneven blocks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -29,6 +30,7 @@ from hocket.ops._pipeline import block_bounds, piece_bounds
 from hocket.ops.executors import register_executors
 from hocket.ops.lowering.problems import LOW_PRECISION, AllReduceMatmul, GatherMatmul, ScatterMatmul
 from hocket.ops.lowering.runtime import bind_executors
+from hocket.ops.lowering.uneven import UnevenGather, UnevenScatter, register_uneven
 
 
 @dataclass(frozen=True)
@@ -253,7 +255,62 @@ def matmul_all_reduce(A, B, reduce_op, rt, plan, *, bidirectional: bool):
     return r.finish(reduce_op)
 
 
+# -- uneven shards (hocket.ops.lowering.uneven) ------------------------------------------
+
+def uneven_ring_gather(A_shard, Bs, dim, need_A, rt, plan, sizes, dim_sizes, *, bidirectional: bool):
+    """Ring all-gather + matmul of uneven row blocks: at step ``s`` a lane computes on block
+    ``rank - d*s`` while passing it on; every transfer carries that block's pieces, whatever its size."""
+    w, rank = rt.world, rt.rank
+    g = UnevenGather(A_shard, Bs, dim, sizes, rank, dim_sizes, need_A=need_A)
+    pieces = BlockPieces(list(sizes), bidirectional, plan.chunks)
+    direct = g.A_c is not None
+    top = max(sizes)
+    bufs = None if direct else {d: [rt.ctx.buffer(f"uneven.ring{d:+d}.{i}", (top, g.Kc)) for i in range(2)]
+                                for d in pieces.directions}
+
+    def holder(step: int, src: int, d: int) -> torch.Tensor:
+        if step == 0:
+            return g.local
+        return g.block(g.A_c, src) if direct else bufs[d][step % 2]
+
+    if direct:
+        g.block(g.A_c, rank).copy_(g.local)
+    pending: dict[int, list] = {d: [] for d in pieces.directions}
+    for s in range(w):
+        for d in pieces.directions:
+            for p in pending[d]:  # every block of step s-1 landed and left before its buffer is reused
+                p.wait()
+            pending[d] = []
+            src, nxt = (rank - d * s) % w, (rank - d * (s + 1)) % w
+            cur = holder(s, src, d)
+            mine = pieces(src, d)
+            ins = pieces(nxt, d) if s < w - 1 else []
+            if s < w - 1:
+                dst = holder(s + 1, nxt, d)
+                for i in range(max(len(mine), len(ins))):
+                    sends = [(cur[mine[i][0]:mine[i][1]], (rank + d) % w)] if i < len(mine) else []
+                    recvs = [(dst[ins[i][0]:ins[i][1]], (rank - d) % w)] if i < len(ins) else []
+                    pending[d].append(rt.transport.exchange(sends, recvs))
+            for lo, hi in mine:
+                g.compute_rows(src, lo, hi, cur[lo:hi])
+    for d in pieces.directions:
+        for p in pending[d]:
+            p.wait()
+    return g.finish()
+
+
+def uneven_ring_scatter(A, B, reduce_op, dim, rt, plan, sizes, dim_sizes, *, bidirectional: bool):
+    """Ring matmul + reduce-scatter to uneven row blocks (:func:`hocket.ops.lowering.ring.reduce_ring`)."""
+    s = UnevenScatter(A, B, dim, sizes, rt.rank, dim_sizes)
+    pieces = BlockPieces(list(sizes), bidirectional, plan.chunks)
+    reduce_ring(rt, pieces, s.partial, max(sizes), s.cols, lambda lo, hi: s.out_c[lo:hi], tag="uneven.ring.rs")
+    return s.finish(reduce_op, rt.world)
+
+
 EXECUTORS = bind_executors(ag_mm=gather_matmul, mm_rs=matmul_scatter, mm_ar=matmul_all_reduce,
                            bidirectional=False)
 
 register_executors("ring", EXECUTORS)
+
+register_uneven("ring", "ag_mm", partial(uneven_ring_gather, bidirectional=False))
+register_uneven("ring", "mm_rs", partial(uneven_ring_scatter, bidirectional=False))

@@ -12,6 +12,7 @@ import torch
 
 from hocket.ops.executors import register_executors
 from hocket.ops.lowering.runtime import bind_executors
+from hocket.ops.lowering.uneven import register_uneven, sequential_gather, sequential_scatter
 from hocket.ops.reference import (
     reference_all_gather_matmul,
     reference_matmul_all_reduce,
@@ -41,3 +42,6 @@ def mm_ar(A, B, reduce_op, rt, plan):
 EXECUTORS = bind_executors(ag_mm=ag_mm, mm_rs=mm_rs, mm_ar=mm_ar)
 
 register_executors("sequential", EXECUTORS)
+
+register_uneven("sequential", "ag_mm", sequential_gather)
+register_uneven("sequential", "mm_rs", sequential_scatter)

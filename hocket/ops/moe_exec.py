@@ -49,12 +49,12 @@ from hocket.ops.moe_layout import (
     scatter_rows,
 )
 from hocket.ops.moe_trace import TracedTransport, note
-from hocket.strategies import strategies_for
+from hocket.strategies import spec, strategies_for
+from hocket.strategies.moe import MOE_TRANSPORTS
 from hocket.transport.group import GroupHandle
 
 MOE_STRATEGIES = strategies_for("a2a_mm")
 """the strategies this module runs (every spec that serves the MoE kinds: :mod:`hocket.strategies.moe`)."""
-MOE_TRANSPORTS = ("collective", "host_staged")
 
 
 class SideWork:
@@ -338,10 +338,12 @@ def check_moe_plan(plan: Plan) -> Plan:
     if plan.transport not in MOE_TRANSPORTS:
         raise ValueError(f"plan: transport={plan.transport!r} does not run hocket.ops.moe_experts; use one of "
                          f"{MOE_TRANSPORTS}")
-    if plan.strategy in ("token_blocks", "expert_groups") and plan.chunks < 2:
-        raise ValueError(f"plan: strategy={plan.strategy!r} needs chunks >= 2 (got chunks={plan.chunks}); use "
-                         f"e.g. {{'strategy': {plan.strategy!r}, 'chunks': 2}} or strategy='sequential'")
-    if plan.strategy in ("sequential", "per_source", "shared_overlap") and plan.chunks != 1:
+    found = spec(plan.strategy)
+    if plan.chunks < found.min_chunks:
+        raise ValueError(f"plan: strategy={plan.strategy!r} needs chunks >= {found.min_chunks} (got chunks="
+                         f"{plan.chunks}); use e.g. {{'strategy': {plan.strategy!r}, 'chunks': {found.min_chunks}}} "
+                         f"or strategy='sequential'")
+    if found.fixed_chunks and plan.chunks != 1:
         raise ValueError(f"plan: strategy={plan.strategy!r} has no chunks (got chunks={plan.chunks}); leave "
                          f"chunks=1")
     if plan.order != "natural" or plan.substitute or plan.hierarchy or plan.split_sizes or plan.comm_sms:

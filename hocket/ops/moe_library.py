@@ -66,9 +66,7 @@ def transport_for(name: str, group: GroupHandle):
         from hocket.transport.host_relay import HostStagedTransport
 
         transport = HostStagedTransport(group)
-    elif name == "host_staged":  # gloo ranks' buffers are host memory already: staging them is the collective
-        transport = TorchDistTransport(group)
-    else:
+    else:  # collective; host_staged on gloo too (its ranks' buffers are host memory already)
         transport = TorchDistTransport(group)
     return TracedTransport(transport) if active() else transport
 

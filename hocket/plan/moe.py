@@ -40,10 +40,8 @@ from hocket.cost.moe import GroupedGemmRule
 from hocket.plan.search import DEFAULT_MARGIN, SearchResult, select
 from hocket.plan.space import PlanSpace, Pruned
 from hocket.strategies import specs
-from hocket.strategies.moe import layer_sites, predict_moe, predict_moe_layer
+from hocket.strategies.moe import MOE_TRANSPORTS, layer_sites, predict_moe, predict_moe_layer
 
-MOE_TRANSPORTS = ("collective", "host_staged")
-"""transports an MoE all-to-all runs on (``all_to_all_single`` through torch.distributed, or the host relay)."""
 SPLIT_MODES = ("exchanged", "padded")
 CHUNK_LADDER = (2, 4, 8, 16)
 """token blocks and expert groups enumerated (and the local expert count for expert groups)."""

@@ -75,30 +75,30 @@ def _shared_reason(site) -> str | None:
     return None
 
 
-TOKEN_BLOCKS_SPEC = StrategySpec(
-    name="token_blocks", summary="token blocks pipelined: block i+1's all-to-all in flight while block i computes",
-    kinds=MOE_KINDS, cost=moe_stages, workspace=_workspace, planned_kinds=MOE_KINDS, kind_reason=NOT_MOE,
-    transports=("collective", "host_staged"), min_chunks=2, comm_sms=False, checks_gemm_rows=False,
-    site_reason=_token_reason,
-)
-PER_SOURCE_SPEC = StrategySpec(
-    name="per_source", summary="own rows first while the peers' arrive, then each source rank as it lands",
-    kinds=MOE_KINDS, cost=moe_stages, workspace=_workspace, planned_kinds=MOE_KINDS, kind_reason=NOT_MOE,
-    transports=("collective", "host_staged"), fixed_chunks=True, comm_sms=False, checks_gemm_rows=False,
-    site_reason=_source_reason,
-)
-EXPERT_GROUPS_SPEC = StrategySpec(
-    name="expert_groups", summary="the all-to-all split by expert group; arrived experts computed first",
-    kinds=MOE_KINDS, cost=moe_stages, workspace=_workspace, planned_kinds=MOE_KINDS, kind_reason=NOT_MOE,
-    transports=("collective", "host_staged"), min_chunks=2, comm_sms=False, checks_gemm_rows=False,
-    site_reason=_group_reason,
-)
-SHARED_OVERLAP_SPEC = StrategySpec(
-    name="shared_overlap", summary="one all-to-all in flight while the shared expert computes",
-    kinds=MOE_KINDS, cost=moe_stages, workspace=_workspace, planned_kinds=MOE_KINDS, kind_reason=NOT_MOE,
-    transports=("collective", "host_staged"), fixed_chunks=True, comm_sms=False, checks_gemm_rows=False,
-    site_reason=_shared_reason,
-)
+MOE_TRANSPORTS = ("collective", "host_staged")
+"""the transports an MoE plan runs over (``hocket.ops.moe_experts``; ``host_staged`` on gloo is the collective)."""
+
+
+def _moe_spec(name: str, summary: str, site_reason, **chunking) -> StrategySpec:
+    """A spec of the MoE kinds (priced by :func:`hocket.cost.moe.moe_stages`); ``chunking``: ``min_chunks`` or
+    ``fixed_chunks``."""
+    return StrategySpec(name=name, summary=summary, kinds=MOE_KINDS, cost=moe_stages, workspace=_workspace,
+                        planned_kinds=MOE_KINDS, kind_reason=NOT_MOE, transports=MOE_TRANSPORTS, comm_sms=False,
+                        checks_gemm_rows=False, site_reason=site_reason, **chunking)
+
+
+TOKEN_BLOCKS_SPEC = _moe_spec(
+    "token_blocks", "token blocks pipelined: block i+1's all-to-all in flight while block i computes",
+    _token_reason, min_chunks=2)
+PER_SOURCE_SPEC = _moe_spec(
+    "per_source", "own rows first while the peers' arrive, then each source rank as it lands",
+    _source_reason, fixed_chunks=True)
+EXPERT_GROUPS_SPEC = _moe_spec(
+    "expert_groups", "the all-to-all split by expert group; arrived experts computed first",
+    _group_reason, min_chunks=2)
+SHARED_OVERLAP_SPEC = _moe_spec(
+    "shared_overlap", "one all-to-all in flight while the shared expert computes",
+    _shared_reason, fixed_chunks=True)
 SPECS = (TOKEN_BLOCKS_SPEC, PER_SOURCE_SPEC, EXPERT_GROUPS_SPEC, SHARED_OVERLAP_SPEC)
 
 

@@ -1,7 +1,7 @@
 """hocket.search: choose a training job's parallel configuration (``hocket plan --search``).
 
 * ``space``: the candidates (tp, cp, pp, dp, ep for MoE models, micro-batches, schedule, sharding,
-  recomputation, device grouping on mixed clusters) and the pruned points with their reasons (``enumerate_space``);
+  recomputation, device grouping on mixed clusters: stages, replicas, tensor-parallel groups over device types) and the pruned points with their reasons (``enumerate_space``);
 * ``memory``: one rank's memory per stage and device type (``stage_memory``);
 * ``run``: the analytic step estimate over every candidate, the event-simulator re-rank of the best few
   (``search_parallel``);

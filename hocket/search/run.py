@@ -25,7 +25,14 @@ fp32 gradients (replicated) or their reduce-scatter overlapped with the last mic
 ``B_s``, and the all-gather of the updated bf16 weights with the next step's first forward ``F_s``
 (Megatron-LM's ``--overlap-grad-reduce`` / ``--overlap-param-gather``): ``max(0, rs - B_s) + max(0, ag -
 F_s)``; under ``full`` sharding every micro-batch also gathers the stage's weights twice and reduce-scatters
-its gradients, and the part of that which exceeds ``F_s + B_s`` is added to the slot. ``optimizer``: 30 bytes per local optimizer parameter at the
+its gradients, and the part of that which exceeds ``F_s + B_s`` is added to the slot. Under ``gradients``
+sharding (``hocket.search.memory``) the weights are gathered once per step (the ``ag`` above, with the first
+forward) and kept through the last backward, and every micro-batch reduce-scatters its fp32 gradients (``rs``,
+4 bytes per stage parameter) into the sharded accumulator: the part of each ``rs`` beyond ``F_s + B_s`` is added
+to the slot (as under ``full``), and the last micro-batch's ``rs``, which only its own backward hides, is the
+``max(0, rs - B_s)`` above with ``B_s`` including that slot share. So a step carries ``1`` all-gather and ``m``
+reduce-scatters per stage under ``gradients``, ``1`` and ``1`` under ``optimizer``, ``2 m`` and ``m`` under
+``full``. ``optimizer``: 30 bytes per local optimizer parameter at the
 device's memory bandwidth (fp32 master, m, v read and written, fp32 gradient read, bf16 weight written).
 Under ``replicas`` grouping each device block runs ``m_b`` micro-batches per replica, chosen greedily
 (one micro-batch per replica of a block at a time, to the block that then finishes first) so that
@@ -33,9 +40,25 @@ Under ``replicas`` grouping each device block runs ``m_b`` micro-batches per rep
 
 **Re-rank.** The best ``rerank`` feasible candidates are simulated (``hocket.sim.simulate_step`` of the
 full step graph with the same site plans, interleaved candidates on ``pp * v`` virtual stages); the part of
-the gradient sync the overlap above hides is taken off (the simulator runs it after the last backward),
-and the optimizer step and the ``full`` sharding per-micro-batch exposure are added. Under ``replicas``
+the gradient sync the overlap above hides is taken off (the simulator runs it after the last backward; under
+``full`` sharding, which has no step-end sync, all of it), and the optimizer step and the ``gradients`` /
+``full`` sharding per-micro-batch exposure are added. Under ``replicas``
 grouping every block is simulated on its own sub-cluster and the cross-block sync added analytically.
+
+**Mixed tensor-parallel groups** (``mixed_tp``, ``hocket.search.space.mixed_groups``). The first group's
+blocks that share one split (the attention's ``attn.qkv``/``attn.out`` and their input gradients in whole GQA
+groups, the MLP's ``mlp.up``/``mlp.down`` and theirs in 64 FFN columns, the LM head and its input gradient:
+:func:`mixed_block_units`) are sized by ``hocket.plan.shards.recommend_block_shards`` once per (group mix, cp,
+micro-batch), under the plans the search chose for the block's even sites (``SITE_SPACE``) and sequential; every
+group of the mix takes that split. In its cost table a TP site costs its slowest rank's time
+at those sizes (each rank priced on its own device over the group's links, ``hocket.plan.shards.RankPricer``),
+its exposed part that minus the slowest rank's compute; compute that follows a block's split (the attention core
+by heads, the MLP activation, the weight gradients, the loss over the vocabulary) its slowest rank at that
+rank's share; the rest (sequence-parallel norms and residuals, the embedding) and the TP/CP collectives the
+group's slowest device. Memory is checked per device model of the group at the largest shares its ranks hold
+(``hocket.search.memory``), the gradient sync and optimizer step priced for each device model's rank over its
+own DP group and the worst taken. The simulator runs even TP shards only, so ``mixed_tp`` candidates keep their
+analytic figure in the re-rank (the notes say so).
 
 **Device orders.** On a mixed cluster of up to ``MAX_ORDERED_GROUPS`` node groups every ``stages``-grouping
 candidate is also priced with the node groups in each other order (``Candidate.order``), sharing the cost
@@ -61,8 +84,16 @@ from hocket.core.moe import MoeSite
 from hocket.core.site import Site
 from hocket.models.graph import CommOp, ComputeOp
 from hocket.plan.space import SpaceConfig
-from hocket.search.memory import GIB, Memory, stage_memory, stage_param_split, stage_params
-from hocket.search.space import Candidate, ParallelSpace, Space, device_blocks, enumerate_space
+from hocket.search.memory import EVEN, GIB, Memory, stage_memory, stage_param_split, stage_params
+from hocket.search.space import (
+    Candidate,
+    MixedGroups,
+    ParallelSpace,
+    Space,
+    device_blocks,
+    enumerate_space,
+    mixed_groups,
+)
 
 SITE_SPACE = SpaceConfig(comm_sms_options=(None,), split_patterns=(), max_chunks=16)
 """The per-site plan space the parallel search uses: default SM budget only, even pieces, up to 16 (about
@@ -117,6 +148,8 @@ class Priced:
     tokens_per_s: float
     mfu: float
     simulated_ms: float | None = None
+    shards: dict | None = None
+    """``mixed_tp``: per block (``attn``, ``mlp``, ``head``) the first TP group's sizes and devices."""
 
     @property
     def best_ms(self) -> float:
@@ -169,6 +202,9 @@ class _Costs:
         self.devices = {b.device: cluster.device(b.first) for b in self.blocks}
         self.comm_memo: dict[tuple, float] = {}
         self.moe_compute: dict[str, float] = {}
+        self.tp_across_nodes = False  # mixed_tp groups span nodes (ParallelSpace.tp_across_nodes)
+        self.mixes: dict[str, MixedGroups] = {}
+        self.shard_memo: dict[tuple, _Shards] = {}
 
     def plan(self, site):
         """The site's search result: searched once per ``Site.key``, and once per group signature (equal
@@ -220,6 +256,9 @@ class _Costs:
         hit = self.tables.get(key)
         if hit is not None:
             return hit
+        if device in self.mixes:
+            table = self.tables[key] = self._mixed_table(device, cp, mbs, recompute)
+            return table
         from hocket.models.step import model_step_sites
 
         model = self.model
@@ -276,10 +315,200 @@ class _Costs:
         table = self.tables[key] = Table(act_bytes=act_bytes, **sums)
         return table
 
+    # -- mixed_tp: tensor-parallel groups over device types, uneven shards --------------------------------------
+    def mixed(self, cand: Candidate) -> str:
+        """The stage label of a ``mixed_tp`` candidate's groups (registered on first use)."""
+        groups = mixed_groups(self.cluster, cand.tp, across_nodes=self.tp_across_nodes, dtype=self.dtype)
+        if not isinstance(groups, MixedGroups):
+            raise ValueError(f"{cand.label()}: {groups}")
+        if cand.tp_mix and cand.tp_mix != groups.mix:
+            raise ValueError(f"Candidate.tp_mix={[list(x) for x in cand.tp_mix]} but tp={cand.tp} groups on "
+                             f"{self.cluster.name} hold {[list(x) for x in groups.mix]}; give that mix or leave it ()")
+        label = groups.label
+        if label not in self.mixes:
+            self.mixes[label] = groups
+            self.devices[label] = min((self.cluster.device(r) for r in groups.group(0)),
+                                      key=lambda d: _speed(d, self.dtype))
+        return label
+
+    def _small_graph(self, tp: int, cp: int, mbs: int, recompute: str):
+        from hocket.models.step import model_step_sites
+
+        small = replace(self.model, num_hidden_layers=2)
+        return model_step_sites(small, tp=tp, pp=2, dp=1, cp=cp, seq=self.seq, batch=mbs, micro_batches=1,
+                                dtype=self.dtype, stages=[1, 1], recompute=recompute)
+
+    def mixed_shards(self, label: str, cp: int, mbs: int) -> _Shards:
+        """The uneven split of the first group of ``label`` per block (:func:`mixed_block_units`), sized by
+        ``hocket.plan.shards.recommend_block_shards`` over the block's forward sites and input gradients (every
+        group of one mix gets the same split)."""
+        key = (label, cp, mbs)
+        hit = self.shard_memo.get(key)
+        if hit is not None:
+            return hit
+        from hocket.plan.shards import recommend_block_shards
+
+        groups = self.mixes[label]
+        ranks = groups.group(0)
+        graph = self._small_graph(groups.tp, cp, mbs, "none")
+        sites: dict[str, Site] = {}
+        for stage in graph.stages:
+            for node in stage.nodes:
+                if isinstance(node.op, Site) and node.op.name not in sites:
+                    sites[node.op.name] = replace(node.op, ranks=ranks, count=1)
+        recs, where, shares = {}, {}, {}
+        for block, units in mixed_block_units(self.model).items():
+            names = [n for n in units if n in sites]
+            multiple = [units[n] for n in names] if block != "head" else None
+            block_sites = tuple(sites[n] for n in names)
+            rec = recs[block] = recommend_block_shards(block_sites, self.cluster, self.profile, multiple=multiple,
+                                                       plans=self._block_plans(block_sites))
+            shares[block] = tuple(u * groups.tp / sum(rec.units) for u in rec.units)
+            for j, n in enumerate(names):
+                where[n] = (block, j)
+        hit = self.shard_memo[key] = _Shards(ranks=ranks, recs=recs, where=where, shares=shares,
+                                             devices=tuple(self.cluster.device(r) for r in ranks))
+        return hit
+
+    def _block_plans(self, sites) -> tuple:
+        """The plans a block is sized under: the plan the search chose for each of its even sites (``SITE_SPACE``,
+        shared with every other table) that prices every site kind of the block, and sequential."""
+        from hocket.core.plan import Plan
+        from hocket.strategies.registry import REGISTRY
+
+        kinds = {site.kind for site in sites}
+        chosen = [self.plan(site).chosen for site in sites]
+        plans = [p for p in chosen if kinds <= set(REGISTRY.spec(p.strategy).priced)]
+        return tuple(dict.fromkeys(plans + [Plan()]))
+
+    def _mixed_table(self, label: str, cp: int, mbs: int, recompute: str) -> Table:
+        """The cost table of one ``mixed_tp`` group (module docstring)."""
+        groups = self.mixes[label]
+        shards = self.mixed_shards(label, cp, mbs)
+        graph = self._small_graph(groups.tp, cp, mbs, recompute)
+        cp_ranks = tuple(groups.group(c)[0] for c in range(cp))
+        slowest = self.devices[label]
+        kinds = list(dict.fromkeys(shards.devices))
+        sums = {k: 0.0 for k in ("layer_f", "layer_b", "embed_f", "embed_b", "head_f", "head_b", "layer_exposed",
+                                 "edge_exposed")}
+        act_bytes = 0
+        for stage in graph.stages:
+            for node in stage.nodes:
+                op = node.op
+                exposed = 0.0
+                if isinstance(op, Site):
+                    block, j = shards.where[op.name]
+                    times = shards.recs[block].ranks[j]
+                    ms = max(t.total_ms for t in times)
+                    exposed = max(0.0, ms - max(t.compute_ms for t in times))
+                elif isinstance(op, ComputeOp):
+                    block = _FOLLOWS.get(op.name)
+                    if block is None:  # even over the group (sequence-parallel rows): its slowest device
+                        ms = max(self.pricer.compute(op, d).ms for d in kinds)
+                    else:
+                        ms = max(self.pricer.compute(_scaled(op, f), d).ms if f > 0 else 0.0
+                                 for f, d in zip(shards.shares[block], shards.devices))
+                elif op.axis == "pp":
+                    act_bytes = op.nbytes
+                    continue
+                else:
+                    ranks = shards.ranks if op.axis == "tp" else cp_ranks
+                    ms = self.pricer.comm(op, ranks, slowest).ms if len(ranks) > 1 else 0.0
+                    exposed = ms
+                phase = "f" if node.phase == "forward" else "b"
+                if node.layer is not None:
+                    if node.layer == 1:  # layer 0 stands for every layer
+                        continue
+                    sums[f"layer_{phase}"] += ms
+                    sums["layer_exposed"] += exposed
+                else:
+                    where = "embed" if stage.index == 0 else "head"
+                    sums[f"{where}_{phase}"] += ms
+                    sums["edge_exposed"] += exposed
+        return Table(act_bytes=act_bytes, dense_f=sums["layer_f"], dense_b=sums["layer_b"],
+                     dense_exposed=sums["layer_exposed"], **sums)
+
     def _gemm_ms(self, site: Site, device) -> float:
         op = ComputeOp(name="gemm", kind="gemm", flops=2.0 * site.m * site.k * site.n * site.num_b,
                        nbytes=0.0, dtype=site.dtype, m=site.m, k=site.k, n=site.n * site.num_b)
         return self.pricer.compute(op, device).ms
+
+
+def mixed_block_units(model) -> dict[str, dict[str, int]]:
+    """Per block that shares one uneven split under ``mixed_tp``, its sites (forward and input gradient) and each
+    site's unit: the attention in whole GQA groups (``(q/kv + 2) x head_size`` columns of ``attn.qkv``,
+    ``q/kv x head_size`` rows of ``attn.out``), the MLP in 64 FFN columns (``64 u`` rows of ``mlp.up``'s input
+    gradient), the LM head in ``hocket.plan.shards.shard_multiple`` columns (0 here): the units ``hocket plan
+    --shards`` sizes a model's blocks in."""
+    from hocket.plan.shards import SHARD_MULTIPLE
+
+    group = model.num_attention_heads // model.num_key_value_heads
+    head = model.head_size
+    return {"attn": {"attn.qkv": (group + 2) * head, "attn.out": group * head, "attn.out.grad_input": group * head,
+                     "attn.qkv.grad_input": (group + 2) * head},
+            "mlp": {"mlp.up": SHARD_MULTIPLE, "mlp.down": SHARD_MULTIPLE, "mlp.down.grad_input": SHARD_MULTIPLE,
+                    "mlp.up.grad_input": SHARD_MULTIPLE * model.mlp_up_matrices},
+            "head": {"lm_head": 0, "lm_head.grad_input": 0}}
+
+
+MIXED_BLOCKS = ("attn", "mlp", "head")
+_FOLLOWS = {"attn.core": "attn", "attn.core.grad": "attn", "attn.qkv.grad_weight": "attn",
+            "attn.out.grad_weight": "attn", "mlp.act": "mlp", "mlp.act.grad": "mlp", "mlp.up.grad_weight": "mlp",
+            "mlp.down.grad_weight": "mlp", "lm_head.grad_weight": "head", "head.cross_entropy": "head",
+            "head.cross_entropy.grad": "head"}
+"""compute whose work follows a block's split (its heads, FFN columns or vocabulary columns); the rest of a layer
+(norms, residuals, the embedding) works on even sequence-parallel rows."""
+_SPLIT_N = ("attn.qkv.grad_weight", "mlp.up.grad_weight", "lm_head.grad_weight")
+"""weight gradients of column-split weights: their GEMM's n follows the split (the others' m: the row split)."""
+
+
+def _scaled(op: ComputeOp, share: float) -> ComputeOp:
+    """``op`` on a rank holding ``share`` times the even share of its block."""
+    if share == 1.0:
+        return op
+    dims = {}
+    if op.kind == "gemm" and op.m and op.n:
+        dim = "n" if op.name in _SPLIT_N else "m"
+        dims[dim] = max(1, round(getattr(op, dim) * share))
+    return replace(op, flops=op.flops * share, nbytes=op.nbytes * share, **dims)
+
+
+@dataclass(kw_only=True)
+class _Shards:
+    """One ``mixed_tp`` group's uneven split: the recommendation per block, where each site sits in it, and each
+    group rank's share of each block (1 = even; a group's shares add up to tp)."""
+
+    ranks: tuple[int, ...]
+    recs: dict
+    where: dict[str, tuple[str, int]]
+    shares: dict[str, tuple[float, ...]]
+    devices: tuple
+
+    def rank_shares(self, index: int) -> tuple[float, float, float]:
+        """(attention, MLP, LM head) shares of group rank ``index`` (``hocket.search.memory``)."""
+        return tuple(self.shares[b][index] for b in MIXED_BLOCKS)
+
+    def by_device(self) -> dict[str, tuple[int, tuple[float, float, float]]]:
+        """Per device model, in group order: the group rank of that model holding the most MLP columns, and the
+        largest shares any rank of that model holds (what its memory and gradient sync are priced at)."""
+        out: dict[str, tuple[int, tuple[float, float, float]]] = {}
+        for i, d in enumerate(self.devices):
+            sh = self.rank_shares(i)
+            if d.model not in out:
+                out[d.model] = (i, sh)
+                continue
+            index, most = out[d.model]
+            out[d.model] = (i if sh[1] > most[1] else index, tuple(max(a, b) for a, b in zip(sh, most)))
+        return out
+
+    def to_dict(self) -> dict:
+        return {b: {"ranks": list(self.ranks), "devices": [d.model for d in self.devices],
+                    "sites": [x.name for x in rec.sites], "sizes": [list(rec.sizes(j)) for j in range(len(rec.sites))],
+                    "gain": rec.gain} for b, rec in self.recs.items()}
+
+
+def _share_text(shares: tuple[float, float, float]) -> str:
+    return ", ".join(f"{b} {x:.2f}x" for b, x in zip(MIXED_BLOCKS, shares)) + " of the even share"
 
 
 def _speed(device, dtype: str) -> float:
@@ -294,6 +523,9 @@ class _Layout:
     def __init__(self, cand: Candidate, costs: _Costs, blocks) -> None:
         self.cand = cand
         tp, cp, pp, dp = cand.tp, cand.cp, cand.pp, cand.dp
+        self.shards: _Shards | None = None
+        self.positions: list | None = None
+        self.fsdp_shares = EVEN
         self.units = []  # (device per stage, dp group ranks per stage, stage boundary pairs, replicas, block)
         if cand.grouping == "replicas":
             shape = tp * cp * pp
@@ -307,6 +539,18 @@ class _Layout:
                 ranks = sorted(b.first + rep * shape + s * tp * cp + tp * c for b in blocks
                                for rep in range(b.size // shape) for c in range(cp))
                 self.dp_groups.append(tuple(ranks))
+        elif cand.grouping == "mixed_tp":  # the groups' rank order (hocket.search.space.mixed_groups)
+            label = costs.mixed(cand)
+            order = costs.mixes[label].order
+            width = tp * cp * dp
+            pairs = [(order[s * width], order[(s + 1) * width]) for s in range(pp - 1)]
+            self.units.append(([label] * pp, pairs, dp, None))
+            self.shards = costs.mixed_shards(label, cp, cand.micro_batch)
+            self.positions = []  # (device model, its largest shares, the DP group of its rank per stage)
+            for model, (index, shares) in self.shards.by_device().items():
+                groups = [tuple(order[s * width + tp * j + index] for j in range(cp * dp)) for s in range(pp)]
+                self.positions.append((model, shares, groups))
+            _, self.fsdp_shares, self.dp_groups = max(self.positions, key=lambda p: (sum(p[1]), p[0]))
         else:
             width = tp * cp * dp
             stages_dev = []
@@ -358,8 +602,11 @@ class _Estimator:
                         for r in (b.first,) for _ in range(b.size))
 
     def unit_times(self, cand: Candidate, devices: list[str], stages: list[int], pairs, dp_groups,
-                   micro: int) -> tuple[float, float, float, list[float], float]:
-        """(step w/o dp and optimizer, bubble, exposed, per-stage slot, slot) of one replica unit."""
+                   micro: int, shares: tuple[float, float, float] = EVEN) -> tuple[float, float, float, list[float],
+                                                                                  float]:
+        """(step w/o dp and optimizer, bubble, exposed, per-stage slot, slot) of one replica unit; ``shares``: the
+        uneven shares of the rank whose per-micro-batch DP collectives ``gradients`` / ``full`` sharding prices
+        (``mixed_tp``)."""
         costs, pp = self.costs, cand.pp
         slots, exposed, self.last_fb = [], [], []
         firsts = _first_layers(stages)
@@ -372,10 +619,11 @@ class _Estimator:
             b = moe * t.layer_b + dense * t.dense_b + (t.embed_b if s == 0 else 0.0) + (
                 t.head_b if s == pp - 1 else 0.0)
             ex = moe * t.layer_exposed + dense * t.dense_exposed + (t.edge_exposed if s in (0, pp - 1) else 0.0)
-            if cand.sharding == "full":
-                params = self._params(cand, s, layers, firsts[s])
-                fsdp = 2 * costs.comm_ms("all_gather", 2 * params, dp_groups[s]) + costs.comm_ms(
-                    "reduce_scatter", 4 * params, dp_groups[s])
+            if cand.sharding in ("gradients", "full"):  # per micro-batch (module docstring)
+                params = self._params(cand, s, layers, firsts[s], shares)
+                fsdp = costs.comm_ms("reduce_scatter", 4 * params, dp_groups[s])
+                if cand.sharding == "full":
+                    fsdp += 2 * costs.comm_ms("all_gather", 2 * params, dp_groups[s])
                 extra = max(0.0, fsdp - (f + b))
                 b += extra
                 ex += extra
@@ -390,45 +638,55 @@ class _Estimator:
         busiest = slots.index(slot)
         return micro * slot + bubble + fill, bubble + fill, micro * exposed[busiest] + fill, slots, slot
 
-    def _params(self, cand: Candidate, s: int, layers: int, first_layer: int | None = None) -> float:
+    def _params(self, cand: Candidate, s: int, layers: int, first_layer: int | None = None,
+                shares: tuple[float, float, float] = EVEN) -> float:
         return stage_params(self.model, tp=cand.tp, layers=layers, first=s == 0, last=s == cand.pp - 1,
-                            pp=cand.pp, first_layer=first_layer, ep=cand.ep)
+                            pp=cand.pp, first_layer=first_layer, ep=cand.ep, shares=shares)
 
-    def _split(self, cand: Candidate, s: int, layers: int, first_layer: int) -> tuple[float, float]:
+    def _split(self, cand: Candidate, s: int, layers: int, first_layer: int,
+               shares: tuple[float, float, float] = EVEN) -> tuple[float, float]:
         return stage_param_split(self.model, tp=cand.tp, layers=layers, first=s == 0, last=s == cand.pp - 1,
-                                 pp=cand.pp, first_layer=first_layer, ep=cand.ep)
+                                 pp=cand.pp, first_layer=first_layer, ep=cand.ep, shares=shares)
 
     def sync_ms(self, cand: Candidate, stages: list[int], dp_groups, devices: list[str],
-                fb: list[tuple[float, float]]) -> tuple[float, float, float]:
-        """(gradient sync ms, its exposed part, optimizer ms), each the worst stage's (module docstring)."""
-        costs = self.costs
+                fb: list[tuple[float, float]], positions: list | None = None) -> tuple[float, float, float]:
+        """(gradient sync ms, its exposed part, optimizer ms), each the worst stage's (module docstring);
+        ``positions`` (``mixed_tp``): per device model of the group, its largest shares and its DP groups, each
+        priced and the worst taken."""
         sync = exposed = opt = 0.0
         d = cand.dp * cand.cp
         d_e = max(1, cand.tp * cand.cp * cand.dp // cand.ep)
         firsts = _first_layers(stages)
+        where = positions or [(None, EVEN, dp_groups)]
         for s, layers in enumerate(stages):
-            params, experts = self._split(cand, s, layers, firsts[s])
-            group = dp_groups[s]
-            expert_group = group[::cand.ep] if experts else ()  # ranks holding the same experts (module docstring)
-            f, b = fb[s]
-            if cand.sharding == "replicated":
-                ms = costs.comm_ms("all_reduce", 4 * params, group) + costs.comm_ms("all_reduce", 4 * experts,
-                                                                                     expert_group)
-                hidden = max(0.0, ms - b)
-            elif cand.sharding == "optimizer":
-                rs = costs.comm_ms("reduce_scatter", 4 * params, group) + costs.comm_ms(
-                    "reduce_scatter", 4 * experts, expert_group)
-                ag = costs.comm_ms("all_gather", 2 * params, group) + costs.comm_ms("all_gather", 2 * experts,
-                                                                                     expert_group)
-                ms, hidden = rs + ag, max(0.0, rs - b) + max(0.0, ag - f)
-            else:
-                ms = hidden = 0.0
-            sync = max(sync, ms)
-            exposed = max(exposed, hidden)
-            local = params / d + experts / d_e if cand.sharding != "replicated" else params + experts
-            gbps = costs.devices[devices[s]].memory_gbps or 1000.0
-            opt = max(opt, OPTIMIZER_BYTES_PER_PARAM * local / (gbps * 1e6))
+            for model, shares, groups in where:
+                ms, hidden, op_ms = self._stage_sync(cand, s, layers, firsts[s], shares, groups[s],
+                                                     model or devices[s], fb[s], d, d_e)
+                sync, exposed, opt = max(sync, ms), max(exposed, hidden), max(opt, op_ms)
         return sync, exposed, opt
+
+    def _stage_sync(self, cand: Candidate, s: int, layers: int, first_layer: int, shares, group, device: str,
+                    fb: tuple[float, float], d: int, d_e: int) -> tuple[float, float, float]:
+        """(sync ms, exposed ms, optimizer ms) of stage ``s`` for a rank with ``shares`` on ``device``."""
+        costs = self.costs
+        params, experts = self._split(cand, s, layers, first_layer, shares)
+        expert_group = group[::cand.ep] if experts else ()  # ranks holding the same experts (module docstring)
+        f, b = fb
+        if cand.sharding == "replicated":
+            ms = costs.comm_ms("all_reduce", 4 * params, group) + costs.comm_ms("all_reduce", 4 * experts,
+                                                                                 expert_group)
+            hidden = max(0.0, ms - b)
+        elif cand.sharding in ("optimizer", "gradients"):  # gradients: the last micro-batch's rs (docstring)
+            rs = costs.comm_ms("reduce_scatter", 4 * params, group) + costs.comm_ms(
+                "reduce_scatter", 4 * experts, expert_group)
+            ag = costs.comm_ms("all_gather", 2 * params, group) + costs.comm_ms("all_gather", 2 * experts,
+                                                                                 expert_group)
+            ms, hidden = rs + ag, max(0.0, rs - b) + max(0.0, ag - f)
+        else:
+            ms = hidden = 0.0
+        local = params / d + experts / d_e if cand.sharding != "replicated" else params + experts
+        gbps = costs.devices[device].memory_gbps or 1000.0
+        return ms, hidden, OPTIMIZER_BYTES_PER_PARAM * local / (gbps * 1e6)
 
     def price(self, cand: Candidate, layout: _Layout, stages: list[int], *,
               check_memory: bool = True) -> Priced | tuple[str, str, Memory]:
@@ -444,30 +702,36 @@ class _Estimator:
         for unit_i, (devs, _, _, _) in enumerate(layout.units):
             micro = cand.split[unit_i][1] if cand.split else cand.micro_batches
             for s, (dev, layers) in enumerate(zip(devs, stages)):
-                spec = costs.devices[dev]
-                mem = stage_memory(self.model, tp=cand.tp, cp=cand.cp, dp=cand.dp, pp=cand.pp, stage=s,
-                                   layers=layers, seq=self.seq, micro_batch=cand.micro_batch, micro_batches=micro,
-                                   sharding=cand.sharding, recompute=cand.recompute, virtual=cand.virtual,
-                                   device_bytes=(spec.memory_gib or 0.0) * GIB, device=spec.model, ep=cand.ep,
-                                   first_layer=firsts[s])
-                if not mem.fits and check_memory:
-                    return (f"out of memory on {spec.model} (binding: {mem.binding()})",
-                            f"{cand.label()}: stage {s} needs {mem.describe()}", mem)
-                memory.append(mem)
+                # a mixed TP group: each device model at the largest shares its ranks hold (hocket.search.memory)
+                kinds = [(m, shares) for m, shares, _ in layout.positions] if layout.positions else [(dev, EVEN)]
+                for kind, shares in kinds:
+                    spec = costs.devices[kind]
+                    mem = stage_memory(self.model, tp=cand.tp, cp=cand.cp, dp=cand.dp, pp=cand.pp, stage=s,
+                                       layers=layers, seq=self.seq, micro_batch=cand.micro_batch,
+                                       micro_batches=micro, sharding=cand.sharding, recompute=cand.recompute,
+                                       virtual=cand.virtual, device_bytes=(spec.memory_gib or 0.0) * GIB,
+                                       device=spec.model, ep=cand.ep, first_layer=firsts[s], shares=shares)
+                    if not mem.fits and check_memory:
+                        where = " in a mixed TP group" if layout.positions else ""
+                        held = f" (its uneven shards: {_share_text(shares)})" if layout.positions else ""
+                        return (f"out of memory on {spec.model}{where} (binding: {mem.binding()})",
+                                f"{cand.label()}: stage {s} needs {mem.describe()}{held}", mem)
+                    memory.append(mem)
         step = bubble = exposed = 0.0
         fb = []
         for unit_i, (devs, pairs, _, _) in enumerate(layout.units):
             micro = cand.split[unit_i][1] if cand.split else cand.micro_batches
-            t, b, e, _, _ = self.unit_times(cand, devs, stages, pairs, layout.dp_groups, micro)
+            t, b, e, _, _ = self.unit_times(cand, devs, stages, pairs, layout.dp_groups, micro, layout.fsdp_shares)
             if t > step:
                 step, bubble, exposed, fb = t, b, e, self.last_fb
-        sync, sync_exposed, opt = self.sync_ms(cand, stages, layout.dp_groups, devices, fb)
+        sync, sync_exposed, opt = self.sync_ms(cand, stages, layout.dp_groups, devices, fb, layout.positions)
         step += sync_exposed + opt
         exposed += sync_exposed
         tokens_s = self.global_batch * self.seq / (step / 1e3)
         mfu = tokens_s * self.fpt / (self.peak * 1e12) if self.peak else 0.0
         return Priced(candidate=cand, stages=tuple(stages), step_ms=step, bubble_ms=bubble, exposed_ms=exposed,
-                      dp_ms=sync, dp_exposed_ms=sync_exposed, memory=memory, tokens_per_s=tokens_s, mfu=mfu)
+                      dp_ms=sync, dp_exposed_ms=sync_exposed, memory=memory, tokens_per_s=tokens_s, mfu=mfu,
+                      shards=layout.shards.to_dict() if layout.shards is not None else None)
 
     def _balance(self, cand: Candidate, layout: _Layout, stages: list[int]) -> Candidate | None:
         """Metis-style data balancing over the device blocks (module docstring)."""
@@ -526,6 +790,7 @@ def search_parallel(model, cluster, *, seq: int, global_batch: int | None = None
         raise SearchError(f"the parallel space of {model.name} on {cluster.name} ({cluster.world_size} devices, "
                           f"seq {seq}, global batch {global_batch}) is empty: {reasons or 'no degrees'}")
     costs = _Costs(model, cluster, seq=seq, dtype=dtype, profile=profile, site_space=site_space)
+    costs.tp_across_nodes = (space or ParallelSpace()).tp_across_nodes
     est = _Estimator(model, costs, seq=seq, global_batch=global_batch)
     by_order = {(): (costs, est)}
     for order, permuted in _block_orders(cluster):
@@ -561,6 +826,8 @@ def search_parallel(model, cluster, *, seq: int, global_batch: int | None = None
         raise SearchError(f"{where}: no candidate could be priced: " + "; ".join(mem_pruned))
     priced.sort(key=lambda p: (p.step_ms, p.candidate.label()))
     for p in priced[:rerank]:
+        if p.candidate.grouping == "mixed_tp":  # the simulator runs even TP shards only: analytic figure kept
+            continue
         c_costs, c_est = by_order[p.candidate.order]
         p.simulated_ms = _simulate(p, model, c_costs.cluster, c_costs, c_est, seq=seq)
     head = sorted(priced[:rerank], key=lambda p: (p.best_ms, p.candidate.label()))
@@ -571,7 +838,8 @@ def search_parallel(model, cluster, *, seq: int, global_batch: int | None = None
                          seconds=time.perf_counter() - started, evaluated=len(work),
                          clusters={order: c.cluster for order, (c, _) in by_order.items()},
                          notes=[f"{len(priced)} candidates priced analytically, {min(rerank, len(priced))} "
-                                f"re-ranked by the event simulator", _ep_note(model, sp)])
+                                f"re-ranked by the event simulator", _ep_note(model, sp)]
+                         + _mixed_note(sp, priced, rerank))
 
 
 def _ep_note(model, sp: Space) -> str:
@@ -579,6 +847,20 @@ def _ep_note(model, sp: Space) -> str:
         return "expert parallelism: not searched (a dense model; ep = 1)"
     degrees = sorted({c.ep for c in sp.candidates})
     return f"expert parallelism searched: ep in {degrees} ({model.num_experts} experts, top-{model.num_experts_per_tok})"
+
+
+def _mixed_note(sp: Space, priced: list[Priced], rerank: int) -> list[str]:
+    """What the report says of the ``mixed_tp`` grouping: offered or not (the space's reason), and that its
+    candidates keep their analytic figure in the re-rank."""
+    offered = sum(c.grouping == "mixed_tp" for c in sp.candidates)
+    if offered:
+        kept = sum(p.candidate.grouping == "mixed_tp" for p in priced[:rerank])
+        return [f"mixed_tp: {offered} candidates with tensor-parallel groups over device types (uneven shards by "
+                f"device speed, hocket.plan.shards)" + (f"; {kept} among the best {rerank} keep their analytic "
+                                                        f"figure (the simulator runs even TP shards only)"
+                                                        if kept else "")]
+    reasons = [r for r in sp.pruned if r.startswith("mixed_tp")]
+    return [f"mixed_tp not offered: {reasons[0]}"] if reasons else []
 
 
 def _simulated_steps(build, cluster, costs: _Costs, micro: int, pp: int) -> float:
@@ -619,7 +901,7 @@ def price_candidate(model, cluster, candidate: Candidate, *, seq: int, global_ba
     out = est.price(candidate, layout, split, check_memory=False)
     if not isinstance(out, Priced):
         raise SearchError(f"{candidate.label()}: {out[0]}")
-    if simulate:
+    if simulate and candidate.grouping != "mixed_tp":  # the simulator runs even TP shards only
         out.simulated_ms = _simulate(out, model, cluster, costs, est, seq=seq)
     return out
 
@@ -694,8 +976,13 @@ def _simulate(p: Priced, model, cluster, costs: _Costs, est: _Estimator, *, seq:
     _, _, _, slots, slot = est.unit_times(cand, units[0], list(p.stages), units[1], layout.dp_groups, micro)
     sync, sync_exposed, opt = est.sync_ms(cand, list(p.stages), layout.dp_groups, devices, est.last_fb)
     hidden = 0.0 if cand.grouping == "replicas" else sync - sync_exposed
+    if cand.sharding == "full" and cand.grouping != "replicas":
+        # the simulated graph ends the step with a reduce-scatter and an all-gather of the stage (dp_sync); full
+        # sharding runs its DP collectives per micro-batch instead (``fsdp`` below): that step-end pair is taken off
+        hidden, _, _ = est.sync_ms(replace(cand, sharding="optimizer"), list(p.stages), layout.dp_groups, devices,
+                                   est.last_fb)
     fsdp = 0.0
-    if cand.sharding == "full":
+    if cand.sharding in ("gradients", "full"):
         plain = replace(cand, sharding="optimizer")
         _, _, _, plain_slots, _ = est.unit_times(plain, units[0], list(p.stages), units[1], layout.dp_groups, micro)
         fsdp = micro * max(a - b for a, b in zip(slots, plain_slots))

@@ -14,8 +14,9 @@ Rules (``ParallelSpace`` holds the knobs):
   ``replicas`` grouping the split is uneven, decided by speed (``hocket.search.run``).
 * ``schedule`` is ``1f1b`` or, when ``pp > 1``, ``interleaved`` with ``virtual`` in ``virtual_stages``
   (layers divisible by ``pp * virtual``, micro-batches a multiple of ``pp``: Megatron-LM's rules).
-* ``sharding`` is ``replicated``, ``optimizer`` (ZeRO-1) or ``full`` (ZeRO-3 / FSDP); with ``dp * cp == 1``
-  only ``replicated``.
+* ``sharding`` is ``replicated``, ``optimizer`` (ZeRO-1), ``gradients`` (ZeRO-2: optimizer states and
+  gradients sharded, weights gathered once per step and kept through the backward) or ``full`` (ZeRO-3 /
+  FSDP); with ``dp * cp == 1`` only ``replicated`` (``hocket.search.memory``).
 * ``recompute`` is ``none``, ``selective`` or ``full``.
 * ``ep`` (MoE models only; dense models run ``ep = 1``): every divisor of ``dp`` that divides the routed experts,
   up to ``max_ep`` (``ep_degrees`` restricts them); the EP group is ``ep`` ranks of one data-parallel group
@@ -25,8 +26,17 @@ Rules (``ParallelSpace`` holds the knobs):
   take layers by speed; ``hocket.search.run`` also tries every other order of up to four node groups,
   ``Candidate.order``) and ``replicas`` (each device type's block forms its own data-parallel replicas
   of the same tp x cp x pp shape, the batch split by their speed: Metis's data balancing; needs every
-  block's size to be a multiple of ``tp * cp * pp``). A tensor-parallel group never mixes device types
-  (mixing pays only with uneven TP shards, which hocket's sites do not have).
+  block's size to be a multiple of ``tp * cp * pp``). Under ``stages`` a TP group that straddles a block
+  boundary (a node holding two device types) runs even shards, priced at its slowest device.
+* ``mixed_tp`` (mixed clusters, dense models with standard attention, ``tp > 1``): every tensor-parallel group
+  spans device types, its weights split unevenly by device speed (``hocket.plan.shards``, priced at the slowest
+  rank: ``hocket.search.run``). The groups are formed inside each node (inside the whole cluster when
+  ``tp_across_nodes=True``): a domain of ``N`` devices holding ``c_t`` devices of type ``t`` forms ``N / tp``
+  groups of ``c_t * tp / N`` devices of each type (the ``j``-th group takes the ``j``-th run of each type's
+  ranks), so every group has the same mix (``Candidate.tp_mix``) and every stage the same speed. Offered only
+  where it can pay: every domain splits into groups of one mix of at least two device types whose compute-only
+  bound (``hocket.plan.shards.compute_bound``) exceeds 1; otherwise pruned with the reason (:func:`mixed_groups`).
+  Groups are laid out tp, cp, dp, pp over that rank order, as under ``stages``.
 
 """
 
@@ -38,7 +48,7 @@ from dataclasses import dataclass, field
 from hocket.search.memory import RECOMPUTE, SHARDING
 
 SCHEDULES = ("1f1b", "interleaved")
-GROUPINGS = ("uniform", "stages", "replicas")
+GROUPINGS = ("uniform", "stages", "replicas", "mixed_tp")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +118,8 @@ class Candidate:
     take them (``()``: the cluster file's order)."""
     ep: int = 1
     """expert-parallel degree (MoE models; divides ``dp``)."""
+    tp_mix: tuple[tuple[str, int], ...] = ()
+    """``mixed_tp`` grouping: (device model, devices) of every tensor-parallel group, in the group's rank order."""
 
     def label(self) -> str:
         sched = "1F1B" if self.schedule == "1f1b" else f"i1F1B/v{self.virtual}"
@@ -116,11 +128,12 @@ class Candidate:
             split = " split " + "+".join(f"{r}x{m}" for r, m in self.split)
         order = f" [{'>'.join(m.split()[0] for m in self.order)}]" if self.order else ""
         ep = f" ep{self.ep}" if self.ep != 1 else ""
+        mix = f"[{'+'.join(f'{n}x{m.split()[0]}' for m, n in self.tp_mix)}]" if self.tp_mix else ""
         return (f"tp{self.tp} cp{self.cp} pp{self.pp} dp{self.dp}{ep} mbs{self.micro_batch} m{self.micro_batches} "
-                f"{sched} {self.sharding} rc:{self.recompute} {self.grouping}{order}{split}")
+                f"{sched} {self.sharding} rc:{self.recompute} {self.grouping}{mix}{order}{split}")
 
     def to_dict(self) -> dict:
-        return {k: (list(map(list, v)) if k == "split" else list(v) if k == "order" else v) for k, v in
+        return {k: (list(map(list, v)) if k in ("split", "tp_mix") else list(v) if k == "order" else v) for k, v in
                 ((k, getattr(self, k)) for k in self.__dataclass_fields__)}
 
 
@@ -156,6 +169,80 @@ def device_blocks(cluster) -> list[Block]:
                     blocks.append(Block(device=model, first=rank, size=1))
                 rank += 1
     return blocks
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixedGroups:
+    """The ``mixed_tp`` rank order: its consecutive runs of ``tp`` ranks are the tensor-parallel groups, every
+    one holding ``mix`` (device model, devices) in that order."""
+
+    tp: int
+    order: tuple[int, ...]
+    mix: tuple[tuple[str, int], ...]
+
+    def group(self, index: int) -> tuple[int, ...]:
+        """The ranks of TP group ``index`` (groups laid out tp, cp, dp, pp over ``order``)."""
+        return self.order[index * self.tp:(index + 1) * self.tp]
+
+    @property
+    def label(self) -> str:
+        return "mixed_tp[" + "+".join(f"{n}x{m}" for m, n in self.mix) + "]"
+
+
+def mixed_groups(cluster, tp: int, *, across_nodes: bool = False, dtype: str = "bfloat16") -> MixedGroups | str:
+    """The ``mixed_tp`` groups of ``tp`` ranks (module docstring), or why the cluster has none: groups form inside
+    each node (the whole cluster when ``across_nodes``); every domain must split into groups of one mix of at
+    least two device types whose compute-only bound exceeds 1."""
+    from hocket.cost.compute import achievable_tflops
+    from hocket.plan.shards import compute_bound
+
+    if tp < 2:
+        return "mixed_tp needs tp > 1 (a group of one rank mixes nothing)"
+    if across_nodes:
+        domains = [(list(range(cluster.world_size)), "the cluster")]
+    else:
+        for g_i, group in enumerate(cluster.groups):  # nodes of one group are alike: check each group once
+            if len({island.device.model for island in group.node.islands}) < 2:
+                return (f"mixed_tp: node group {g_i} ({group.node.name}) holds one device type (tp stays within a "
+                        f"node; ParallelSpace(tp_across_nodes=True) lets groups span nodes)")
+        domains, rank = [], 0
+        for n in range(cluster.num_nodes):
+            size = cluster.ranks_per_node(n)
+            domains.append((list(range(rank, rank + size)), f"node {n}"))
+            rank += size
+    order: list[int] = []
+    mix = None
+    for ranks, where in domains:
+        by_type: dict[str, list[int]] = {}
+        for r in ranks:
+            by_type.setdefault(cluster.device(r).model, []).append(r)
+        counts = {m: len(v) for m, v in by_type.items()}
+        if len(by_type) < 2:
+            return f"mixed_tp: {where} holds one device type"
+        size = len(ranks)
+        if size % tp or any(c * tp % size for c in counts.values()):
+            return f"mixed_tp: tp={tp} does not split {where}'s devices {counts} into groups of one mix"
+        here = tuple((m, c * tp // size) for m, c in counts.items())
+        if mix is None:
+            mix = here
+        elif here != mix:
+            return f"mixed_tp: {where} forms groups {here}, another domain {mix} (every group needs one mix)"
+        for j in range(size // tp):
+            for m, per in here:
+                order.extend(by_type[m][j * per:(j + 1) * per])
+    rates = [achievable_tflops(cluster.device(r), dtype) for r in order[:tp]]
+    if compute_bound(rates) <= 1.0 + 1e-9:
+        return "mixed_tp: the group's device types are equally fast (uneven shards cannot gain)"
+    return MixedGroups(tp=tp, order=tuple(order), mix=mix)
+
+
+def mixed_tp_model_reason(model) -> str | None:
+    """Why ``model``'s TP weights are not sized unevenly under ``mixed_tp`` (None: they are)."""
+    if model.is_moe:
+        return "mixed_tp: MoE layers are not sized unevenly (dense models only)"
+    if model.is_mla:
+        return "mixed_tp: MLA attention is not sized unevenly (its down-projections are replicated over tp)"
+    return None
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -198,7 +285,8 @@ def enumerate_space(model, cluster, *, seq: int, global_batch: int, space: Paral
     layers = model.num_hidden_layers
     blocks = device_blocks(cluster)
     mixed = len({b.device for b in blocks}) > 1
-    groupings = ("stages", "replicas") if mixed else ("uniform",)
+    groupings = ("stages", "replicas", "mixed_tp") if mixed else ("uniform",)
+    model_reason = mixed_tp_model_reason(model) if mixed else None
     node_size = min(cluster.ranks_per_node(n) for n in range(cluster.num_nodes))
     for tp in _powers_of_two(min(space.max_tp, world)):
         reason = tp_reason(model, tp)
@@ -207,6 +295,9 @@ def enumerate_space(model, cluster, *, seq: int, global_batch: int, space: Paral
         if reason:
             out.prune(reason, f"tp{tp}")
             continue
+        mix = None
+        if mixed:
+            mix = model_reason or mixed_groups(cluster, tp, across_nodes=space.tp_across_nodes)
         for cp in space.cp_degrees:
             if cp > 1 and seq < space.cp_from_seq:
                 out.prune(f"cp>1 only for seq >= {space.cp_from_seq}", f"tp{tp} cp{cp}")
@@ -229,14 +320,20 @@ def enumerate_space(model, cluster, *, seq: int, global_batch: int, space: Paral
                 for ep in ep_degrees(model, dp, space, out, f"tp{tp} cp{cp} pp{pp} dp{dp}"):
                     for grouping in groupings:
                         _expand(out, space, model, blocks, tp=tp, cp=cp, pp=pp, dp=dp, grouping=grouping,
-                                global_batch=global_batch, seq=seq, ep=ep)
+                                global_batch=global_batch, seq=seq, ep=ep, mix=mix)
     return out
 
 
 def _expand(out: Space, space: ParallelSpace, model, blocks: list[Block], *, tp: int, cp: int, pp: int, dp: int,
-            grouping: str, global_batch: int, seq: int, ep: int = 1) -> None:
+            grouping: str, global_batch: int, seq: int, ep: int = 1, mix: MixedGroups | str | None = None) -> None:
     layers = model.num_hidden_layers
     where = f"tp{tp} cp{cp} pp{pp} dp{dp}" + (f" ep{ep}" if ep != 1 else "") + f" {grouping}"
+    tp_mix: tuple[tuple[str, int], ...] = ()
+    if grouping == "mixed_tp":
+        if not isinstance(mix, MixedGroups):
+            out.prune(mix or "mixed_tp: not a mixed cluster", where)
+            return
+        tp_mix = mix.mix
     if grouping == "replicas" and ep > 1:
         out.prune("ep > 1 under the replicas grouping (EP groups would span device blocks)", where)
         return
@@ -278,4 +375,4 @@ def _expand(out: Space, space: ParallelSpace, model, blocks: list[Block], *, tp:
                     out.candidates.append(Candidate(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=mbs,
                                                     micro_batches=micro, schedule=sched, virtual=v,
                                                     sharding=sharding, recompute=recompute, grouping=grouping,
-                                                    ep=ep))
+                                                    ep=ep, tp_mix=tp_mix))

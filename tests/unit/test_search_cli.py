@@ -19,6 +19,8 @@ def test_search_prints_the_ranking_and_writes_a_plan_simulate_reads(tmp_path, ca
     assert "6*N + 12*L*q*S" in report["search"]["flops_formula"]
     winner = report["search"]["ranked"][0]["candidate"]
     assert report["parallel"]["tp"] == winner["tp"] and report["parallel"]["pp"] == winner["pp"]
+    assert report["parallel"]["sharding"] == winner["sharding"]
+    assert report["parallel"]["dp_sync"] == ("all_reduce" if winner["sharding"] == "replicated" else "reduce_scatter")
     if winner["cp"] == 1:
         assert main(["simulate", "--plan", str(out), "--json"]) == 0
 

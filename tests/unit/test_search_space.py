@@ -30,9 +30,10 @@ def test_degrees_on_one_node_are_hand_countable():
 def test_sharding_levels_need_more_than_one_replica():
     sp = ParallelSpace(micro_batch_sizes=(1,), schedules=("1f1b",), recomputes=("none",), cp_degrees=(1,))
     space = enumerate_space(TINY, load_preset("h100x8"), seq=1024, global_batch=8, space=sp)
-    # five degree triples with dp > 1 take three sharding levels, tp2 pp4 dp1 only "replicated"
-    assert len(space.candidates) == 5 * 3 + 1
+    # five degree triples with dp > 1 take the four sharding levels, tp2 pp4 dp1 only "replicated"
+    assert len(space.candidates) == 5 * 4 + 1
     assert {c.sharding for c in space.candidates if c.dp == 1} == {"replicated"}
+    assert sum(c.sharding == "gradients" for c in space.candidates) == 5
 
 
 def test_interleaving_rules_prune_with_reasons():

@@ -28,7 +28,7 @@ then moves them to the host (``HOST_SYNC_US``: the host waits for the device to 
 idle), and every block is its rows. ``padded``: no host sync; every rank pair's block has the fixed capacity
 ``L = tokens x min(topk, e_local)`` rows (:attr:`MoeSite.padded_rows` ``= world x L`` per rank; a piece's
 capacity as ``hocket.ops.moe_layout`` bounds it), so the all-to-all moves the capacities, the pack zeroes the
-padded send buffer, and the GEMM's reorders (expert-major gather and scatter back) pass over the padded rows;
+padded send buffer, and the GEMM's reorder (source-major to expert-major or back) passes over the padded rows;
 the grouped GEMM itself computes the real rows (its group offsets stop before the padding).
 
 **Grouped GEMM** (:func:`grouped_gemm_ms`): the larger of its compute and its weight reads.
@@ -69,16 +69,17 @@ HOST_SYNC_US = {"gpu": 20.0, "cpu": 0.0}
 """Host microseconds of the split sizes' trip to the host (``.tolist()`` of the exchanged counts): on a GPU a
 device-to-host copy and a stream synchronize (~10 us) and the issue of the next kernels from an idle queue
 (~10 us); on CPU ranks the counts are already host memory (the all-gather's own cost is priced apart)."""
-SITE_OPS = 100
+SITE_OPS = 60
 """torch ops one MoE half's call runs besides its GEMMs and transfers (its layout's piece maps, gathers and
-scatters): 204 top-level aten ops per layer of two sites under ``sequential`` (``torch.profiler`` on gloo,
-world 2, ``hocket.ops.moe_experts``, 2026-12-01)."""
-PIECE_OPS = 160
-"""torch ops each piece beyond the first adds to a site's call (its piece map, gathers, scatters): 580 and 1074
-top-level aten ops per layer for ``token_blocks(2)`` and ``(4)`` against 204 for ``sequential`` (145 to 188 per
-extra piece and site). Each is one op dispatch of host time (``hocket.cost.compute.launch_ms``: CPU ranks
-15 us; 2 ms per extra piece and site measured on CPU ranks at tiny shapes); on GPUs a launch each on the issue
-chain. The executor computes every piece's map before it issues the first all-to-all."""
+scatters): 119 top-level aten ops per layer of two sites under ``sequential`` (``torch.profiler`` of one
+``hocket.ops.moe_experts`` forward call with fresh routing, so the maps are rebuilt; gloo, world 2, 256 tokens,
+4 local experts, k 2; 2026-12-02)."""
+PIECE_OPS = 80
+"""torch ops each piece beyond the first adds to a site's call (its piece map, gathers, scatters): 314 and 516
+top-level aten ops per layer for ``token_blocks(2)`` and ``(4)`` against 119 for ``sequential`` (the same
+profile as :data:`SITE_OPS`: 98 and 66 per extra piece and site). Each is one op dispatch of host time
+(``hocket.cost.compute.launch_ms``: CPU ranks 15 us); on GPUs a launch each on the issue chain. The executor
+computes every piece's map before it issues the first all-to-all."""
 RULE_KEY = ("moe_grouped_rule",)
 """where a builder's :class:`GroupedGemmRule` override is kept (``StageBuilder.memo``)."""
 
@@ -313,8 +314,10 @@ def add_memory(b, name: str, nbytes: float, *, deps=(), piece: int = 0, op: str)
 
 
 def add_grouped(b, piece_of: Piece, *, deps=(), piece: int = 0, op: str = "grouped_gemm") -> int:
-    """The site's grouped GEMM of a piece over its real rows (the GEMM's group offsets skip padding), with the
-    reorder of the piece's buffer into expert-major order and back (a gather and a scatter of its rows)."""
+    """The site's grouped GEMM of a piece over its real rows (the GEMM's group offsets skip padding), with the one
+    reorder between the all-to-all's source-major rows and the GEMM's expert-major ones (``hocket.ops.moe_layout``):
+    in the dispatch flow a gather of the piece's input rows (``k`` wide), in the combine flow a scatter of its
+    output rows (``n`` wide). A weight-gradient GEMM reads the expert-major rows as they are (no reorder)."""
     site = b.site
     k, n = site.gemm_k_n
     padded = split_mode(b.plan) == "padded"
@@ -323,7 +326,9 @@ def add_grouped(b, piece_of: Piece, *, deps=(), piece: int = 0, op: str = "group
     gemm = b.remembered(("grouped", groups), lambda: grouped_gemm_ms(
         b.device, groups, k=k, n=n, dtype=site.dtype, itemsize=site.itemsize, calibration=b.calibration,
         rule=rule_of(b), level_m=level, sustained=b.sustained))
-    reorder_bytes = 2.0 * piece_of.buffer_rows(padded) * (k + n) * site.itemsize if site.world > 1 else 0.0
+    width = k if flow(site) == "dispatch" else n
+    moves = site.world > 1 and op == "grouped_gemm"
+    reorder_bytes = 2.0 * piece_of.buffer_rows(padded) * width * site.itemsize if moves else 0.0  # read + write
     ms = gemm + (memory_ms(b.device, reorder_bytes, launches=0) if reorder_bytes else 0.0)
     name = f"{'gemm' if op == 'grouped_gemm' else 'wgrad'}[{piece_of.name}]"
     return add_compute(b, name, ms, deps=deps, piece=piece, op=op, flops=2.0 * sum(groups) * k * n,

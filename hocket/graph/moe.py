@@ -15,10 +15,20 @@ Graph pass (``hocket.compile``): :func:`moe_graph_pass` runs on Dynamo's graph b
 layer (:mod:`hocket.graph.moe_find`), plans it as an ``a2a_mm`` + ``mm_a2a`` pair (:class:`hocket.core.moe.MoeSite`
 with uniform routing: the counts are data, unknown while compiling) and rewrites it
 (:mod:`hocket.graph.moe_rewrite`) when its plan is not sequential (or ``PassConfig.rewrite_sequential``). The
-split sizes' ``.tolist()`` breaks Dynamo's graph unless ``torch._dynamo.config.capture_scalar_outputs`` is True
-(:func:`capture_split_sizes`); with a break the dispatch's rows arrive as graph inputs and the layer is left
-alone with that reason. A layer left alone keeps torchtitan's all-to-alls, and the post-autograd pass moves
-independent compute (the shared expert) into their gaps (:func:`all_to_all_ms` prices them).
+plan is fixed when compiling (uniform routing; the compiled layer runs it whatever the routing). The rewritten
+call traces into ``torch.ops.hocket.moe_route`` and the two MoE ops (:mod:`hocket.ops.moe_traced`), so
+:func:`compile_with_moe` hands the whole graph, the layer's forward and backward included, to AOTAutograd and the
+inner backend in one piece. A shared expert added to the layer's output stays in the graph, computed after the
+call; it is priced with the layer (``MoeSite.shared_ffn``), and where the plan is ``shared_overlap`` the layer is
+left alone (:data:`SHARED_LEFT`), so the post-autograd pass overlaps the shared expert with torchtitan's
+all-to-alls instead.
+
+The split sizes' ``.tolist()`` breaks Dynamo's graph unless ``torch._dynamo.config.capture_scalar_outputs`` is
+True, and ``splits="exchanged"`` needs ``capture_dynamic_output_shape_ops`` (data-dependent row counts):
+:func:`capture_split_sizes` sets both. With a break the dispatch's rows arrive as graph inputs and the layer is
+left alone with that reason; without dynamic output shapes an exchanged plan is left alone with its reason. A
+layer left alone keeps torchtitan's all-to-alls, and the post-autograd pass moves independent compute (the
+shared expert) into their gaps (:func:`all_to_all_ms` prices them).
 """
 
 from __future__ import annotations
@@ -36,7 +46,12 @@ from hocket.core.plan import SEQUENTIAL, Plan, as_plan
 logger = logging.getLogger("hocket.compile")
 
 NOT_MOE_PLAN = "plan_for's plan does not run hocket.ops.moe_experts; the layer stays as traced"
-REPLAN_NOTE = "plan shown for uniform routing; each call plans its own routing (plan=None)"
+SHARED_LEFT = ("shared_overlap chosen: a rewritten call runs the shared expert after it under torch.compile, so "
+               "torchtitan's all-to-alls stay and whole-graph reordering moves the shared expert into their gaps")
+REPLAN_NOTE = "plan chosen for uniform routing when compiling; the compiled layer runs it whatever the routing"
+NO_DYNAMIC_ROWS = ("splits='exchanged' gives data-dependent row counts, which this trace cannot hold: set "
+                   "torch._dynamo.config.capture_dynamic_output_shape_ops = True (hocket.graph.moe."
+                   "capture_split_sizes() and compile_moe() do), or pass a plan with splits='padded'")
 ROUTED_EXPERTS = "RoutedExperts"
 """torchtitan's class name of the dispatcher + experts module (``torchtitan.models.common.moe``)."""
 
@@ -44,8 +59,10 @@ ROUTED_EXPERTS = "RoutedExperts"
 @contextlib.contextmanager
 def capture_split_sizes() -> Iterator[None]:
     """Trace ``.tolist()``/``.item()`` into the graph (``torch._dynamo.config.capture_scalar_outputs``), so a
-    dispatcher's split sizes stay in one graph with its all-to-alls (needed for the pass to find the layer)."""
-    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+    dispatcher's split sizes stay in one graph with its all-to-alls (needed for the pass to find the layer), and
+    allow ops with data-dependent output sizes (``capture_dynamic_output_shape_ops``: the MoE ops' row counts
+    under ``splits="exchanged"``)."""
+    with torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True):
         yield
 
 
@@ -144,8 +161,9 @@ def use_hocket_experts(model: nn.Module, **options) -> int:
 # -- graph pass ------------------------------------------------------------------------------
 
 def moe_site(match: object, shared: object = None) -> MoeSite:
-    """The ``a2a_mm`` site of a matched layer, with uniform routing (the counts are data). A folded shared
-    expert's width is its parameters' elements over ``3 * hidden`` (a SwiGLU feed-forward's three matrices)."""
+    """The ``a2a_mm`` site of a matched layer, with uniform routing (the counts are data). A shared expert found
+    beside the layer (:func:`hocket.graph.moe_rewrite.find_shared`) sets ``shared_ffn``: its parameters' elements
+    over ``3 * hidden`` (a SwiGLU feed-forward's three matrices)."""
     from hocket.core.site import canonical_dtype
     from hocket.graph.moe_find import shape_of
     from hocket.graph.planning import group_ranks
@@ -158,6 +176,21 @@ def moe_site(match: object, shared: object = None) -> MoeSite:
     return MoeSite(kind="a2a_mm", tokens=match.tokens, hidden=match.hidden, ffn=match.ffn, experts=match.experts,
                    topk=match.topk, world=match.world, dtype=canonical_dtype(match.compute_dtype),
                    shared_ffn=shared_ffn, direction="forward", ranks=ranks if len(ranks) == match.world else ())
+
+
+def dynamic_rows_allowed(graph: fx.Graph) -> bool:
+    """Whether the trace that produced ``graph`` may hold ops with data-dependent output sizes (its ShapeEnv
+    allows them: ``torch._dynamo.config.capture_dynamic_output_shape_ops``), which ``splits="exchanged"`` needs."""
+    from torch._guards import detect_fake_mode
+
+    from hocket.graph.moe_find import value
+
+    fakes = [v for v in (value(n) for n in graph.nodes if n.op == "placeholder") if isinstance(v, torch.Tensor)]
+    try:
+        shape_env = getattr(detect_fake_mode(fakes), "shape_env", None)
+    except AssertionError:  # inputs of several fake modes: not a graph Dynamo traced
+        return False
+    return bool(getattr(shape_env, "allow_dynamic_output_shape_ops", False))
 
 
 def _predict_ms(site: MoeSite, plan: Plan, planner: object) -> float | None:
@@ -220,9 +253,13 @@ def moe_graph_pass(graph: fx.Graph, *, planner: object, config: object, name: st
             reason = "rewriting is switched off"
         elif note.startswith(NOT_MOE_PLAN):
             reason, note = note, ""
+        elif plan.strategy == "shared_overlap":
+            reason = SHARED_LEFT
         elif plan.strategy == "sequential" and not getattr(config, "rewrite_sequential", False):
             reason = ("sequential chosen (no plan predicted faster; torchtitan's all-to-alls stay and their gaps are "
                       "filled)")
+        elif plan.splits != "padded" and not dynamic_rows_allowed(graph):
+            reason = NO_DYNAMIC_ROWS
         seq_ms, plan_ms = _predict_ms(site, Plan(splits="exchanged"), planner), _predict_ms(site, plan, planner)
         if not reason and source == "predicted" and plan.strategy != "sequential" and seq_ms and plan_ms is not None:
             fraction = (seq_ms - plan_ms) / seq_ms
@@ -231,14 +268,12 @@ def moe_graph_pass(graph: fx.Graph, *, planner: object, config: object, name: st
                           f"{config.min_saving_fraction:.0%}; torchtitan's all-to-alls stay for reordering")
         nodes = (item.dispatch.name, item.combine.name)
         if not reason:
-            replan = source == "predicted"
-            rewrite_moe(graph, item, plan=plan, shared=shared, replan=replan)
-            if replan:
+            rewrite_moe(graph, item, plan=plan)
+            if source == "predicted":
                 note = "; ".join(x for x in (note, REPLAN_NOTE) if x)
         records.append(MoeSiteRecord(graph=name, site=site, plan=plan, source=source, rewritten=not reason,
-                                     reason=reason, nodes=nodes, shared=bool(shared) and not reason,
-                                     predicted_sequential_ms=seq_ms, predicted_ms=plan_ms if not reason else seq_ms,
-                                     note=note))
+                                     reason=reason, nodes=nodes, predicted_sequential_ms=seq_ms,
+                                     predicted_ms=plan_ms if not reason else seq_ms, note=note))
     graph.lint()
     return GraphReport(graph=name, direction="forward", left_alone=tuple(left), moe_sites=tuple(records))
 
@@ -273,71 +308,44 @@ MOE_CALL = "hocket_moe"
 """``node.meta`` key of a rewritten layer's call (its value: the plan's JSON)."""
 
 
-class _Compiled(nn.Module):
-    """A piece of a split graph, compiled by the inner backend (``torch.compile`` calls it with ``*args``)."""
-
-    def __init__(self, compiled: object, single: bool) -> None:
-        super().__init__()
-        self.compiled, self.single = compiled, single
-
-    def forward(self, *args):
-        out = self.compiled(*args)
-        return out[0] if self.single else out
-
-
 def compile_with_moe(gm: fx.GraphModule, example_inputs: list, rewriter: object, inner: object) -> object:
-    """The backends' entry: rewrite ``gm``'s MoE layers (:func:`run_moe_pass`), then compile it with ``inner``
-    (AOTAutograd + hocket's post-autograd pass). A rewritten layer's ``hocket.ops.moe_experts`` call cannot be
-    traced (its split sizes and cross-rank checks are host work on real tensors), so ``gm`` is split around
-    every such call: the pieces between are compiled by ``inner``, the calls run eagerly with autograd, as
-    torchtitan's own ``.tolist()`` already makes the host wait there."""
+    """The backends' entry: rewrite ``gm``'s MoE layers (:func:`run_moe_pass`), then compile the whole graph with
+    ``inner`` (AOTAutograd + hocket's post-autograd pass). A rewritten layer is a call of
+    :func:`hocket.ops.moe_traced.traced_moe_experts`, which traces into ``torch.ops.hocket.moe_route`` and the two
+    MoE ops, so its forward and backward are part of the compiled graphs. If the rewritten graph fails to compile,
+    the graph as traced is compiled instead and the layers' records say why (every rank fails alike: the graphs
+    and the error are the same)."""
+    from hocket.graph.moe_find import has_split_lists, op_name
+    from hocket.graph.transplant import PASS_ERRORS, copy_graph, transplant
+
+    if not any(op_name(n) == "a2a" and has_split_lists(n) for n in gm.graph.nodes):
+        return inner(gm, example_inputs)  # no MoE layer can be in it
+    traced = copy_graph(gm.graph)
     if not run_moe_pass(gm, rewriter):
         return inner(gm, example_inputs)
-    from torch._guards import detect_fake_mode
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.split_module import split_module
-
-    part: dict[fx.Node, int] = {}
-    index = 0
-    for node in gm.graph.nodes:
-        if MOE_CALL in node.meta:
-            part[node] = index + 1
-            index += 2
-        else:
-            part[node] = index
-    split = split_module(gm, None, lambda node: part[node], keep_original_order=True)
-    calls = {f"submod_{part[n]}" for n in gm.graph.nodes if MOE_CALL in n.meta}
-    fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
-    fake_inputs = [fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) and not _is_fake(t) else t
-                   for t in example_inputs]
-
-    class Pieces(fx.Interpreter):
-        def call_module(self, target, args, kwargs):
-            sub = self.fetch_attr(target)
-            if target in calls:
-                (call,) = [n for n in sub.graph.nodes if MOE_CALL in n.meta]
-                out = call.meta["example_value"]
-                grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
-                return torch.empty(out.shape, dtype=out.dtype, device=out.device, requires_grad=grad)
-            output = next(n for n in sub.graph.nodes if n.op == "output")
-            single = not isinstance(output.args[0], (tuple, list))
-            if single:  # AOTAutograd compiles graphs with tuple outputs
-                output.args = ((output.args[0],),)
-                sub.recompile()
-            compiled = inner(sub, list(args))
-            result = sub(*args, **kwargs)
-            setattr(split, target, _Compiled(compiled, single))
-            return result[0] if single else result
-
-    with fake_mode:
-        Pieces(split).run(*fake_inputs)
-    return split
+    try:
+        return inner(gm, example_inputs)
+    except PASS_ERRORS as exc:
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        logger.warning("hocket's rewritten MoE graph failed to compile; compiling it as traced: %s", error)
+        transplant(gm.graph, traced)
+        gm.recompile()
+        _undo_records(rewriter.log, f"the rewritten graph failed to compile ({error}); left as traced, please report")
+    return inner(gm, example_inputs)
 
 
-def _is_fake(t: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import is_fake
+def _undo_records(log: object, reason: str) -> None:
+    """Mark the rewritten layers of the last MoE report in ``log`` as left alone with ``reason``."""
+    import dataclasses
 
-    return is_fake(t)
+    for i in range(len(log.reports) - 1, -1, -1):
+        report = log.reports[i]
+        if report.graph.startswith("moe#"):
+            records = tuple(dataclasses.replace(r, rewritten=False, reason=reason,
+                                                predicted_ms=r.predicted_sequential_ms) if r.rewritten else r
+                            for r in report.moe_sites)
+            log.reports[i] = dataclasses.replace(report, moe_sites=records)
+            return
 
 
 def all_to_all_ms(start: fx.Node, direction: str, planner: object) -> float | None:

@@ -4,6 +4,9 @@
 from hocket.graph.moe_compile import compile_moe
 model = compile_moe(model, backend="aot_eager")   # hocket.compile, split sizes traced
 ```
+
+The rewritten layers trace into hocket's MoE ops, so each Dynamo graph is compiled by the backend in one piece
+(the layers' forward and backward included).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from hocket.graph.moe import capture_split_sizes
 
 
 def compile_moe(model: nn.Module, **options) -> nn.Module:
-    """``hocket.compile(model, **options)`` whose calls run under :func:`capture_split_sizes`.
+    """``hocket.compile(model, **options)`` whose calls run under :func:`capture_split_sizes` (the split sizes'
+    ``.tolist()`` traced, and data-dependent output sizes allowed for ``splits="exchanged"``).
 
     torchtitan's dispatcher calls ``.tolist()`` inside a context manager Dynamo cannot resume in; without
     ``capture_scalar_outputs`` Dynamo runs the whole ``RoutedExperts.forward`` eagerly, so no graph holds the

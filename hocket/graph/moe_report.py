@@ -2,7 +2,7 @@
 
 A layer is two sites of one routing (:class:`hocket.core.moe.MoeSite`): ``a2a_mm`` (dispatch + the gate/up
 grouped GEMM) and ``mm_a2a`` (the down grouped GEMM + combine). The record keeps both, the plan, and what
-became of the layer (rewritten into ``hocket.ops.moe_experts``, or left as traced and why).
+became of the layer (rewritten into ``hocket.ops.moe_experts``'s traced ops, or left as traced and why).
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ class MoeSiteRecord:
     """why the layer was left as traced (empty when rewritten)."""
     nodes: tuple[str, ...] = ()
     """the dispatch and combine all-to-all nodes, as named in the graph."""
-    shared: bool = False
-    """the shared expert was folded into the call (computed while the all-to-alls are in flight)."""
     predicted_sequential_ms: float | None = None
     predicted_ms: float | None = None
     note: str = ""
@@ -66,8 +64,6 @@ class MoeSiteRecord:
 
     def format_row(self) -> str:
         status = "rewritten into hocket.ops.moe_experts" if self.rewritten else f"left alone: {self.reason}"
-        if self.shared:
-            status += " (shared expert in the all-to-all gaps)"
         if self.note:
             status += f"; {self.note}"
         return (f"  {self.graph:<12} {'a2a_mm+mm_a2a':<14} {self.shape():<24} {self.site.dtype:<9} "
@@ -77,6 +73,6 @@ class MoeSiteRecord:
     def to_dict(self) -> dict:
         return {"graph": self.graph, "kind": self.kind, "sites": [s.to_dict() for s in self.sites],
                 "plan": self.plan.to_dict(), "source": self.source, "rewritten": self.rewritten,
-                "reason": self.reason, "nodes": list(self.nodes), "shared": self.shared,
+                "reason": self.reason, "nodes": list(self.nodes),
                 "predicted_sequential_ms": self.predicted_sequential_ms, "predicted_ms": self.predicted_ms,
                 "note": self.note}

@@ -1,15 +1,18 @@
-"""Rewrite a matched MoE layer (:class:`hocket.graph.moe_find.MoeMatch`) into one ``hocket.ops.moe_experts`` call.
+"""Rewrite a matched MoE layer (:class:`hocket.graph.moe_find.MoeMatch`) into one ``moe_experts`` call.
 
-The rewrite runs on Dynamo's graph, before AOTAutograd, so the operator's own autograd (its two custom ops,
-``torch.ops.hocket.all_to_all_grouped_mm`` / ``grouped_mm_all_to_all``) gives the backward too. The call reads
-the layer's tokens, expert ids, routing scores and the grouped GEMMs' own weight operands (``w_gate_up`` is the
-gate and up operands concatenated along their last dim; ``w_down`` the down operand), all in the grouped GEMMs'
-dtype, and returns the combined rows in the scatter-add's dtype. Everything the layer computed only for itself
-(the count exchange, the split sizes' ``.tolist()``, the permutations, both all-to-alls) is erased.
-
-A shared expert added to the layer's output (``out + shared(x)``, torchtitan's ``MoE.forward``) whose
-computation reads nothing of the layer is folded in as ``shared=``: hocket computes it while the all-to-alls are
-in flight. Its nodes move into a small ``GraphModule`` called with the same inputs.
+The rewrite runs on Dynamo's graph, before AOTAutograd. The new node calls
+:func:`hocket.ops.moe_traced.traced_moe_experts` (``moe_experts``'s path under ``torch.compile``) with the plan
+fixed, so AOTAutograd traces it into ``torch.ops.hocket.moe_route``, ``all_to_all_grouped_mm`` and
+``grouped_mm_all_to_all`` (forward, and through their autograd the backward) and the inner backend compiles the
+whole graph in one piece. The call reads the layer's tokens, expert ids, routing scores and the grouped GEMMs'
+own weight operands (``w_gate_up`` is the gate and up operands concatenated along their last dim; ``w_down`` the
+down operand), all in the grouped GEMMs' dtype, and returns the combined rows in the scatter-add's dtype.
+Everything the layer computed only for itself (the count exchange, the split sizes' ``.tolist()``, the
+permutations, both all-to-alls) is erased. A shared expert added to the output (torchtitan's ``MoE.forward``)
+stays in the graph as traced, computed after the call. :func:`find_shared` finds it (a computation that reads only
+the layer's tokens and parameters, added to the layer's output), so the pass can price the layer with it: where
+overlapping it is the plan (``shared_overlap``), the layer is left alone and whole-graph reordering moves the shared
+expert into the gaps of torchtitan's all-to-alls instead.
 """
 
 from __future__ import annotations
@@ -21,23 +24,6 @@ from torch import fx
 
 from hocket.core.plan import Plan
 from hocket.graph.moe_find import MoeMatch, op_name, reachable, shape_of, source
-
-
-@dataclass(frozen=True, kw_only=True)
-class SharedExpert:
-    """A computation ``s`` with ``out + s`` the layer's result and no dependence on the layer."""
-
-    add: fx.Node
-    """the ``out + s`` node (replaced by the call's result)."""
-    routed_side: fx.Node
-    """the operand of ``add`` that is (a reshape of) the layer's output."""
-    nodes: tuple[fx.Node, ...]
-    """the shared expert's nodes, graph order (moved into its module)."""
-    inputs: tuple[fx.Node, ...]
-    """what those nodes read from the rest of the graph (the module's arguments)."""
-    token_input: int
-    """which of ``inputs`` is the layer's tokens (the others are parameters)."""
-    result: fx.Node
 
 
 def _ancestors(node: fx.Node) -> set[fx.Node]:
@@ -66,8 +52,25 @@ def _pure(node: fx.Node) -> bool:
     return not node.is_impure()
 
 
+@dataclass(frozen=True, kw_only=True)
+class SharedExpert:
+    """A computation ``s`` with ``out + s`` the layer's result and no dependence on the layer."""
+
+    add: fx.Node
+    """the ``out + s`` node (replaced by the call's result)."""
+    routed_side: fx.Node
+    """the operand of ``add`` that is (a reshape of) the layer's output."""
+    nodes: tuple[fx.Node, ...]
+    """the shared expert's nodes, graph order (moved into its module)."""
+    inputs: tuple[fx.Node, ...]
+    """what those nodes read from the rest of the graph (the module's arguments)."""
+    token_input: int
+    """which of ``inputs`` is the layer's tokens (the others are parameters)."""
+    result: fx.Node
+
+
 def find_shared(graph: fx.Graph, match: MoeMatch) -> SharedExpert | None:
-    """The shared expert added to ``match``'s output (module docstring), or None."""
+    """The shared expert added to ``match``'s output (module docstring), or None. Read only: nothing moves."""
     chain = reachable(match.out)
     if any(u not in chain and op_name(u) != "add" for n in chain for u in n.users):
         return None  # the routed output is read elsewhere: the sum without the shared expert is needed
@@ -121,65 +124,23 @@ def _is_parameter(node: fx.Node) -> bool:
     return node.op == "placeholder" and "_parameters_" in str(node.target)
 
 
-def _shared_module(owner: fx.GraphModule | None, shared: SharedExpert) -> fx.GraphModule:
-    sub = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
-    for i, node in enumerate(shared.inputs):
-        env[node] = sub.placeholder(f"shared_in_{i}")
-        env[node].meta = dict(node.meta)
-    for node in shared.nodes:
-        env[node] = sub.node_copy(node, lambda n: env[n])
-    sub.output(env[shared.result])
-    return fx.GraphModule(owner if owner is not None else torch.nn.Module(), sub, class_name="HocketSharedExpert")
-
-
-class SharedExpertCall(torch.nn.Module):
-    """The folded shared expert as ``moe_experts`` takes it: a module whose ``parameters()`` are the graph's
-    parameter inputs it reads (so the operator can run it in the dispatch's gap and still give their gradients)."""
-
-    def __init__(self, fn: object, params: list[torch.Tensor]) -> None:
-        super().__init__()
-        self.fn = fn
-        self._inputs = list(params)
-
-    def parameters(self, recurse: bool = True):
-        return iter(self._inputs)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fn(x)
-
-
 def _resolve_group(group_name: str) -> object:
     from torch.distributed.distributed_c10d import _resolve_process_group
 
     return _resolve_process_group(group_name)
 
 
-def moe_call(*, group: object, plan: Plan | None, topk: int, compute_dtype: torch.dtype, out_dtype: torch.dtype,
-             shared_module: fx.GraphModule | None = None, token_input: int = 0) -> object:
-    """The function a rewritten graph calls: ``(x, ids, scores, w_gate_up, w_down, *shared_inputs) -> out``.
+def moe_call(*, group: object, plan: Plan, topk: int, compute_dtype: torch.dtype, out_dtype: torch.dtype) -> object:
+    """The function a rewritten graph calls: ``(x, ids, scores, w_gate_up, w_down) -> out``, traced by
+    AOTAutograd into :func:`hocket.ops.moe_traced.traced_moe_experts`'s ops (``plan`` fixed)."""
 
-    The shared expert reads the tokens as traced (their dtype and shape, full precision) with the gradient of
-    the tokens ``moe_experts`` hands it, so its input gradient flows through the operator's autograd."""
+    def hocket_moe_experts(x, ids, scores, w_gate_up, w_down):
+        from hocket.ops.moe_traced import traced_moe_experts
 
-    def hocket_moe_experts(x, ids, scores, w_gate_up, w_down, *shared_inputs):
-        from hocket.ops import moe_experts
-
-        tokens, hidden = x.shape
-        shared = None
-        if shared_module is not None:
-            def run_shared(routed_x):
-                args = list(shared_inputs)
-                traced = args[token_input]
-                args[token_input] = traced.detach() + (routed_x - routed_x.detach()).to(traced.dtype).reshape(
-                    traced.shape)
-                return shared_module(*args).reshape(tokens, hidden).to(compute_dtype)
-
-            params = [t for i, t in enumerate(shared_inputs) if i != token_input]
-            shared = SharedExpertCall(run_shared, params)
+        tokens = x.shape[0]
         weights = scores.reshape(tokens, topk).to(compute_dtype)
-        out = moe_experts(x.to(compute_dtype), ids.reshape(tokens, topk), weights, w_gate_up, w_down, group,
-                          shared=shared, plan=plan)
+        out = traced_moe_experts(x.to(compute_dtype), ids.reshape(tokens, topk), weights, w_gate_up, w_down, group,
+                                 plan=plan)
         return out.to(out_dtype)
 
     return hocket_moe_experts
@@ -202,31 +163,20 @@ def _region(out: fx.Node) -> set[fx.Node]:
     return region
 
 
-def rewrite_moe(graph: fx.Graph, match: MoeMatch, *, plan: Plan, shared: SharedExpert | None = None,
-                replan: bool = False) -> fx.Node:
-    """Replace ``match`` (and ``shared``, if given) by one call of ``hocket.ops.moe_experts``; returns its node.
-    The call runs ``plan``, or with ``replan`` plans every call for its own routing (``plan=None``)."""
+def rewrite_moe(graph: fx.Graph, match: MoeMatch, *, plan: Plan) -> fx.Node:
+    """Replace ``match`` by one call that traces into hocket's MoE ops (module docstring); returns its node."""
     region = _region(match.out)
     keep = _ancestors(match.x) | _ancestors(match.ids) | _ancestors(match.scores)
     keep |= _ancestors(match.b_gate) | _ancestors(match.b_up) | _ancestors(match.b_down)
-    out_dtype = match.out.meta.get("example_value", match.out.meta.get("val")).dtype
-    shared_module = _shared_module(graph.owning_module, shared) if shared is not None else None
-    call = moe_call(group=_resolve_group(match.group_name), plan=None if replan else plan, topk=match.topk,
-                    compute_dtype=match.compute_dtype, out_dtype=out_dtype, shared_module=shared_module,
-                    token_input=shared.token_input if shared is not None else 0)
+    out_value = match.out.meta.get("example_value", match.out.meta.get("val"))
+    call = moe_call(group=_resolve_group(match.group_name), plan=plan, topk=match.topk,
+                    compute_dtype=match.compute_dtype, out_dtype=out_value.dtype)
     with graph.inserting_before(match.out):
         w_gate_up = graph.call_function(torch.cat, ([match.b_gate, match.b_up], -1))
-        fused = graph.call_function(call, (match.x, match.ids, match.scores, w_gate_up, match.b_down,
-                                           *(shared.inputs if shared is not None else ())))
+        fused = graph.call_function(call, (match.x, match.ids, match.scores, w_gate_up, match.b_down))
     fused.meta["hocket_moe"] = plan.to_json()
-    fused.meta["example_value"] = match.out.meta.get("example_value", match.out.meta.get("val"))
+    fused.meta["example_value"] = out_value
     match.out.replace_all_uses_with(fused)
-    if shared is not None:
-        shared.add.replace_all_uses_with(shared.routed_side)
-        graph.erase_node(shared.add)
-        for node in reversed(shared.nodes):
-            if not node.users:
-                graph.erase_node(node)
     for node in reversed(list(graph.nodes)):
         if node in region and node not in keep and node is not fused and not node.users and node.op != "placeholder":
             graph.erase_node(node)

@@ -81,8 +81,12 @@ class Descriptor:
         # default=repr: a flag the local checks reject (reduce_op=dist.ReduceOp.SUM) is still sent, as text
 
     def digest(self) -> tuple[int, int]:
-        raw = hashlib.sha1(self.text().encode()).digest()
-        return int.from_bytes(raw[:8], "little", signed=True), int.from_bytes(raw[8:16], "little", signed=True)
+        found = self.__dict__.get("_digest")
+        if found is None:  # computed once per descriptor (it is frozen)
+            raw = hashlib.sha1(self.text().encode()).digest()
+            found = int.from_bytes(raw[:8], "little", signed=True), int.from_bytes(raw[8:16], "little", signed=True)
+            object.__setattr__(self, "_digest", found)
+        return found
 
 
 def mode_in_force() -> str:

@@ -7,9 +7,11 @@
 ``grouped_wgrad(a [rows, k], b [rows, n], offs)``: the weight gradient ``[E, k, n]``, ``a_e^T @ b_e`` per group
 (rows past ``offs[-1]`` ignored).
 
-Backend rules (probed once per (device type, dtype) with a tiny call and remembered): ``torch._grouped_mm``
-runs float32, bfloat16 and float16 where the build has it (CPU on torch 2.13: not float64); a call also needs
-every row stride and data pointer 16-byte aligned (``k`` and ``n`` multiples of 16 bytes), else the loop runs.
+Backend rules (probed once per (device type, dtype) with a tiny call and remembered; the probe reads its result
+back on the CPU only): ``torch._grouped_mm`` runs float32, bfloat16 and float16 where the build has it (CPU on
+torch 2.13: not float64); a call also needs every row stride and data pointer 16-byte aligned (``k`` and ``n``
+multiples of 16 bytes), else the loop runs. The loop reads ``offs`` on the host (a sync on a device); the
+grouped path reads nothing there.
 ``offs`` must be int32. Its own backward rejects a stride-0 gradient and leaves the input gradient's tail rows
 uninitialised, so the backward here makes the gradient contiguous and runs the two grouped GEMMs itself.
 """
@@ -36,7 +38,9 @@ def _probe(device: torch.device, dtype: torch.dtype) -> bool:
                 w = torch.ones(2, 8, 8, device=device, dtype=dtype)
                 offs = torch.tensor([2, 4], dtype=torch.int32, device=device)
                 y = fn(x, w, offs=offs)
-                found = bool(y.shape == (4, 8) and float(y[0, 0]) == 8.0)
+                # the value is checked where reading it is free (the CPU); elsewhere the probe reads nothing on
+                # the host, so a first call under splits="padded" or CUDA-graph capture does not sync
+                found = y.shape == (4, 8) and (device.type != "cpu" or float(y[0, 0]) == 8.0)
             except (RuntimeError, NotImplementedError, TypeError):
                 found = False
         _PROBED[key] = found
@@ -65,15 +69,15 @@ def _fits(width: int, t: torch.Tensor) -> bool:
 
 
 def _zero_tail(y: torch.Tensor, offs: torch.Tensor, end: int | None = None) -> torch.Tensor:
-    """``y`` with rows at or past ``offs[-1]`` set to zero (``_grouped_mm`` leaves them uninitialised). ``end``:
-    ``offs[-1]`` when the caller knows it on the host: a slice is zeroed (nothing when it is every row) instead
-    of a masked pass over the whole output."""
+    """``y`` with rows at or past ``offs[-1]`` set to zero, in place (``_grouped_mm`` leaves them
+    uninitialised). ``end``: ``offs[-1]`` when the caller knows it on the host: a slice is zeroed (nothing when
+    it is every row); else one masked fill computed on ``offs``' device (no host sync)."""
     if end is not None:
         if end < y.shape[0]:
             y[end:].zero_()
         return y
-    valid = torch.arange(y.shape[0], device=y.device).unsqueeze(1) < offs[-1].to(torch.int64)
-    return torch.where(valid, y, torch.zeros((), dtype=y.dtype, device=y.device))
+    tail = torch.arange(y.shape[0], device=y.device).unsqueeze(1) >= offs[-1].to(torch.int64)
+    return y.masked_fill_(tail, 0)
 
 
 class _Grouped(torch.autograd.Function):
@@ -149,13 +153,30 @@ def _loop(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
-def grouped_wgrad(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """``[E, k, n]``: ``a[rows of e].T @ b[rows of e]`` per group ``e`` of ``offs`` (no autograd needed)."""
+def grouped_wgrad(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, out: torch.Tensor | None = None,
+                  ends: tuple[int, ...] | None = None) -> torch.Tensor:
+    """``[E, k, n]``: ``a[rows of e].T @ b[rows of e]`` per group ``e`` of ``offs`` (no autograd needed).
+
+    ``out``: add the products into it and return it. On the CPU with ``ends`` (``offs`` on the host) each sum
+    happens inside its GEMM (``addmm_`` per group, no extra pass over ``out``); else one grouped GEMM and an
+    add."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[0]:
         raise ValueError(f"grouped_wgrad: a [rows, k] and b [rows, n] must share rows; got {tuple(a.shape)}, "
                          f"{tuple(b.shape)}")
     groups = offs.shape[0]
     k, n = a.shape[1], b.shape[1]
+    if out is not None:
+        if tuple(out.shape) != (groups, k, n):
+            raise ValueError(f"grouped_wgrad: out has shape {tuple(out.shape)}; it must be [{groups}, {k}, {n}]")
+        if ends is not None and a.device.type == "cpu":
+            at, start = a.t(), 0
+            for e, end in enumerate(ends):
+                end = max(start, min(end, a.shape[0]))
+                if end > start:
+                    out[e].addmm_(at[:, start:end], b[start:end])
+                start = end
+            return out
+        return out.add_(grouped_wgrad(a, b, offs))
     if a.shape[0] == 0 or groups == 0:
         return a.new_zeros((groups, k, n))
     at = a.t()

@@ -25,6 +25,19 @@ forward call when ``moe_experts`` got one, :func:`side_work`):
   next group's;
 * ``per_source``: the peers' rounds issued first, this rank's own rows (no transfer) computed while they
   travel, then each source as it lands; combine: peers' rows computed and sent first, own rows last.
+
+Row work per piece (maps: :mod:`hocket.ops.moe_layout`, built once per routing and shared by the four calls of a
+step, :func:`_maps`): ``a2a_mm`` gathers the piece's send rows (nothing for a whole piece, a slice for a source
+block), receives into a new buffer, permutes it once into expert-major order (not at all for one block), runs
+the grouped GEMM on it, and for a piece writes ``out`` and ``received`` into the canonical buffers;
+``mm_a2a`` gathers the piece's expert-major rows (nothing for a whole piece, a slice for an expert group under
+``exchanged``), runs the grouped GEMM, permutes the result back into the order it travels in, sends it and
+writes what arrives into the canonical send buffer. The canonical buffers a piece writes are left
+uninitialised under ``exchanged`` (the pieces cover every row once) and are zeros with one spare row (the
+padding rows' target) under ``padded``. The grouped GEMM zeroes its tail only where rows may follow the last
+group (``padded``). Per-piece weight gradients of expert groups (disjoint experts) are concatenated, those of
+token blocks and sources summed (on the CPU under ``exchanged`` inside the GEMMs, ``addmm_``). Outputs never
+alias inputs: a gathered slice of an input feeds a transfer or a GEMM only.
 """
 
 from __future__ import annotations
@@ -43,6 +56,7 @@ from hocket.ops.moe_layout import (
     PADDED,
     MoeLayout,
     PieceMap,
+    canvas,
     expert_major,
     from_expert_major,
     gather_rows,
@@ -107,13 +121,6 @@ class _Done:
         return None
 
 
-def _pm_to(pm: PieceMap, device: torch.device) -> PieceMap:
-    if pm.src.device == device:
-        return pm
-    return PieceMap(pm.src.to(device), None if pm.perm is None else pm.perm.to(device), pm.offs.to(device),
-                    pm.caps, pm.canonical_rows, pm.whole, pm.padding)
-
-
 def _splits(caps: tuple[int, ...]) -> list[int] | None:
     return None if len(set(caps)) == 1 else list(caps)
 
@@ -128,16 +135,20 @@ def _a2a(rt: MoeRuntime, label: str, out: torch.Tensor, inp: torch.Tensor, out_c
     return transport.all_to_all(out, inp.contiguous(), _splits(out_caps), _splits(in_caps))
 
 
-def _gemm(buf: torch.Tensor, w: torch.Tensor, pm: PieceMap, label: str) -> torch.Tensor:
+def _gemm(rows: torch.Tensor, w: torch.Tensor, pm: PieceMap, label: str) -> torch.Tensor:
+    """``rows`` (expert-major, ``pm``'s groups) times ``w[e]`` per expert; rows past the last group zero."""
     note("gemm", label)
-    rows = expert_major(buf, pm)
-    end = None if pm.padding else rows.shape[0]  # exact layouts: every row is some expert's (offs[-1] == rows)
-    return from_expert_major(grouped_mm(rows, w, pm.offs, end=end), pm)
+    return grouped_mm(rows, w, pm.offs, end=rows.shape[0] if pm.exact else None)
 
 
-def _wgrad(lhs: torch.Tensor, rhs: torch.Tensor, pm: PieceMap, label: str) -> torch.Tensor:
+def _wgrad(lhs: torch.Tensor, rhs: torch.Tensor, pm: PieceMap, label: str,
+           total: torch.Tensor | None = None) -> torch.Tensor:
+    """``lhs_e^T @ rhs_e`` per local expert of ``pm`` (both expert-major): ``[e_local, k', n']``, or only the
+    piece's experts ``pm.experts`` when it names them; added into ``total`` when given."""
     note("wgrad", label)
-    return grouped_wgrad(expert_major(lhs, pm), expert_major(rhs, pm), pm.offs)
+    if pm.experts is not None:
+        return grouped_wgrad(lhs, rhs, pm.offs[pm.experts[0]:pm.experts[1]])
+    return grouped_wgrad(lhs, rhs, pm.offs, out=total, ends=pm.ends)
 
 
 def mode_of(plan: Plan) -> str:
@@ -173,22 +184,28 @@ def pieces(lay: MoeLayout, plan: Plan) -> list[tuple[object, object, bool]]:
 
 _MAPS: dict[tuple, tuple] = {}
 MAPS_KEPT = 16
-"""layouts kept: a training step's four MoE op calls (two forward, two backward) share one routing"""
+"""routings kept: a training step's four MoE op calls (two forward, two backward) share one entry"""
 
 
 def _maps(counts: torch.Tensor, rt: MoeRuntime, plan: Plan, rows: int, topk: int, device: torch.device):
-    """``(layout, [(send map, receive map, local)], whole receive map)`` of one call, cached by the counts (their
-    values when on the CPU, the tensor itself on a device: no host sync) and everything else they depend on."""
+    """``(layout, [(send map, receive map, local)], whole receive map)`` of one call, built once per routing:
+    cached by the counts (their values when on the CPU, the tensor itself on a device: no host sync) and what
+    else the maps depend on (the rows only under ``padded``, where they are ``world * L`` for every call of a
+    step), so the forward and backward calls of both ops share one entry."""
     ident = counts.numpy().tobytes() if counts.device.type == "cpu" else (id(counts), counts._version)
-    key = (ident, tuple(counts.shape), rt.rank, rt.world, mode_of(plan), plan.strategy, plan.chunks, rows, topk,
-           str(device))
+    mode = mode_of(plan)
+    key = (ident, tuple(counts.shape), rt.rank, rt.world, mode, plan.strategy, plan.chunks,
+           rows if mode == PADDED else 0, topk, str(device))
     hit = _MAPS.get(key)
     if hit is not None and (counts.device.type == "cpu" or hit[0] is counts):
         return hit[1:]
     lay = layout_for(counts, rt, plan, rows, topk)
-    maps = [(_pm_to(lay.piece_map(lay.send, s), device), _pm_to(lay.piece_map(lay.recv, r), device), local)
+    maps = [(lay.piece_map(lay.send, s).to(device), lay.piece_map(lay.recv, r).to(device), local)
             for s, r, local in pieces(lay, plan)]
-    whole = _pm_to(lay.piece_map(lay.recv, lay.whole(lay.recv)), device)
+    if len(maps) == 1 and maps[0][1].whole:
+        whole = maps[0][1]
+    else:
+        whole = lay.piece_map(lay.recv, lay.whole(lay.recv)).to(device)
     if len(_MAPS) >= MAPS_KEPT:
         _MAPS.pop(next(iter(_MAPS)))
     _MAPS[key] = (counts, lay, maps, whole)
@@ -203,11 +220,13 @@ def run_a2a_mm(send, counts, w, wgrad_lhs, topk, rt: MoeRuntime, plan: Plan):
     k, n = w.shape[1], w.shape[2]
     rows = lay.recv.rows
     whole = len(maps) == 1 and maps[0][1].whole
-    out_ext = None if whole else send.new_zeros((rows + 1, n))
-    recv_ext = None if whole else send.new_zeros((rows + 1, k))
-    wgrad = None if wgrad_lhs is None else send.new_zeros((lay.e_local, wgrad_lhs.shape[1], k))
+    out = None if whole else canvas(send, rows, n, maps[0][1])
+    received = None if whole else canvas(send, rows, k, maps[0][1])
     pending: dict[int, tuple] = {}
     result: dict[str, torch.Tensor] = {}
+    parts: list[torch.Tensor] = []
+    by_group = plan.strategy == "expert_groups"
+    wgrad = None
 
     def issue(i: int) -> None:
         sm, rm, local = maps[i]
@@ -223,14 +242,19 @@ def run_a2a_mm(send, counts, w, wgrad_lhs, topk, rt: MoeRuntime, plan: Plan):
         _, rm, _ = maps[i]
         handle, rbuf = pending.pop(i)
         handle.wait()
-        obuf = _gemm(rbuf, w, rm, f"a2a_mm:{i}")
+        em = expert_major(rbuf, rm)
+        obuf = _gemm(em, w, rm, f"a2a_mm:{i}")
         if whole:
-            result["out"], result["recv"] = obuf, rbuf
+            result["out"], result["recv"] = obuf, em
         else:
-            scatter_rows(out_ext, rm, obuf)
-            scatter_rows(recv_ext, rm, rbuf)
-        if wgrad is not None:
-            wgrad += _wgrad(gather_rows(wgrad_lhs, rm), rbuf, rm, f"a2a_mm:{i}")
+            scatter_rows(out, rm, obuf)
+            scatter_rows(received, rm, em)
+        if wgrad_lhs is not None:  # expert groups hold disjoint experts: concatenated, never summed
+            part = _wgrad(gather_rows(wgrad_lhs, rm), em, rm, f"a2a_mm:{i}", None if by_group else wgrad)
+            if by_group:
+                parts.append(part)
+            else:
+                wgrad = part
 
     side = rt.side if plan.strategy != "sequential" else None
     count = len(maps)
@@ -257,9 +281,11 @@ def run_a2a_mm(send, counts, w, wgrad_lhs, topk, rt: MoeRuntime, plan: Plan):
             side.run()
         for i in range(count):
             compute(i)
+    if parts:
+        wgrad = parts[0] if len(parts) == 1 else torch.cat(parts)
     if whole:
         return result["out"], result["recv"], wgrad
-    return out_ext[:rows], recv_ext[:rows], wgrad
+    return out[:rows], received[:rows], wgrad
 
 
 # -- mm_a2a: the second grouped GEMM + combine ----------------------------------------------------------------
@@ -270,7 +296,7 @@ def run_mm_a2a(x, counts, w, wgrad_lhs, wgrad_rhs, topk, rt: MoeRuntime, plan: P
     n = w.shape[2]
     rows = lay.send.rows
     whole = len(maps) == 1 and maps[0][0].whole
-    out_ext = None if whole else x.new_zeros((rows + 1, n))
+    out = None if whole else canvas(x, rows, n, maps[0][0])
     pending: dict[int, tuple] = {}
     result: dict[str, torch.Tensor] = {}
     wgrad: list = [None]
@@ -281,7 +307,7 @@ def run_mm_a2a(x, counts, w, wgrad_lhs, wgrad_rhs, topk, rt: MoeRuntime, plan: P
 
     def produce(i: int) -> None:
         sm, rm, local = maps[i]
-        ybuf = _gemm(gather_rows(x, rm), w, rm, f"mm_a2a:{i}")
+        ybuf = from_expert_major(_gemm(gather_rows(x, rm), w, rm, f"mm_a2a:{i}"), rm)
         if local:
             pending[i] = (_Done(), ybuf)
             return
@@ -295,7 +321,7 @@ def run_mm_a2a(x, counts, w, wgrad_lhs, wgrad_rhs, topk, rt: MoeRuntime, plan: P
         if whole:
             result["out"] = sbuf
         else:
-            scatter_rows(out_ext, sm, sbuf)
+            scatter_rows(out, sm, sbuf)
 
     count = len(maps)
     if plan.strategy in ("token_blocks", "expert_groups"):
@@ -317,8 +343,7 @@ def run_mm_a2a(x, counts, w, wgrad_lhs, wgrad_rhs, topk, rt: MoeRuntime, plan: P
         produce(0)
         weight_grad()
         finish(0)
-    out = result["out"] if whole else out_ext[:rows]
-    return out, wgrad[0]
+    return (result["out"] if whole else out[:rows]), wgrad[0]
 
 
 def register() -> None:

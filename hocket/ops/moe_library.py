@@ -52,7 +52,8 @@ def plan_of(text: str) -> Plan:
     return plan
 
 
-def _group(name: str) -> GroupHandle:
+def group_handle(name: str) -> GroupHandle:
+    """The :class:`GroupHandle` of the process group registered as ``name`` (made again when the group was)."""
     pg = process_group_of(name)
     handle = _GROUPS.get(name)
     if handle is None or handle.pg is not pg:  # a group destroyed and made again under its name
@@ -72,7 +73,7 @@ def transport_for(name: str, group: GroupHandle):
 
 
 def _runtime(group_name: str, plan: Plan, side=None) -> MoeRuntime:
-    group = _group(group_name)
+    group = group_handle(group_name)
     return MoeRuntime(group=group, transport=transport_for(plan.transport, group), side=side)
 
 

@@ -115,3 +115,14 @@ def check_ids(topk_ids: torch.Tensor, experts: int) -> None:
             t = int(twice.nonzero()[0])
             raise ValueError(f"topk_ids names the same expert twice for token {t} ({ids[t].tolist()}); a token's k "
                              f"experts must be distinct (take them with torch.topk)")
+
+
+def id_error(topk_ids: torch.Tensor, experts: int) -> ValueError:
+    """The detailed error of ``topk_ids`` whose device-side rule check failed (:func:`check_ids`: the rank, token
+    and fix), for the routing exchange to raise."""
+    try:
+        check_ids(topk_ids, experts)
+    except ValueError as exc:
+        return exc
+    return ValueError(f"topk_ids broke a rule on the device but not on the host check (ids in 0..{experts - 1}, "
+                      f"distinct per token); please report")

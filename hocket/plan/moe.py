@@ -84,13 +84,18 @@ def _chunk_counts(site: MoeSite, strategy: str) -> tuple[list[int], list[tuple[i
     return keep, left
 
 
-def enumerate_moe_plans(site: MoeSite, cluster=None) -> PlanSpace:
+def enumerate_moe_plans(site: MoeSite, cluster=None, *, splits: str | None = None) -> PlanSpace:
     """The candidates for ``site`` (the baseline first) and the pruned plans with their reasons (module
-    docstring). ``cluster``: only its offered transports (None: the collective transport only)."""
+    docstring). ``cluster``: only its offered transports (None: the collective transport only). ``splits``: only
+    that split mode (``padded``: what a CUDA graph captures; its baseline is ``sequential`` padded)."""
+    if splits is not None and splits not in SPLIT_MODES:
+        raise ValueError(f"splits={splits!r} must be one of {SPLIT_MODES} or None (both)")
+    modes = SPLIT_MODES if splits is None else (splits,)
+    baseline = BASELINE if splits in (None, "exchanged") else BASELINE.with_(splits=splits)
     if not isinstance(site, MoeSite):
         raise TypeError(f"site={site!r} must be a hocket.core.moe.MoeSite")
     offered, failure = _offered(site, cluster)
-    candidates: list[Plan] = [BASELINE]
+    candidates: list[Plan] = [baseline]
     pruned: list[Pruned] = []
     for s in specs():
         if site.kind not in s.planned_kinds:
@@ -119,28 +124,28 @@ def enumerate_moe_plans(site: MoeSite, cluster=None) -> PlanSpace:
                 counts, left = [1], []
             else:
                 counts, left = _chunk_counts(site, s.name)
-            for splits in SPLIT_MODES:
+            for mode in modes:
                 for chunks, why in left:
                     pruned.append(Pruned(plan=Plan(strategy=s.name, chunks=chunks, transport=transport,
-                                                   splits=splits), reason=why))
+                                                   splits=mode), reason=why))
                 for chunks in counts:
-                    plan = Plan(strategy=s.name, chunks=chunks, transport=transport, splits=splits)
+                    plan = Plan(strategy=s.name, chunks=chunks, transport=transport, splits=mode)
                     if plan not in candidates:
                         candidates.append(plan)
-    return PlanSpace(site=site, baseline=BASELINE, candidates=tuple(candidates), pruned=tuple(pruned),
+    return PlanSpace(site=site, baseline=baseline, candidates=tuple(candidates), pruned=tuple(pruned),
                      memory_budget_bytes=None)
 
 
 def search_moe(site: MoeSite, cluster, *, profile=None, margin: float = DEFAULT_MARGIN,
                grouped: GroupedGemmRule | None = None, steady_state: bool = False,
-               layer: bool = False) -> SearchResult:
+               layer: bool = False, splits: str | None = None) -> SearchResult:
     """Price every candidate of ``site`` on ``cluster`` and choose (module docstring). ``layer``: price each plan
     on both halves of the site's layer (:func:`hocket.strategies.moe.predict_moe_layer`; the space is its
-    ``a2a_mm`` site's), as one plan runs both."""
+    ``a2a_mm`` site's), as one plan runs both. ``splits``: one split mode only (:func:`enumerate_moe_plans`)."""
     if layer:
         site = layer_sites(site)[0]
     price = predict_moe_layer if layer else predict_moe
-    space = enumerate_moe_plans(site, cluster)
+    space = enumerate_moe_plans(site, cluster, splits=splits)
     priced, pruned = [], list(space.pruned)
     for plan in space.candidates:
         try:
@@ -186,30 +191,33 @@ def _cache_key(site: MoeSite, cluster, profile) -> tuple:
     return (site.key, cluster, mark)
 
 
-def choose_moe_plan(site: MoeSite, cluster=None, profile=None) -> Plan:
+def choose_moe_plan(site: MoeSite, cluster=None, profile=None, *, splits: str | None = None) -> Plan:
     """The plan a ``plan=None`` call of ``site`` runs (module docstring): deterministic in ``site.key``,
-    the cluster and the profile, so every rank passing the same site chooses the same plan."""
+    the cluster and the profile, so every rank passing the same site chooses the same plan. ``splits="padded"``:
+    among padded plans only (a call to be captured in a CUDA graph), never predicted slower than sequential
+    padded."""
     if not isinstance(site, MoeSite):
         raise TypeError(f"site={site!r} must be a hocket.core.moe.MoeSite")
     if site.kind not in MOE_KINDS:
         raise ValueError(f"site.kind={site.kind!r} is not an MoE kind {MOE_KINDS}")
     from hocket.env import disabled
 
+    baseline = BASELINE if splits in (None, "exchanged") else BASELINE.with_(splits=splits)
     if disabled():
-        return BASELINE
+        return baseline
     if cluster is None:
         cluster, found = local_cluster()
         profile = profile if profile is not None else found
-    key = _cache_key(site, cluster, profile)
+    key = (*_cache_key(site, cluster, profile), splits)
     chosen = _CHOSEN.get(key)
     if chosen is None:
         try:
-            chosen = search_moe(site, cluster, profile=profile, layer=True).chosen
+            chosen = search_moe(site, cluster, profile=profile, layer=True, splits=splits).chosen
         except ValueError as exc:  # a cluster description that does not cover the group: sequential
             warnings.warn(f"hocket could not plan {site.key} on cluster {getattr(cluster, 'name', '?')!r} ({exc}); "
                           f"running it sequentially. Describe the cluster with HOCKET_CLUSTER=<preset or YAML> if "
                           f"this machine's probe does not cover the group.", MoePlanWarning, stacklevel=2)
-            chosen = BASELINE
+            chosen = baseline
         _CHOSEN[key] = chosen
     return chosen
 
@@ -229,7 +237,7 @@ def tune_moe(site: MoeSite, make_runner, *, group=None, device="cpu", cluster=No
     shortlist = plans_to_time(result, top_k)
     tuned = autotune(site, shortlist, make_runner, group=group, device=device, config=config or AutotuneConfig(),
                      cache=cache, cache_key=site.key)
-    _CHOSEN[_cache_key(site, cluster, profile)] = tuned.chosen
+    _CHOSEN[(*_cache_key(site, cluster, profile), None)] = tuned.chosen
     return tuned
 
 

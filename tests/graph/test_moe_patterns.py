@@ -2,8 +2,8 @@
 
 Dynamo's graph of ``RoutedExperts`` (and of the full ``MoE`` with router and shared expert) is captured with the
 split sizes traced (``capture_scalar_outputs``); the finder must read the layer off it, the rewrite must leave one
-``hocket.ops.moe_experts`` call and nothing of torchtitan's dispatch, and a sequential plan must leave the graph as
-traced. On the post-autograd forward graph, the all-to-alls with split sizes are priced, so the shared expert's
+call of ``moe_experts``'s traced path and nothing of torchtitan's dispatch (a shared expert stays beside it), and a
+sequential plan must leave the graph as traced. On the post-autograd forward graph, the all-to-alls with split sizes are priced, so the shared expert's
 matmuls move into their gaps.
 """
 
@@ -109,27 +109,45 @@ def test_rewrite_leaves_one_hocket_call_and_none_of_torchtitans_dispatch(graphs)
     assert len(calls) == 1 and Plan.from_json(calls[0].meta["hocket_moe"]).strategy == "token_blocks"
     assert not any(n.target is torch.ops.aten._assert_scalar.default for n in gm.graph.nodes)  # .tolist() gone
     (record,) = report.moe_sites
-    assert record.rewritten and not record.shared and record.source == "plan_for"
+    assert record.rewritten and record.source == "plan_for"
     assert [s.kind for s in record.sites] == ["a2a_mm", "mm_a2a"]
     text = Explanation(graphs=(report,)).format()
     assert "MoE layers: 1, 1 rewritten" in text and "rewritten into hocket.ops.moe_experts" in text
 
 
-def test_shared_expert_is_folded_into_the_call(graphs):
+def test_shared_expert_stays_in_the_graph_beside_the_call(graphs):
+    """The full MoE layer under a plan that does not overlap the shared expert: the routed part becomes the call,
+    the shared expert's matmuls and the sum stay (after the call); the site carries the shared expert's width."""
+    gm = copy.deepcopy(graphs["moe"])
+    before = [n for n in gm.graph.nodes if n.target is torch._C._nn.linear]
+    report = moe_graph_pass(gm.graph, planner=_planner("token_blocks"), config=PassConfig(), name="moe#0")
+    gm.recompile()
+    (record,) = report.moe_sites
+    assert record.rewritten and record.site.shared_ffn == 8  # three [16, 8]-sized matrices over 3 * hidden
+    (call,) = [n for n in gm.graph.nodes if "hocket_moe" in n.meta]
+    assert len(call.args) == 5 and not any("shared_experts" in str(a) for a in call.args)
+    linears = [n for n in gm.graph.nodes if n.target is torch._C._nn.linear]
+    assert len(before) == 4 and linears == before  # the router's gate and the shared expert's three
+    (add,) = [n for n in gm.graph.nodes if op_name(n) == "add"]
+    assert any(a is call or call in _ancestors(a) for a in add.args)  # out + shared(x) reads the call
+
+
+def test_shared_overlap_leaves_the_layer_for_reordering(graphs):
+    """``shared_overlap`` cannot run inside a compiled call (the shared expert would run after it), so the layer
+    keeps torchtitan's all-to-alls, whose gaps the post-autograd pass fills with the shared expert."""
+    from hocket.graph.moe import SHARED_LEFT
+
     gm = copy.deepcopy(graphs["moe"])
     report = moe_graph_pass(gm.graph, planner=_planner("shared_overlap"), config=PassConfig(), name="moe#0")
     gm.recompile()
     (record,) = report.moe_sites
-    assert record.rewritten and record.shared
-    assert record.site.shared_ffn == 8  # the shared expert's width, from its three weights
-    (call,) = [n for n in gm.graph.nodes if "hocket_moe" in n.meta]
-    shared_args = call.args[5:]
-    assert shared_args and all(a.op == "placeholder" for a in shared_args)
-    assert any("shared_experts" in a.name for a in shared_args)  # the shared expert's weights go to the call
-    adds = [n for n in gm.graph.nodes if op_name(n) == "add"]
-    assert not adds  # out + shared(x) is the call's own sum now
-    linears = [n for n in gm.graph.nodes if n.target is torch._C._nn.linear]
-    assert len(linears) == 1  # only the router's gate is left in the graph
+    assert not record.rewritten and record.reason == SHARED_LEFT and record.site.shared_ffn == 8
+    assert not [n for n in gm.graph.nodes if "hocket_moe" in n.meta]
+    assert _names(gm).count("a2a") == 3
+    plain = copy.deepcopy(graphs["routed"])  # no shared expert: nothing to overlap, shared_ffn 0
+    (other,) = moe_graph_pass(plain.graph, planner=_planner("token_blocks"), config=PassConfig(),
+                              name="moe#1").moe_sites
+    assert other.site.shared_ffn == 0
 
 
 def test_sequential_plan_leaves_the_graph_as_traced(graphs):

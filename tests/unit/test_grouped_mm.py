@@ -89,3 +89,21 @@ def test_zero_rows():
     assert y.shape == (0, 8)
     y.sum().backward()
     assert torch.equal(w.grad, torch.zeros_like(w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("host_ends", [True, False])
+def test_weight_gradient_accumulates_into_out(dtype, host_ends):
+    """``out=``: the products are added to what ``out`` holds (inside the GEMMs with host ``ends`` on the CPU,
+    by one add otherwise), empty groups and rows past ``offs[-1]`` adding nothing."""
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randn(11, 8, generator=gen).to(dtype), torch.randn(11, 16, generator=gen).to(dtype)
+    offs = torch.tensor([4, 4, 9], dtype=torch.int32)
+    before = torch.randn(3, 8, 16, generator=gen).to(dtype)
+    got = grouped_wgrad(a, b, offs, out=before.clone(), ends=tuple(offs.tolist()) if host_ends else None)
+    ad, bd = a.double(), b.double()
+    want = before.double() + torch.stack([ad[0:4].t() @ bd[0:4], torch.zeros(8, 16, dtype=torch.float64),
+                                          ad[4:9].t() @ bd[4:9]])
+    assert float((got.double() - want).abs().max()) <= TOL[dtype] * 8 * float(want.abs().max())
+    with pytest.raises(ValueError, match="out has shape"):
+        grouped_wgrad(a, b, offs, out=torch.zeros(2, 8, 16, dtype=dtype))

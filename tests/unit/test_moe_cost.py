@@ -87,7 +87,7 @@ def test_a_skewed_routing_prices_the_busiest_ranks_grouped_gemm():
     assert s.busiest_rank == 1 and s.local_expert_rows(1) == (120, 128)
     gemm = stage(moe_stages_of(s, Plan(splits="exchanged"), CPU), "gemm")[0]
     device = group_facts(CPU, s.group_ranks, s.dtype)[1]
-    reorder = 2 * 248 * (s.hidden + 2 * s.ffn) * 4  # the received rows to expert-major order and back
+    reorder = 2 * 248 * s.hidden * 4  # the received rows (hidden wide) read and written in expert-major order
     expected = grouped_gemm_ms(device, (120, 128), k=s.hidden, n=2 * s.ffn, dtype=s.dtype, itemsize=4,
                                level_m=248) + memory_ms(device, reorder, launches=0)
     assert math.isclose(gemm.duration_ms, expected, rel_tol=1e-9) and gemm.nbytes == reorder
@@ -105,7 +105,7 @@ def test_padded_splits_price_padded_rows_and_no_host_sync():
     gemm = stage(stages, "gemm")[0]
     real = sum(s.local_expert_rows(s.busiest_rank))
     assert gemm.flops == 2 * real * s.hidden * 2 * s.ffn  # the group offsets skip the padding rows
-    assert gemm.nbytes == 2 * s.padded_rows * (s.hidden + 2 * s.ffn) * 4  # the reorders pass over every row
+    assert gemm.nbytes == 2 * s.padded_rows * s.hidden * 4  # the reorder passes over every row
     a2a = stage(stages, "a2a")[0]
     assert math.isclose(a2a.duration_ms, a2a_ms(s, CPU, 128), rel_tol=1e-9)  # one block of L rows to the peer
     pack = stage(stages, "pack")[0]

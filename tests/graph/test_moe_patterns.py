@@ -61,6 +61,38 @@ def _forward_graph(module: torch.nn.Module, args: tuple) -> fx.GraphModule:
     return graphs[0]
 
 
+def _backward_graph(module: torch.nn.Module, args: tuple) -> fx.GraphModule:
+    """The post-autograd backward graph of ``module(*args).sum()`` (the forward runs as traced on the fake group)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs: list[fx.GraphModule] = []
+
+    def backward_compiler(gm, example_inputs):
+        graphs.append(copy.deepcopy(gm))
+        raise _Captured
+
+    torch._dynamo.reset()
+    with capture_split_sizes(), pytest.raises(_Captured):  # the backward compiles lazily, in .backward()
+        out = torch.compile(module, backend=aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=backward_compiler),
+                            dynamic=False)(*args)
+        out.sum().backward()
+    torch._dynamo.reset()
+    return graphs[0]
+
+
+class _ThenProjection(torch.nn.Module):
+    """A MoE layer followed by a projection (the next block's first matmul): in the backward, the projection's
+    weight gradient does not depend on the MoE layer's all-to-alls."""
+
+    def __init__(self, moe: torch.nn.Module, hidden: int) -> None:
+        super().__init__()
+        self.moe = moe
+        self.proj = torch.nn.Linear(hidden, hidden, bias=False)
+
+    def forward(self, x):
+        return self.proj(self.moe(x))
+
+
 @pytest.fixture(scope="module")
 def graphs(fake_world) -> dict[str, fx.GraphModule]:
     fake_world(2)
@@ -73,6 +105,7 @@ def graphs(fake_world) -> dict[str, fx.GraphModule]:
         "routed": _dynamo_graph(build_routed_experts(routed_case, mesh), (x, scores, ids, counts)),
         "moe": _dynamo_graph(build_moe(full_case, mesh), (x,)),
         "moe_forward": _forward_graph(build_moe(full_case, mesh), (x,)),
+        "moe_backward": _backward_graph(_ThenProjection(build_moe(full_case, mesh), full_case.hidden), (x,)),
     }
 
 
@@ -209,6 +242,31 @@ def test_post_autograd_all_to_alls_are_priced_and_their_gaps_filled(graphs):
     moved = [n for n in order[order.index(combine) + 1:order.index(wait)]
              if n.target in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)]
     assert moved and all(combine not in _ancestors(n) for n in moved)
+
+
+def test_backward_all_to_all_gaps_take_the_next_blocks_weight_gradient(graphs):
+    """Lancet's backward reordering on a layer left as traced: the projection after the MoE layer has its weight
+    gradient (``[hidden, hidden]``) computed before the layer's backward all-to-alls as traced; the pass sinks it
+    into the first one's gap, with the shared expert's gradients."""
+    gm = copy.deepcopy(graphs["moe_backward"])
+    hidden = 16
+
+    def wgrad_of_projection(n: fx.Node) -> bool:
+        val = n.meta.get("val")
+        return n.target is torch.ops.aten.mm.default and val is not None and tuple(val.shape) == (hidden, hidden)
+
+    (wgrad,) = [n for n in gm.graph.nodes if wgrad_of_projection(n)]
+    a2as = [n for n in gm.graph.nodes if op_name(n) == "a2a" and n.meta.get("val") is not None
+            and n.meta["val"].dtype.is_floating_point]
+    first = a2as[0]
+    order = list(gm.graph.nodes)
+    assert order.index(wgrad) < order.index(first)  # as traced: before the transfer starts
+    report = overlap_pass(gm.graph, planner=GraphPlanner(cluster=CLUSTER), name="backward", direction="backward")
+    order = list(gm.graph.nodes)
+    wait = next(iter(first.users))
+    assert order.index(first) < order.index(wgrad) < order.index(wait)
+    (gap,) = [g for g in report.gaps if g.node == first.name]
+    assert gap.matmuls_in_gap >= 2 and gap.comm_ms is not None and gap.comm_ms > 0
 
 
 def _ancestors(node: fx.Node) -> set[fx.Node]:

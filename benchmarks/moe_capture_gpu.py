@@ -9,6 +9,10 @@ the host's part and the layout), per layer preset (``hocket.bench.moe.layer_from
 * ``hocket exchanged`` / ``hocket padded``: ``hocket.ops.moe_experts`` eager, ``sequential`` with each split mode;
 * ``hocket padded, captured``: the same call replayed by ``hocket.ops.CapturedCall``.
 
+With ``--backward`` every line is the forward and its backward (``torch.autograd.grad`` of the output for a fixed
+output gradient, to the tokens and both expert weights; ``sequential_ep`` through torch's differentiable
+all-to-all), and the captured line captures both.
+
 Every line is first checked against ``sequential_ep``'s output (bf16: max error within 2% of its largest
 magnitude), then timed in ``--rounds`` rounds, the lines in turn (order rotated each round), ``--calls`` calls per
 line per round after two warm-ups, each call between two CUDA events on the current stream (stream time: the host
@@ -47,30 +51,57 @@ def _time(fn, calls: int) -> list[float]:
     return out
 
 
-def run_case(preset: str, skew: str, tokens: int, rounds: int, calls: int) -> list[dict]:
+def run_case(preset: str, skew: str, tokens: int, rounds: int, calls: int, backward: bool = False) -> list[dict]:
     dev = torch.device("cuda", torch.cuda.current_device())
     layer = layer_from_preset(preset).scaled(PRESETS[preset])
     ops = make_operands(layer, tokens=tokens, skew=skew, rank=0, world=1, dtype=torch.bfloat16, device=dev)
     group = dist.group.WORLD
-    seq = SequentialEP(ops, group)
+    grad_out = torch.randn(ops.x.shape, device=dev, generator=torch.Generator(device=dev).manual_seed(7))
+    grad_out = grad_out.to(ops.x.dtype)
+    if backward:
+        for t in (ops.x, ops.w_gate_up, ops.w_down):
+            t.requires_grad_()
+    seq = SequentialEP(ops, group, autograd=backward)
+
+    def with_grads(forward):
+        """``forward`` alone, or its output and the gradients of x and both expert weights (``--backward``)."""
+        if not backward:
+            return forward
+
+        def run():
+            y = forward()
+            return (y, *torch.autograd.grad(y, [ops.x, ops.w_gate_up, ops.w_down], grad_out))
+        return run
 
     def hocket(splits):
         plan = {"strategy": "sequential", "splits": splits}
         return lambda: H.moe_experts(ops.x, ops.topk_ids, ops.topk_weights, ops.w_gate_up, ops.w_down, group,
                                      plan=plan)
 
-    captured = H.CapturedCall(lambda x, ids, w: H.moe_experts(x, ids, w, ops.w_gate_up, ops.w_down, group,
-                                                              plan={"strategy": "sequential", "splits": "padded"}),
-                              ops.x, ops.topk_ids, ops.topk_weights, what="moe padded")
-    lines = {"sequential_ep": seq, "hocket exchanged": hocket("exchanged"), "hocket padded": hocket("padded"),
-             "hocket padded, captured": lambda: captured(ops.x, ops.topk_ids, ops.topk_weights)}
-    with torch.no_grad():
-        want = seq().float()
-        scale = float(want.abs().max())
-        errors = {name: float((fn().float() - want).abs().max()) / scale for name, fn in lines.items()}
-        for name, err in errors.items():
-            if err > 2e-2:
-                raise AssertionError(f"{preset} {skew}: {name} differs from sequential_ep by {err:.3g}")
+    def captured_fn(x, ids, w):
+        plan = {"strategy": "sequential", "splits": "padded"}
+        if not backward:
+            return H.moe_experts(x, ids, w, ops.w_gate_up, ops.w_down, group, plan=plan)
+        xg = x.detach().requires_grad_()
+        y = H.moe_experts(xg, ids, w, ops.w_gate_up, ops.w_down, group, plan=plan)
+        return (y, *torch.autograd.grad(y, [xg, ops.w_gate_up, ops.w_down], grad_out))
+
+    captured = H.CapturedCall(captured_fn, ops.x.detach(), ops.topk_ids, ops.topk_weights.detach(),
+                              what="moe padded")
+    lines = {"sequential_ep": with_grads(seq), "hocket exchanged": with_grads(hocket("exchanged")),
+             "hocket padded": with_grads(hocket("padded")),
+             "hocket padded, captured": lambda: captured(ops.x.detach(), ops.topk_ids, ops.topk_weights.detach())}
+    with torch.set_grad_enabled(backward):
+        want = lines["sequential_ep"]()
+        want = want if isinstance(want, tuple) else (want,)
+        errors = {}
+        for name, fn in lines.items():
+            got = fn()
+            got = got if isinstance(got, tuple) else (got,)
+            errors[name] = max(float((g.float() - w.float()).abs().max()) / max(float(w.float().abs().max()), 1e-30)
+                               for g, w in zip(got, want))
+            if errors[name] > 2e-2:
+                raise AssertionError(f"{preset} {skew}: {name} differs from sequential_ep by {errors[name]:.3g}")
         medians: dict[str, list[float]] = {name: [] for name in lines}
         names = list(lines)
         for r in range(rounds):
@@ -83,6 +114,7 @@ def run_case(preset: str, skew: str, tokens: int, rounds: int, calls: int) -> li
         ms = medians[name]
         rows.append({"preset": preset, "scale": PRESETS[preset], "hidden": layer.hidden, "ffn": layer.ffn,
                      "experts": layer.experts, "topk": layer.topk, "tokens": tokens, "skew": skew, "line": name,
+                     "direction": "forward+backward" if backward else "forward",
                      "median_ms": statistics.median(ms), "min_ms": min(ms), "max_ms": max(ms),
                      "rel_error": errors[name], "rounds": rounds, "calls": calls})
     return rows
@@ -95,6 +127,7 @@ def main(argv=None) -> None:
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--presets", nargs="*", default=list(PRESETS))
     p.add_argument("--skews", nargs="*", default=["uniform", "zipf:1.2"])
+    p.add_argument("--backward", action="store_true", help="time forward + backward")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -105,7 +138,7 @@ def main(argv=None) -> None:
         rows = []
         for preset in args.presets:
             for skew in args.skews:
-                for row in run_case(preset, skew, args.tokens, args.rounds, args.calls):
+                for row in run_case(preset, skew, args.tokens, args.rounds, args.calls, args.backward):
                     print(json.dumps(row), flush=True)
                     rows.append(row)
         if args.out:

@@ -65,7 +65,7 @@ def model_blocks(model, *, tp: int, seq: int, batch: int = 1, dtype: str = "bflo
     (module docstring): forward sites and their input gradients, with each site's unit."""
     from hocket.models.catalog import load_model
     from hocket.models.step import model_step_sites
-    from hocket.plan.shards import SHARD_MULTIPLE
+    from hocket.plan.shards import block_units
 
     spec = load_model(model)
     step = model_step_sites(spec, tp=tp, pp=1, dp=1, seq=seq, batch=batch, dtype=dtype,
@@ -76,19 +76,13 @@ def model_blocks(model, *, tp: int, seq: int, batch: int = 1, dtype: str = "bflo
         name = getattr(op, "name", "")
         if name and hasattr(op, "kind") and name not in by_name and getattr(op, "m", None):
             by_name[name] = op
-    group = spec.num_attention_heads // spec.num_key_value_heads
-    head = spec.head_size
+    every = block_units(spec)
     blocks = {}
-    mlp = [by_name[n] for n in ("mlp.up", "mlp.down", "mlp.down.grad_input", "mlp.up.grad_input") if n in by_name]
-    if mlp:
-        mlp_units = {"mlp.up": SHARD_MULTIPLE, "mlp.down": SHARD_MULTIPLE, "mlp.down.grad_input": SHARD_MULTIPLE,
-                     "mlp.up.grad_input": SHARD_MULTIPLE * spec.mlp_up_matrices}
-        blocks["mlp"] = (tuple(mlp), tuple(mlp_units[s.name] for s in mlp))
-    attn = [by_name[n] for n in ("attn.qkv", "attn.out", "attn.out.grad_input", "attn.qkv.grad_input") if n in by_name]
-    if attn:
-        attn_units = {"attn.qkv": (group + 2) * head, "attn.qkv.grad_input": (group + 2) * head,
-                      "attn.out": group * head, "attn.out.grad_input": group * head}
-        blocks["attn"] = (tuple(attn), tuple(attn_units[s.name] for s in attn))
+    for block in ("mlp", "attn"):
+        units = every[block]
+        sites = [by_name[n] for n in units if n in by_name]
+        if sites:
+            blocks[block] = (tuple(sites), tuple(units[s.name] for s in sites))
     return blocks
 
 

@@ -176,8 +176,8 @@ def moe_experts(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Ten
     if chosen.splits == PADDED:
         counts = counts.to(device)
     block = max(tokens_all) * min(k, e_local) if chosen.splits == PADDED else None
-    send, pos = pack_send(x, ids, local.view(world, e_local).sum(1), block=block, k=k, e_local=e_local,
-                          world=world)
+    per_dest = None if block is None else local.view(world, e_local).sum(1)
+    send, pos = pack_send(x, ids, per_dest, block=block, k=k, e_local=e_local, world=world)
     text = chosen.to_json()
     work = None
     overlap_shared = shared is not None and chosen.strategy != "sequential"

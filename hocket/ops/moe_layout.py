@@ -321,13 +321,13 @@ def from_expert_major(rows: torch.Tensor, pm: PieceMap) -> torch.Tensor:
     return out
 
 
-def pack_send(x: torch.Tensor, ids: torch.Tensor, per_dest: torch.Tensor, *, block: int | None, k: int,
+def pack_send(x: torch.Tensor, ids: torch.Tensor, per_dest: torch.Tensor | None, *, block: int | None, k: int,
               e_local: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(send, pos)``: this rank's canonical send buffer (``x``'s routed rows, sorted by expert, so by destination
     rank) and, per (token, choice) pair of the flat ``ids``, its row in that buffer. ``block``: the padded block's
     rows (``splits="padded"``: destination ``d``'s rows start at ``d * block``, the rest stay zero), None for the
-    exact layout; ``per_dest [world]``: this rank's rows per destination rank (padded only). Device ops only (no
-    host read), traceable by ``torch.compile``."""
+    exact layout; ``per_dest [world]``: this rank's rows per destination rank (padded only, else None). Device ops
+    only (no host read), traceable by ``torch.compile``."""
     pairs = ids.shape[0]
     order = torch.argsort(ids, stable=True)
     rows = x.index_select(0, order // k)

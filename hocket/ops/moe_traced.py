@@ -162,8 +162,8 @@ def traced_moe_experts(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: to
     k, e_local, ffn, tokens = shape.topk, shape.e_local, shape.ffn, shape.tokens
     ids = topk_ids.reshape(-1).to(torch.int64)
     block = tokens * min(k, e_local) if splits == PADDED else None
-    send, pos = pack_send(x, ids, counts[handle.rank].view(world, e_local).sum(1), block=block, k=k,
-                          e_local=e_local, world=world)
+    per_dest = None if block is None else counts[handle.rank].view(world, e_local).sum(1)
+    send, pos = pack_send(x, ids, per_dest, block=block, k=k, e_local=e_local, world=world)
     h, _, _ = torch.ops.hocket.all_to_all_grouped_mm(send, counts, w_gate_up, None, k, handle.name, text, "forward")
     act = F.silu(h[:, :ffn]) * h[:, ffn:]
     y_send, _ = torch.ops.hocket.grouped_mm_all_to_all(act, counts, w_down, None, None, k, handle.name, text,

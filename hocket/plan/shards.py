@@ -58,6 +58,21 @@ CANDIDATE_PLANS = 3
 """Best-predicted plans of the even site that :func:`recommend_shards` sizes under (plus sequential)."""
 
 
+def block_units(model) -> dict[str, dict[str, int]]:
+    """Per block of a model's layer that shares one uneven split, its sites (forward and input gradient) in step
+    order and each site's unit: the attention in whole GQA groups (``(q/kv + 2) x head_size`` columns of
+    ``attn.qkv``, ``q/kv x head_size`` rows of ``attn.out``), the MLP in :data:`SHARD_MULTIPLE` FFN columns
+    (``mlp_up_matrices`` times that for ``mlp.up``'s input gradient), the LM head in :func:`shard_multiple` columns
+    (0 here). ``model``: a :class:`hocket.models.spec.ModelSpec`."""
+    group = model.num_attention_heads // model.num_key_value_heads
+    head = model.head_size
+    return {"attn": {"attn.qkv": (group + 2) * head, "attn.out": group * head, "attn.out.grad_input": group * head,
+                     "attn.qkv.grad_input": (group + 2) * head},
+            "mlp": {"mlp.up": SHARD_MULTIPLE, "mlp.down": SHARD_MULTIPLE, "mlp.down.grad_input": SHARD_MULTIPLE,
+                    "mlp.up.grad_input": SHARD_MULTIPLE * model.mlp_up_matrices},
+            "head": {"lm_head": 0, "lm_head.grad_input": 0}}
+
+
 def shard_dim(site: Site) -> str:
     """The per-rank dimension that carries the site's GEMM share: ``n`` for ``ag_mm``, ``k`` for ``mm_rs``/``mm_ar``."""
     if site.kind not in SIZED_KINDS:

@@ -48,7 +48,7 @@ grouping every block is simulated on its own sub-cluster and the cross-block syn
 **Mixed tensor-parallel groups** (``mixed_tp``, ``hocket.search.space.mixed_groups``). The first group's
 blocks that share one split (the attention's ``attn.qkv``/``attn.out`` and their input gradients in whole GQA
 groups, the MLP's ``mlp.up``/``mlp.down`` and theirs in 64 FFN columns, the LM head and its input gradient:
-:func:`mixed_block_units`) are sized by ``hocket.plan.shards.recommend_block_shards`` once per (group mix, cp,
+:func:`hocket.plan.shards.block_units`) are sized by ``hocket.plan.shards.recommend_block_shards`` once per (group mix, cp,
 micro-batch), under the plans the search chose for the block's even sites (``SITE_SPACE``) and sequential; every
 group of the mix takes that split. In its cost table a TP site costs its slowest rank's time
 at those sizes (each rank priced on its own device over the group's links, ``hocket.plan.shards.RankPricer``),
@@ -85,15 +85,9 @@ from hocket.core.site import Site
 from hocket.models.graph import CommOp, ComputeOp
 from hocket.plan.space import SpaceConfig
 from hocket.search.memory import EVEN, GIB, Memory, stage_memory, stage_param_split, stage_params
-from hocket.search.space import (
-    Candidate,
-    MixedGroups,
-    ParallelSpace,
-    Space,
-    device_blocks,
-    enumerate_space,
-    mixed_groups,
-)
+from hocket.search.mixed_tp import MixedTpCosts, Shards, share_text, speed
+from hocket.search.space import Candidate, MixedGroups, ParallelSpace, Space, device_blocks, enumerate_space
+from hocket.search.table import Table
 
 SITE_SPACE = SpaceConfig(comm_sms_options=(None,), split_patterns=(), max_chunks=16)
 """The per-site plan space the parallel search uses: default SM budget only, even pieces, up to 16 (about
@@ -112,27 +106,6 @@ def flops_per_token(model, seq: int) -> float:
     n = model.active_params() - model.vocab_size * model.hidden_size
     width = model.num_attention_heads * (model.head_size + model.v_head_size) / 2
     return 6.0 * n + 12.0 * model.num_hidden_layers * width * seq
-
-
-@dataclass(kw_only=True)
-class Table:
-    """One (device, tp, cp, micro-batch, recompute, ep) cost table: ms per micro-batch on one rank; ``layer_*`` of
-    an MoE layer (a dense model's layer), ``dense_*`` of a dense layer (an MoE model's first layers)."""
-
-    layer_f: float
-    layer_b: float
-    dense_f: float
-    dense_b: float
-    dense_exposed: float
-    embed_f: float
-    embed_b: float
-    head_f: float
-    head_b: float
-    layer_exposed: float
-    """exposed communication ms of one layer, forward + backward."""
-    edge_exposed: float
-    act_bytes: int
-    """pipeline activation bytes one rank sends per micro-batch."""
 
 
 @dataclass(kw_only=True)
@@ -182,7 +155,7 @@ class SearchOutcome:
         return self.ranked[0]
 
 
-class _Costs:
+class _Costs(MixedTpCosts):
     """Per-cluster memo of site plans, tables and collectives shared by every candidate."""
 
     def __init__(self, model, cluster, *, seq: int, dtype: str, profile, site_space: SpaceConfig) -> None:
@@ -204,7 +177,7 @@ class _Costs:
         self.moe_compute: dict[str, float] = {}
         self.tp_across_nodes = False  # mixed_tp groups span nodes (ParallelSpace.tp_across_nodes)
         self.mixes: dict[str, MixedGroups] = {}
-        self.shard_memo: dict[tuple, _Shards] = {}
+        self.shard_memo: dict[tuple, Shards] = {}
 
     def plan(self, site):
         """The site's search result: searched once per ``Site.key``, and once per group signature (equal
@@ -315,206 +288,10 @@ class _Costs:
         table = self.tables[key] = Table(act_bytes=act_bytes, **sums)
         return table
 
-    # -- mixed_tp: tensor-parallel groups over device types, uneven shards --------------------------------------
-    def mixed(self, cand: Candidate) -> str:
-        """The stage label of a ``mixed_tp`` candidate's groups (registered on first use)."""
-        groups = mixed_groups(self.cluster, cand.tp, across_nodes=self.tp_across_nodes, dtype=self.dtype)
-        if not isinstance(groups, MixedGroups):
-            raise ValueError(f"{cand.label()}: {groups}")
-        if cand.tp_mix and cand.tp_mix != groups.mix:
-            raise ValueError(f"Candidate.tp_mix={[list(x) for x in cand.tp_mix]} but tp={cand.tp} groups on "
-                             f"{self.cluster.name} hold {[list(x) for x in groups.mix]}; give that mix or leave it ()")
-        label = groups.label
-        if label not in self.mixes:
-            self.mixes[label] = groups
-            self.devices[label] = min((self.cluster.device(r) for r in groups.group(0)),
-                                      key=lambda d: _speed(d, self.dtype))
-        return label
-
-    def _small_graph(self, tp: int, cp: int, mbs: int, recompute: str):
-        from hocket.models.step import model_step_sites
-
-        small = replace(self.model, num_hidden_layers=2)
-        return model_step_sites(small, tp=tp, pp=2, dp=1, cp=cp, seq=self.seq, batch=mbs, micro_batches=1,
-                                dtype=self.dtype, stages=[1, 1], recompute=recompute)
-
-    def mixed_shards(self, label: str, cp: int, mbs: int) -> _Shards:
-        """The uneven split of the first group of ``label`` per block (:func:`mixed_block_units`), sized by
-        ``hocket.plan.shards.recommend_block_shards`` over the block's forward sites and input gradients (every
-        group of one mix gets the same split)."""
-        key = (label, cp, mbs)
-        hit = self.shard_memo.get(key)
-        if hit is not None:
-            return hit
-        from hocket.plan.shards import recommend_block_shards
-
-        groups = self.mixes[label]
-        ranks = groups.group(0)
-        graph = self._small_graph(groups.tp, cp, mbs, "none")
-        sites: dict[str, Site] = {}
-        for stage in graph.stages:
-            for node in stage.nodes:
-                if isinstance(node.op, Site) and node.op.name not in sites:
-                    sites[node.op.name] = replace(node.op, ranks=ranks, count=1)
-        recs, where, shares = {}, {}, {}
-        for block, units in mixed_block_units(self.model).items():
-            names = [n for n in units if n in sites]
-            multiple = [units[n] for n in names] if block != "head" else None
-            block_sites = tuple(sites[n] for n in names)
-            rec = recs[block] = recommend_block_shards(block_sites, self.cluster, self.profile, multiple=multiple,
-                                                       plans=self._block_plans(block_sites))
-            shares[block] = tuple(u * groups.tp / sum(rec.units) for u in rec.units)
-            for j, n in enumerate(names):
-                where[n] = (block, j)
-        hit = self.shard_memo[key] = _Shards(ranks=ranks, recs=recs, where=where, shares=shares,
-                                             devices=tuple(self.cluster.device(r) for r in ranks))
-        return hit
-
-    def _block_plans(self, sites) -> tuple:
-        """The plans a block is sized under: the plan the search chose for each of its even sites (``SITE_SPACE``,
-        shared with every other table) that prices every site kind of the block, and sequential."""
-        from hocket.core.plan import Plan
-        from hocket.strategies.registry import REGISTRY
-
-        kinds = {site.kind for site in sites}
-        chosen = [self.plan(site).chosen for site in sites]
-        plans = [p for p in chosen if kinds <= set(REGISTRY.spec(p.strategy).priced)]
-        return tuple(dict.fromkeys(plans + [Plan()]))
-
-    def _mixed_table(self, label: str, cp: int, mbs: int, recompute: str) -> Table:
-        """The cost table of one ``mixed_tp`` group (module docstring)."""
-        groups = self.mixes[label]
-        shards = self.mixed_shards(label, cp, mbs)
-        graph = self._small_graph(groups.tp, cp, mbs, recompute)
-        cp_ranks = tuple(groups.group(c)[0] for c in range(cp))
-        slowest = self.devices[label]
-        kinds = list(dict.fromkeys(shards.devices))
-        sums = {k: 0.0 for k in ("layer_f", "layer_b", "embed_f", "embed_b", "head_f", "head_b", "layer_exposed",
-                                 "edge_exposed")}
-        act_bytes = 0
-        for stage in graph.stages:
-            for node in stage.nodes:
-                op = node.op
-                exposed = 0.0
-                if isinstance(op, Site):
-                    block, j = shards.where[op.name]
-                    times = shards.recs[block].ranks[j]
-                    ms = max(t.total_ms for t in times)
-                    exposed = max(0.0, ms - max(t.compute_ms for t in times))
-                elif isinstance(op, ComputeOp):
-                    block = _FOLLOWS.get(op.name)
-                    if block is None:  # even over the group (sequence-parallel rows): its slowest device
-                        ms = max(self.pricer.compute(op, d).ms for d in kinds)
-                    else:
-                        ms = max(self.pricer.compute(_scaled(op, f), d).ms if f > 0 else 0.0
-                                 for f, d in zip(shards.shares[block], shards.devices))
-                elif op.axis == "pp":
-                    act_bytes = op.nbytes
-                    continue
-                else:
-                    ranks = shards.ranks if op.axis == "tp" else cp_ranks
-                    ms = self.pricer.comm(op, ranks, slowest).ms if len(ranks) > 1 else 0.0
-                    exposed = ms
-                phase = "f" if node.phase == "forward" else "b"
-                if node.layer is not None:
-                    if node.layer == 1:  # layer 0 stands for every layer
-                        continue
-                    sums[f"layer_{phase}"] += ms
-                    sums["layer_exposed"] += exposed
-                else:
-                    where = "embed" if stage.index == 0 else "head"
-                    sums[f"{where}_{phase}"] += ms
-                    sums["edge_exposed"] += exposed
-        return Table(act_bytes=act_bytes, dense_f=sums["layer_f"], dense_b=sums["layer_b"],
-                     dense_exposed=sums["layer_exposed"], **sums)
-
     def _gemm_ms(self, site: Site, device) -> float:
         op = ComputeOp(name="gemm", kind="gemm", flops=2.0 * site.m * site.k * site.n * site.num_b,
                        nbytes=0.0, dtype=site.dtype, m=site.m, k=site.k, n=site.n * site.num_b)
         return self.pricer.compute(op, device).ms
-
-
-def mixed_block_units(model) -> dict[str, dict[str, int]]:
-    """Per block that shares one uneven split under ``mixed_tp``, its sites (forward and input gradient) and each
-    site's unit: the attention in whole GQA groups (``(q/kv + 2) x head_size`` columns of ``attn.qkv``,
-    ``q/kv x head_size`` rows of ``attn.out``), the MLP in 64 FFN columns (``64 u`` rows of ``mlp.up``'s input
-    gradient), the LM head in ``hocket.plan.shards.shard_multiple`` columns (0 here): the units ``hocket plan
-    --shards`` sizes a model's blocks in."""
-    from hocket.plan.shards import SHARD_MULTIPLE
-
-    group = model.num_attention_heads // model.num_key_value_heads
-    head = model.head_size
-    return {"attn": {"attn.qkv": (group + 2) * head, "attn.out": group * head, "attn.out.grad_input": group * head,
-                     "attn.qkv.grad_input": (group + 2) * head},
-            "mlp": {"mlp.up": SHARD_MULTIPLE, "mlp.down": SHARD_MULTIPLE, "mlp.down.grad_input": SHARD_MULTIPLE,
-                    "mlp.up.grad_input": SHARD_MULTIPLE * model.mlp_up_matrices},
-            "head": {"lm_head": 0, "lm_head.grad_input": 0}}
-
-
-MIXED_BLOCKS = ("attn", "mlp", "head")
-_FOLLOWS = {"attn.core": "attn", "attn.core.grad": "attn", "attn.qkv.grad_weight": "attn",
-            "attn.out.grad_weight": "attn", "mlp.act": "mlp", "mlp.act.grad": "mlp", "mlp.up.grad_weight": "mlp",
-            "mlp.down.grad_weight": "mlp", "lm_head.grad_weight": "head", "head.cross_entropy": "head",
-            "head.cross_entropy.grad": "head"}
-"""compute whose work follows a block's split (its heads, FFN columns or vocabulary columns); the rest of a layer
-(norms, residuals, the embedding) works on even sequence-parallel rows."""
-_SPLIT_N = ("attn.qkv.grad_weight", "mlp.up.grad_weight", "lm_head.grad_weight")
-"""weight gradients of column-split weights: their GEMM's n follows the split (the others' m: the row split)."""
-
-
-def _scaled(op: ComputeOp, share: float) -> ComputeOp:
-    """``op`` on a rank holding ``share`` times the even share of its block."""
-    if share == 1.0:
-        return op
-    dims = {}
-    if op.kind == "gemm" and op.m and op.n:
-        dim = "n" if op.name in _SPLIT_N else "m"
-        dims[dim] = max(1, round(getattr(op, dim) * share))
-    return replace(op, flops=op.flops * share, nbytes=op.nbytes * share, **dims)
-
-
-@dataclass(kw_only=True)
-class _Shards:
-    """One ``mixed_tp`` group's uneven split: the recommendation per block, where each site sits in it, and each
-    group rank's share of each block (1 = even; a group's shares add up to tp)."""
-
-    ranks: tuple[int, ...]
-    recs: dict
-    where: dict[str, tuple[str, int]]
-    shares: dict[str, tuple[float, ...]]
-    devices: tuple
-
-    def rank_shares(self, index: int) -> tuple[float, float, float]:
-        """(attention, MLP, LM head) shares of group rank ``index`` (``hocket.search.memory``)."""
-        return tuple(self.shares[b][index] for b in MIXED_BLOCKS)
-
-    def by_device(self) -> dict[str, tuple[int, tuple[float, float, float]]]:
-        """Per device model, in group order: the group rank of that model holding the most MLP columns, and the
-        largest shares any rank of that model holds (what its memory and gradient sync are priced at)."""
-        out: dict[str, tuple[int, tuple[float, float, float]]] = {}
-        for i, d in enumerate(self.devices):
-            sh = self.rank_shares(i)
-            if d.model not in out:
-                out[d.model] = (i, sh)
-                continue
-            index, most = out[d.model]
-            out[d.model] = (i if sh[1] > most[1] else index, tuple(max(a, b) for a, b in zip(sh, most)))
-        return out
-
-    def to_dict(self) -> dict:
-        return {b: {"ranks": list(self.ranks), "devices": [d.model for d in self.devices],
-                    "sites": [x.name for x in rec.sites], "sizes": [list(rec.sizes(j)) for j in range(len(rec.sites))],
-                    "gain": rec.gain} for b, rec in self.recs.items()}
-
-
-def _share_text(shares: tuple[float, float, float]) -> str:
-    return ", ".join(f"{b} {x:.2f}x" for b, x in zip(MIXED_BLOCKS, shares)) + " of the even share"
-
-
-def _speed(device, dtype: str) -> float:
-    from hocket.cost.compute import achievable_tflops
-
-    return achievable_tflops(device, dtype)
 
 
 class _Layout:
@@ -523,7 +300,7 @@ class _Layout:
     def __init__(self, cand: Candidate, costs: _Costs, blocks) -> None:
         self.cand = cand
         tp, cp, pp, dp = cand.tp, cand.cp, cand.pp, cand.dp
-        self.shards: _Shards | None = None
+        self.shards: Shards | None = None
         self.positions: list | None = None
         self.fsdp_shares = EVEN
         self.units = []  # (device per stage, dp group ranks per stage, stage boundary pairs, replicas, block)
@@ -557,7 +334,7 @@ class _Layout:
             for s in range(pp):
                 ranks = range(s * width, (s + 1) * width)
                 models = {b.device for b in blocks if b.first < ranks.stop and b.first + b.size > ranks.start}
-                stages_dev.append(min(sorted(models), key=lambda m: _speed(costs.devices[m], costs.dtype)))
+                stages_dev.append(min(sorted(models), key=lambda m: speed(costs.devices[m], costs.dtype)))
             pairs = [(s * width, (s + 1) * width) for s in range(pp - 1)]
             self.units.append((stages_dev, pairs, dp, None))
             self.dp_groups = [tuple(s * width + tp * j for j in range(cp * dp)) for s in range(pp)]
@@ -582,7 +359,7 @@ def _split_layers(model, cand: Candidate, costs: _Costs, devices: list[str]) -> 
     layer_flops = 6.0 * tokens * model.active_layer_params() / cand.tp
     extras = [0.0] * pp
     extras[-1] = 6.0 * tokens * model.hidden_size * model.padded_vocab(cand.tp) / cand.tp
-    return balance_layers(layers, [_speed(costs.devices[d], costs.dtype) for d in devices], extras, layer_flops)
+    return balance_layers(layers, [speed(costs.devices[d], costs.dtype) for d in devices], extras, layer_flops)
 
 
 def _first_layers(stages) -> list[int]:
@@ -713,7 +490,7 @@ class _Estimator:
                                        device=spec.model, ep=cand.ep, first_layer=firsts[s], shares=shares)
                     if not mem.fits and check_memory:
                         where = " in a mixed TP group" if layout.positions else ""
-                        held = f" (its uneven shards: {_share_text(shares)})" if layout.positions else ""
+                        held = f" (its uneven shards: {share_text(shares)})" if layout.positions else ""
                         return (f"out of memory on {spec.model}{where} (binding: {mem.binding()})",
                                 f"{cand.label()}: stage {s} needs {mem.describe()}{held}", mem)
                     memory.append(mem)
